@@ -1,0 +1,3 @@
+from privsched.cli import main
+
+main()

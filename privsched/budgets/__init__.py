@@ -1,0 +1,47 @@
+"""Privacy mathematics: accounting modes, capacities, demand curves (pure, no I/O)."""
+
+from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting, leq
+from privsched.budgets.capacity import block_capacity, rdp_capacity, validate_epsilon_delta
+from privsched.budgets.curves import (
+    gaussian_curve,
+    gaussian_sigma,
+    laplace_curve,
+    rdp_to_epsilon,
+    subsampled_gaussian_curve,
+)
+from privsched.budgets.mechanisms import (
+    Composed,
+    EpsilonDelta,
+    Explicit,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    SubsampledGaussian,
+    demand_vector,
+    mechanism_json,
+    parse_mechanism,
+)
+
+__all__ = [
+    "DEFAULT_ALPHAS",
+    "Accounting",
+    "Composed",
+    "EpsilonDelta",
+    "Explicit",
+    "Gaussian",
+    "Laplace",
+    "Mechanism",
+    "SubsampledGaussian",
+    "block_capacity",
+    "demand_vector",
+    "gaussian_curve",
+    "gaussian_sigma",
+    "laplace_curve",
+    "leq",
+    "mechanism_json",
+    "parse_mechanism",
+    "rdp_capacity",
+    "rdp_to_epsilon",
+    "subsampled_gaussian_curve",
+    "validate_epsilon_delta",
+]

@@ -1,0 +1,130 @@
+"""Accounting modes and the vectorised budget algebra every policy and the ledger share.
+
+A budget is a float array whose last axis holds its *dimensions*:
+- basic (ε, δ) composition: two dimensions, (ε, δ); both add up, and a demand fits only
+  if it fits in every dimension (DESIGN §3.1, §3.3).
+- RDP: one dimension per Rényi order α of the dataset's grid; curves add, and a demand fits
+  a block if it fits at *some* live order (Luo et al., OSDI'21 §4.2; Mironov 2017).
+
+All functions broadcast over leading axes, so a policy can test thousands of
+(pipeline, block) pairs in one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+AccountingName = Literal["basic", "rdp"]
+
+#: Default RDP order grid (DESIGN §3.1).
+DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 16.0, 32.0, 64.0)
+
+#: Relative tolerance of budget comparisons: float sums such as N unlocks of capacity/N
+#: must compare equal to the capacity they add up to.
+RELATIVE_TOLERANCE = 1e-9
+
+
+def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise ``a <= b`` up to :data:`RELATIVE_TOLERANCE` of the larger magnitude."""
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    scale = np.maximum(np.abs(a), np.abs(b))
+    return a <= b + RELATIVE_TOLERANCE * scale
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """An accounting mode and, under RDP, its order grid."""
+
+    name: AccountingName
+    alphas: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name not in ("basic", "rdp"):
+            raise ValueError(f"unknown accounting mode {self.name!r} (expected 'basic' or 'rdp')")
+        if self.name == "basic" and self.alphas:
+            raise ValueError("basic accounting takes no RDP orders")
+        if self.name == "rdp":
+            if not self.alphas:
+                raise ValueError("rdp accounting needs at least one order")
+            alphas = np.asarray(self.alphas, dtype=float)
+            if not np.all(np.isfinite(alphas)) or np.any(alphas <= 1):
+                raise ValueError("RDP orders must be finite and greater than 1")
+            if np.any(np.diff(alphas) <= 0):
+                raise ValueError("RDP orders must be strictly increasing")
+
+    @classmethod
+    def basic(cls) -> Accounting:
+        return cls("basic")
+
+    @classmethod
+    def rdp(cls, alphas: tuple[float, ...] | list[float] | None = None) -> Accounting:
+        return cls("rdp", tuple(float(a) for a in (alphas if alphas is not None else DEFAULT_ALPHAS)))
+
+    @property
+    def is_rdp(self) -> bool:
+        return self.name == "rdp"
+
+    @property
+    def dims(self) -> int:
+        """Length of the budget vectors: 2 for (ε, δ), one per order under RDP."""
+        return len(self.alphas) if self.is_rdp else 2
+
+    def live(self, capacity: np.ndarray) -> np.ndarray:
+        """Mask of the dimensions that count: under RDP, orders with positive capacity.
+
+        Dead orders (capacity ≤ 0) can never hold any demand and are ignored everywhere.
+        Under basic accounting every dimension counts.
+        """
+        capacity = np.asarray(capacity, dtype=float)
+        if self.is_rdp:
+            return capacity > 0
+        return np.ones(capacity.shape, dtype=bool)
+
+    def fits(self, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+        """Whether each demand fits the available budget (reduces the last axis).
+
+        basic: ``d ≤ available`` in ε and in δ. RDP: there exists a live α with
+        ``d(α) ≤ available(α)`` (DESIGN §3.3).
+        """
+        ok = leq(demand, available)
+        if self.is_rdp:
+            return np.any(ok & live, axis=-1)
+        return np.all(ok, axis=-1)
+
+    def is_safe(self, spent: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+        """The ledger's safety invariant for budgets already given out (allocated + consumed).
+
+        basic: spent ≤ capacity in every dimension. RDP: some live order keeps
+        spent(α) ≤ capacity(α) (DESIGN §3.3). Reduces the last axis.
+        """
+        return self.fits(spent, capacity, self.live(capacity))
+
+    def shares(self, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+        """Per-dimension share ``d / capacity``; 0 on dead or zero-capacity dimensions.
+
+        DPF's dominant share is the maximum of these over a pipeline's blocks
+        (Luo et al., OSDI'21 §4.1).
+        """
+        demand = np.asarray(demand, dtype=float)
+        capacity = np.asarray(capacity, dtype=float)
+        live = self.live(capacity) & (capacity > 0)
+        safe = np.where(live, capacity, 1.0)
+        return np.where(live, demand / safe, 0.0)
+
+    def dimension_labels(self) -> list[str]:
+        """Human-readable names of the dimensions, for tables and logs."""
+        if self.is_rdp:
+            return [f"α={a:g}" for a in self.alphas]
+        return ["ε", "δ"]
+
+    def to_dict(self) -> dict:
+        return {"accounting": self.name, "alphas": list(self.alphas)}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Accounting:
+        name = data["accounting"]
+        return cls.rdp(data.get("alphas") or None) if name == "rdp" else cls.basic()

@@ -1,0 +1,56 @@
+"""Block capacity from a global (ε_G, δ_G) guarantee (DESIGN §3.2)."""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+
+from privsched.budgets.accounting import Accounting
+
+Conversion = Literal["paper", "tight"]
+
+
+def validate_epsilon_delta(epsilon: float, delta: float) -> None:
+    """Raise ``ValueError`` unless 0 < ε < ∞ and 0 ≤ δ < 1."""
+    if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
+        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    if not isinstance(delta, (int, float)) or not math.isfinite(delta) or not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+
+
+def rdp_capacity(
+    epsilon: float, delta: float, alphas: tuple[float, ...] | np.ndarray, conversion: Conversion = "paper"
+) -> np.ndarray:
+    """RDP capacity curve ε_G(α) that guarantees (ε_G, δ_G)-DP through composition.
+
+    ``paper`` (Luo et al., OSDI'21 §4.2, from Mironov 2017 Prop. 3):
+        ε_G(α) = max(0, ε_G − ln(1/δ_G) / (α − 1)).
+    ``tight`` (Canonne, Kamath & Steinke 2020 Prop. 12; Balle et al. 2020): any curve with
+    ε(α) + (ln(1/δ) − ln α)/(α − 1) + ln(1 − 1/α) ≤ ε_G converts to (ε_G, δ_G)-DP, so
+        ε_G(α) = max(0, ε_G − (ln(1/δ_G) − ln α)/(α − 1) − ln(1 − 1/α)),
+    about 10–16 % more capacity at α = 4–5 for ε_G = 10, δ_G = 1e-7.
+    Orders with capacity 0 are dead for the block.
+    """
+    validate_epsilon_delta(epsilon, delta)
+    if delta <= 0:
+        raise ValueError("RDP accounting needs delta > 0 to convert to (epsilon, delta)")
+    a = np.asarray(alphas, dtype=float)
+    if conversion == "paper":
+        curve = epsilon - math.log(1 / delta) / (a - 1)
+    elif conversion == "tight":
+        curve = epsilon - (math.log(1 / delta) - np.log(a)) / (a - 1) - np.log1p(-1 / a)
+    else:
+        raise ValueError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
+    return np.maximum(curve, 0.0)
+
+
+def block_capacity(
+    accounting: Accounting, epsilon: float, delta: float, conversion: Conversion = "paper"
+) -> np.ndarray:
+    """A block's capacity vector: (ε_G, δ_G) under basic accounting, ε_G(α) under RDP."""
+    if accounting.is_rdp:
+        return rdp_capacity(epsilon, delta, accounting.alphas, conversion)
+    validate_epsilon_delta(epsilon, delta)
+    return np.array([float(epsilon), float(delta)])

@@ -1,0 +1,75 @@
+"""RDP curves of common mechanisms and conversions to (ε, δ) (DESIGN §3.4).
+
+Pure functions over an order grid ``alphas``; each returns an array of ε(α).
+Heavy dependencies (Opacus, hence torch) are imported only by the functions that need them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _orders(alphas) -> np.ndarray:
+    a = np.asarray(alphas, dtype=float)
+    if np.any(a <= 1):
+        raise ValueError("RDP orders must be greater than 1")
+    return a
+
+
+def gaussian_curve(sigma: float, alphas, sensitivity: float = 1.0) -> np.ndarray:
+    """Gaussian mechanism: ε(α) = α Δ² / (2σ²) (Mironov 2017, Prop. 7)."""
+    if not sigma > 0 or not math.isfinite(sigma):
+        raise ValueError(f"noise sigma must be positive and finite, got {sigma!r}")
+    return _orders(alphas) * sensitivity**2 / (2 * sigma**2)
+
+
+def laplace_curve(scale: float, alphas, sensitivity: float = 1.0) -> np.ndarray:
+    """Laplace mechanism with scale b (Mironov 2017, Prop. 6), for α > 1, with λ = b/Δ:
+
+    ε(α) = 1/(α−1) · ln( α/(2α−1) · e^{(α−1)/λ} + (α−1)/(2α−1) · e^{−α/λ} ).
+    Evaluated in log space so that large α/λ does not overflow.
+    """
+    if not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"Laplace scale must be positive and finite, got {scale!r}")
+    a = _orders(alphas)
+    lam = scale / sensitivity
+    first = np.log(a / (2 * a - 1)) + (a - 1) / lam
+    second = np.log((a - 1) / (2 * a - 1)) + (-a / lam)
+    return np.logaddexp(first, second) / (a - 1)
+
+
+def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
+    """DP-SGD: Poisson-subsampled Gaussian composed over ``steps`` (Mironov, Talwar & Zhang
+    2019), computed by Opacus' RDP analysis (``compute_rdp``)."""
+    if not 0 < sample_rate <= 1:
+        raise ValueError(f"sample rate must be in (0, 1], got {sample_rate!r}")
+    if not noise_multiplier > 0 or not math.isfinite(noise_multiplier):
+        raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier!r}")
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    orders = [float(a) for a in _orders(alphas)]
+    return np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=int(steps), orders=orders))
+
+
+def gaussian_sigma(epsilon: float, delta: float) -> float:
+    """Classical calibration σ = sqrt(2 ln(1.25/δ)) / ε (Dwork & Roth 2014, Thm A.1)."""
+    if not epsilon > 0 or not 0 < delta < 1:
+        raise ValueError(f"need epsilon > 0 and 0 < delta < 1, got ({epsilon!r}, {delta!r})")
+    return math.sqrt(2 * math.log(1.25 / delta)) / epsilon
+
+
+def rdp_to_epsilon(curve, alphas, delta: float) -> tuple[float, float]:
+    """Smallest ε such that the curve implies (ε, δ)-DP, and the order that achieves it.
+
+    Uses Opacus' ``get_privacy_spent`` (the tight conversion of Balle et al. 2020).
+    """
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    eps, best = get_privacy_spent(orders=[float(a) for a in alphas], rdp=[float(c) for c in curve], delta=delta)
+    return float(eps), float(best)

@@ -1,0 +1,131 @@
+"""Privacy demands described as data, turned into budget vectors by one function.
+
+A pipeline's demand is a small, serialisable description of its mechanism or training plan
+(in the spirit of Google's dp_accounting ``DpEvent``); :func:`demand_vector` interprets it
+under an :class:`~privsched.budgets.accounting.Accounting`. The ledger stores both the
+description and the resulting vector.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, TypeAdapter
+
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.curves import (
+    gaussian_curve,
+    gaussian_sigma,
+    laplace_curve,
+    subsampled_gaussian_curve,
+)
+
+
+class _Mechanism(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EpsilonDelta(_Mechanism):
+    """A plain (ε, δ) demand. Under RDP it is charged as the Gaussian mechanism calibrated to
+    (ε, δ), σ = sqrt(2 ln(1.25/δ))/ε (DESIGN §5.1)."""
+
+    kind: Literal["epsilon_delta"] = "epsilon_delta"
+    epsilon: PositiveFloat
+    delta: float = Field(0.0, ge=0, lt=1)
+
+
+class Gaussian(_Mechanism):
+    """Gaussian mechanism with noise σ (RDP only)."""
+
+    kind: Literal["gaussian"] = "gaussian"
+    sigma: PositiveFloat
+    sensitivity: PositiveFloat = 1.0
+
+
+class Laplace(_Mechanism):
+    """Laplace mechanism with scale b; ε = Δ/b under basic accounting."""
+
+    kind: Literal["laplace"] = "laplace"
+    scale: PositiveFloat
+    sensitivity: PositiveFloat = 1.0
+
+
+class SubsampledGaussian(_Mechanism):
+    """A DP-SGD plan: Poisson sampling rate q, noise multiplier, number of steps (RDP only)."""
+
+    kind: Literal["subsampled_gaussian"] = "subsampled_gaussian"
+    sample_rate: float = Field(gt=0, le=1)
+    noise_multiplier: PositiveFloat
+    steps: int = Field(ge=0)
+
+
+class Composed(_Mechanism):
+    """Sequential composition: demands add up."""
+
+    kind: Literal["composed"] = "composed"
+    parts: list[Mechanism] = Field(min_length=1)
+
+
+class Explicit(_Mechanism):
+    """A demand vector given directly: (ε, δ) for basic, one ε(α) per order for RDP."""
+
+    kind: Literal["explicit"] = "explicit"
+    values: list[float] = Field(min_length=1)
+
+
+Mechanism = Annotated[
+    Union[EpsilonDelta, Gaussian, Laplace, SubsampledGaussian, Composed, Explicit],
+    Field(discriminator="kind"),
+]
+Composed.model_rebuild()
+
+_MECHANISM_ADAPTER: TypeAdapter = TypeAdapter(Mechanism)
+
+
+def parse_mechanism(data: dict | str) -> Mechanism:
+    """Validate a mechanism description from a dict or its JSON text."""
+    if isinstance(data, str):
+        return _MECHANISM_ADAPTER.validate_json(data)
+    return _MECHANISM_ADAPTER.validate_python(data)
+
+
+def mechanism_json(mechanism: Mechanism) -> str:
+    return _MECHANISM_ADAPTER.dump_json(mechanism).decode()
+
+
+def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
+    """The budget vector a mechanism spends on each block it reads (DESIGN §3.4)."""
+    if isinstance(mechanism, Composed):
+        return np.sum([demand_vector(part, accounting) for part in mechanism.parts], axis=0)
+    if isinstance(mechanism, Explicit):
+        values = np.asarray(mechanism.values, dtype=float)
+        if values.shape != (accounting.dims,):
+            raise ValueError(f"explicit demand has {values.size} values, the dataset's budgets have {accounting.dims}")
+        if not np.all(np.isfinite(values)) or np.any(values < 0):
+            raise ValueError("explicit demand values must be finite and non-negative")
+        return values
+    if accounting.is_rdp:
+        alphas = accounting.alphas
+        if isinstance(mechanism, EpsilonDelta):
+            if mechanism.delta <= 0:
+                raise ValueError("an (epsilon, delta) demand under RDP needs delta > 0")
+            return gaussian_curve(gaussian_sigma(mechanism.epsilon, mechanism.delta), alphas)
+        if isinstance(mechanism, Gaussian):
+            return gaussian_curve(mechanism.sigma, alphas, mechanism.sensitivity)
+        if isinstance(mechanism, Laplace):
+            return laplace_curve(mechanism.scale, alphas, mechanism.sensitivity)
+        if isinstance(mechanism, SubsampledGaussian):
+            return subsampled_gaussian_curve(
+                mechanism.sample_rate, mechanism.noise_multiplier, mechanism.steps, alphas
+            )
+    else:
+        if isinstance(mechanism, EpsilonDelta):
+            return np.array([mechanism.epsilon, mechanism.delta])
+        if isinstance(mechanism, Laplace):
+            return np.array([mechanism.sensitivity / mechanism.scale, 0.0])
+        raise ValueError(
+            f"a {mechanism.kind} mechanism has no pure (epsilon, delta) cost under basic accounting: "
+            "use rdp accounting or give epsilon and delta"
+        )
+    raise TypeError(f"unknown mechanism {mechanism!r}")

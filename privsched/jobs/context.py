@@ -1,0 +1,115 @@
+"""What a granted job sees: its granted blocks (and no others), its grant, its device.
+
+A :class:`JobContext` travels to the job's process (local or on a cluster) as JSON; the job
+reads data only through :meth:`JobContext.block_path` and reports what it actually spent
+with :meth:`JobContext.report_spent`. The executor turns the context's final state into a
+:class:`JobResult` that the scheduler settles in the ledger (DESIGN §4.4).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privsched.budgets.accounting import Accounting, leq
+
+
+class BlockAccessError(PermissionError):
+    """A job asked for a block outside its grant."""
+
+
+@dataclass
+class BlockGrant:
+    key: str
+    location: str | None
+    grant: np.ndarray  # (K,) budget granted on this block
+
+
+@dataclass
+class JobContext:
+    pipeline_id: int
+    name: str
+    dataset: str
+    accounting: Accounting
+    delta: float  # target δ used to report (ε, δ) of an RDP curve
+    blocks: dict[str, BlockGrant]
+    device: str = "cpu"
+    workdir: Path = field(default_factory=lambda: Path("."))
+    params: dict[str, Any] = field(default_factory=dict)
+    spent: np.ndarray | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    touched_data: bool = False
+
+    @property
+    def block_keys(self) -> list[str]:
+        return list(self.blocks)
+
+    @property
+    def budget(self) -> np.ndarray:
+        """The budget the job may spend on *every* block it reads: the element-wise minimum
+        of its per-block grants (a job's data touches all its blocks, so each is charged)."""
+        return np.min(np.stack([b.grant for b in self.blocks.values()]), axis=0)
+
+    def block_path(self, key: str) -> Path:
+        """Path of a granted block's data; any other block raises :class:`BlockAccessError`."""
+        if key not in self.blocks:
+            raise BlockAccessError(f"pipeline {self.pipeline_id} was not granted block {key!r}")
+        location = self.blocks[key].location
+        if location is None:
+            raise BlockAccessError(f"block {key!r} has no data location")
+        self.touched_data = True
+        return Path(location)
+
+    def report_spent(self, spent: np.ndarray | list[float]) -> None:
+        """Record the budget actually spent on each granted block.
+
+        It must be at most the grant in every dimension (every order under RDP): a job that
+        runs its granted plan, or less of it, always is (DESIGN §4.4)."""
+        vector = np.asarray(spent, dtype=float)
+        if vector.shape != (self.accounting.dims,) or not np.all(np.isfinite(vector)) or np.any(vector < 0):
+            raise ValueError(f"spent budget must be {self.accounting.dims} finite non-negative values")
+        if not np.all(leq(vector, self.budget)):
+            raise ValueError("spent budget exceeds the grant at some order")
+        self.spent = vector
+
+    def report_metrics(self, **metrics: Any) -> None:
+        self.metrics.update(metrics)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "pipeline_id": self.pipeline_id,
+                "name": self.name,
+                "dataset": self.dataset,
+                "accounting": self.accounting.to_dict(),
+                "delta": self.delta,
+                "blocks": [
+                    {"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()
+                ],
+                "device": self.device,
+                "workdir": str(self.workdir),
+                "params": self.params,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> JobContext:
+        data = json.loads(text)
+        return cls(
+            pipeline_id=data["pipeline_id"],
+            name=data["name"],
+            dataset=data["dataset"],
+            accounting=Accounting.from_dict(data["accounting"]),
+            delta=data["delta"],
+            blocks={
+                b["key"]: BlockGrant(b["key"], b["location"], np.asarray(b["grant"], dtype=float))
+                for b in data["blocks"]
+            },
+            device=data["device"],
+            workdir=Path(data["workdir"]),
+            params=data["params"],
+        )

@@ -1,0 +1,96 @@
+"""The contract between scheduling policies and their callers (simulator and live scheduler).
+
+A policy is a pure function from a :class:`Snapshot` to an :class:`Allocation`
+(DESIGN §4.2). Unlock rules (DESIGN §4.1) are separate objects, so any ordering can be
+combined with any unlock rule. Nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from privsched.budgets.accounting import Accounting
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a policy may look at, as NumPy arrays.
+
+    Blocks are indexed 0..B-1 and pending pipelines 0..P-1. A pipeline's per-block demands
+    are stored as *edges* (one per requested block), grouped by pipeline in ascending
+    pipeline order: edge e says pipeline ``edge_pipeline[e]`` wants ``edge_demand[e]`` on
+    block ``edge_block[e]``. K is ``accounting.dims``.
+    """
+
+    accounting: Accounting
+    capacity: np.ndarray  # (B, K) each block's total budget
+    unlocked: np.ndarray  # (B, K) budget available to grant now (RDP: may be < 0 at some α)
+    pipeline_ids: np.ndarray  # (P,) str ids, the last tie-break
+    arrival: np.ndarray  # (P,) arrival times; arrival order is the second tie-break
+    weight: np.ndarray  # (P,) profit of granting each pipeline (1 by default)
+    edge_pipeline: np.ndarray  # (E,) int
+    edge_block: np.ndarray  # (E,) int
+    edge_demand: np.ndarray  # (E, K)
+    clock: float = 0.0
+    #: (E, K) budget already set aside for each edge by round robin's water-filling
+    #: (zeros for every other policy).
+    reserved: np.ndarray | None = None
+
+    @property
+    def n_pipelines(self) -> int:
+        return len(self.pipeline_ids)
+
+    @property
+    def n_blocks(self) -> int:
+        return self.capacity.shape[0]
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """A policy's decision: pipelines to grant (indices into the snapshot, in grant order),
+    and, for water-filling policies, the new per-edge reservations (E, K)."""
+
+    granted: np.ndarray
+    reserved: np.ndarray | None = None
+
+
+class Policy(Protocol):
+    """Orders and admits pending pipelines."""
+
+    name: str
+
+    def allocate(self, snapshot: Snapshot) -> Allocation: ...
+
+
+class UnlockRule(Protocol):
+    """How locked budget becomes unlocked, as fractions of each block's capacity.
+
+    Callers apply ``min(locked, fraction × capacity)`` at every dimension (DESIGN §4.1).
+    """
+
+    name: str
+
+    def on_block_created(self) -> float:
+        """Fraction unlocked when a block is created (1.0 for "all", else 0.0)."""
+        ...
+
+    def on_pipeline_arrival(self) -> float:
+        """Fraction unlocked on each block a newly arrived pipeline demands (1/N, or 0)."""
+        ...
+
+    def on_tick(self, elapsed: float) -> float:
+        """Fraction unlocked on every block per ``elapsed`` seconds of clock (elapsed/L, or 0)."""
+        ...
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A named pairing of a policy with its unlock rule, as found in the registry."""
+
+    name: str
+    policy: Policy
+    unlock: UnlockRule
+    params: dict = field(default_factory=dict)
