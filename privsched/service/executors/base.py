@@ -1,0 +1,86 @@
+"""The executor interface: how the scheduler starts, watches and stops granted jobs.
+
+An executor runs each job as ``python -m privsched.jobs.runner CONTEXT RESULT`` somewhere
+(a local process, a Ray task, ...) with its placement's GPUs visible, and reports how each
+job ended as a :class:`~privsched.jobs.runner.JobResult`. It never touches the ledger: the
+scheduler settles every result there. Five operations:
+
+- :meth:`Executor.start` a job described by a :class:`Launch`;
+- :meth:`Executor.poll` for jobs that ended since the last poll (never blocks);
+- :meth:`Executor.cancel` a job (it ends as failed, reported by a later poll);
+- :meth:`Executor.attach` to a job started by an earlier scheduler process, after a restart;
+- :meth:`Executor.running` ids it is watching. Logs are files (:class:`Launch.log`).
+
+A job that exits without writing its result, or that is killed past its ``max_runtime``,
+is reported failed with ``touched_data=True`` (conservative: DESIGN §4.4).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+
+from privsched.jobs.runner import JobResult
+from privsched.service.resources import Placement
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything an executor needs to run one granted job."""
+
+    pipeline_id: int
+    context: Path  # the runner's context file
+    result: Path  # where the runner writes its JobResult
+    log: Path  # the job's stdout and stderr
+    placement: Placement
+    started_at: float
+    max_runtime: float | None = None
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.max_runtime is None else self.started_at + self.max_runtime
+
+
+def read_result(launch: Launch, exit_note: str) -> JobResult:
+    """The job's result file, or a conservative failure when it has none (``exit_note`` says
+    how the process ended)."""
+    try:
+        result = JobResult.from_json(launch.result.read_text())
+    except (OSError, ValueError, KeyError, TypeError):
+        return JobResult(launch.pipeline_id, False, message=f"job {exit_note} without writing its result")
+    if result.pipeline_id != launch.pipeline_id:
+        return JobResult(launch.pipeline_id, False, message="job wrote the result of another pipeline")
+    return result
+
+
+def failure(launch: Launch, message: str) -> JobResult:
+    """A job stopped from outside (timeout, cancel): failed, data assumed touched."""
+    return JobResult(launch.pipeline_id, False, touched_data=True, message=message)
+
+
+class Executor(ABC):
+    """Runs granted jobs; see the module docstring for the contract."""
+
+    name: str
+
+    @abstractmethod
+    def start(self, launch: Launch) -> None:
+        """Start a job; raise ``OSError`` if it cannot be started at all."""
+
+    @abstractmethod
+    def poll(self, now: float) -> list[JobResult]:
+        """Results of jobs that ended since the last call; kills jobs past their deadline."""
+
+    @abstractmethod
+    def cancel(self, pipeline_id: int, reason: str) -> None:
+        """Stop a running job; its failure (with ``reason``) comes from a later poll."""
+
+    @abstractmethod
+    def attach(self, launch: Launch) -> bool:
+        """Watch a job started before a scheduler restart; whether it is still running. A job
+        that is gone is reported by the next poll from its result file, or failed if it has none."""
+
+    @abstractmethod
+    def running(self) -> set[int]:
+        """Ids of the jobs being watched."""

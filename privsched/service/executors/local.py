@@ -1,0 +1,149 @@
+"""The local executor: each job in its own process on this machine.
+
+The job runs ``python -m privsched.jobs.runner`` in a new session (so it survives a
+scheduler crash and can be killed as a whole process group), with ``CUDA_VISIBLE_DEVICES``
+set to its placement's GPUs (empty when it has none) and thread pools sized to its CPUs.
+Its stdout and stderr go to its log file. A job past its ``max_runtime`` or cancelled gets
+SIGTERM, then SIGKILL after a grace period. The process id and start time are written next
+to the job, so that a restarted scheduler can watch the jobs an earlier one started.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import privsched
+from privsched.jobs.runner import JobResult
+from privsched.service.executors.base import Executor, Launch, failure, read_result
+
+
+def _start_ticks(pid: int) -> str | None:
+    """A process's start time (clock ticks since boot), to tell it from a later reuse of its
+    pid, or None when it no longer exists (or is a zombie). Linux /proc only; elsewhere
+    the pid alone is trusted."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "unknown"
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _alive(pid: int, ticks: str | None) -> bool:
+    if not Path("/proc").is_dir():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    now = _start_ticks(pid)
+    return now is not None and (ticks is None or now == ticks)
+
+
+@dataclass
+class _Job:
+    launch: Launch
+    pid: int
+    ticks: str | None
+    process: subprocess.Popen | None  # None for a job attached after a restart
+    stop_reason: str | None = None
+    stopped_at: float = 0.0
+
+    def exit_note(self) -> str | None:
+        """None while running, else how it ended."""
+        if self.process is not None:
+            code = self.process.poll()
+            return None if code is None else f"exited with code {code}"
+        return None if _alive(self.pid, self.ticks) else "ended"
+
+
+class LocalExecutor(Executor):
+    """Runs each job as a child process of the scheduler."""
+
+    name = "local"
+
+    def __init__(self, python: str = sys.executable, grace: float = 3.0) -> None:
+        self.python = python
+        self.grace = grace
+        self._jobs: dict[int, _Job] = {}
+
+    def _environment(self, launch: Launch) -> dict[str, str]:
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.placement.gpus)
+        threads = str(max(1, int(launch.placement.cpus)))
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            env[name] = threads
+        package_root = str(Path(privsched.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        return env
+
+    def start(self, launch: Launch) -> None:
+        launch.result.unlink(missing_ok=True)
+        with open(launch.log, "ab") as log:
+            process = subprocess.Popen(
+                [self.python, "-m", "privsched.jobs.runner", str(launch.context), str(launch.result)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=launch.context.parent,
+                env=self._environment(launch),
+                start_new_session=True,
+            )
+        ticks = _start_ticks(process.pid)
+        (launch.context.parent / "pid").write_text(f"{process.pid} {ticks or ''}\n")
+        self._jobs[launch.pipeline_id] = _Job(launch, process.pid, ticks, process)
+
+    def attach(self, launch: Launch) -> bool:
+        try:
+            pid_text, *rest = (launch.context.parent / "pid").read_text().split()
+            pid, ticks = int(pid_text), (rest[0] if rest else None)
+        except (OSError, ValueError):
+            pid, ticks = -1, None
+        job = _Job(launch, pid, ticks, None)
+        self._jobs[launch.pipeline_id] = job
+        return pid > 0 and job.exit_note() is None
+
+    def _signal(self, job: _Job, sig: int) -> None:
+        if job.pid > 0 and (job.process is not None or _alive(job.pid, job.ticks)):
+            try:
+                os.killpg(job.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _stop(self, job: _Job, reason: str, now: float) -> None:
+        if job.stop_reason is None:
+            job.stop_reason, job.stopped_at = reason, now
+            self._signal(job, signal.SIGTERM)
+
+    def cancel(self, pipeline_id: int, reason: str) -> None:
+        job = self._jobs.get(pipeline_id)
+        if job is not None:
+            self._stop(job, reason, time.time())
+
+    def poll(self, now: float) -> list[JobResult]:
+        results = []
+        for pipeline_id, job in list(self._jobs.items()):
+            note = job.exit_note()
+            if note is None:
+                deadline = job.launch.deadline
+                if job.stop_reason is None and deadline is not None and now > deadline:
+                    self._stop(job, f"killed after exceeding its max_runtime of {job.launch.max_runtime:g} s", now)
+                elif job.stop_reason is not None and now - job.stopped_at > self.grace:
+                    self._signal(job, signal.SIGKILL)
+                continue
+            del self._jobs[pipeline_id]
+            results.append(failure(job.launch, job.stop_reason) if job.stop_reason else read_result(job.launch, note))
+        return results
+
+    def running(self) -> set[int]:
+        return set(self._jobs)

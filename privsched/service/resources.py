@@ -1,0 +1,135 @@
+"""Compute resources: the pool a scheduler places granted jobs on (GPUs, CPUs, memory).
+
+GPUs are detected without importing torch: ``CUDA_VISIBLE_DEVICES`` when it is set, else
+``nvidia-smi -L``; they can also be declared (``serve --gpus N`` declares N fake GPUs, which
+is how tests exercise placement on a machine without any). The pool a scheduler serves with
+is recorded next to the database (:mod:`privsched.service.rundirs`), so that ``submit``
+rejects a job that asks for more than the whole pool has.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+
+from privsched.spec import Resources
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The whole compute a scheduler has: GPU ids (as CUDA_VISIBLE_DEVICES names them),
+    CPU count and memory in bytes."""
+
+    gpus: tuple[str, ...]
+    cpus: float
+    memory: int
+
+    def refusal(self, need: Resources) -> str | None:
+        """Why a job can never run on this pool, or None if it fits the empty pool."""
+        short = []
+        if need.gpus > len(self.gpus):
+            short.append(f"{need.gpus} GPU(s) but the pool has {len(self.gpus)}")
+        if need.cpus > self.cpus:
+            short.append(f"{need.cpus:g} CPU(s) but the pool has {self.cpus:g}")
+        if need.memory > self.memory:
+            short.append(f"{need.memory / 2**30:.3g} GiB of memory but the pool has {self.memory / 2**30:.3g} GiB")
+        return "the job asks for " + " and ".join(short) if short else None
+
+    def to_dict(self) -> dict:
+        return {"gpus": list(self.gpus), "cpus": self.cpus, "memory": self.memory}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Pool:
+        return cls(tuple(str(g) for g in data["gpus"]), float(data["cpus"]), int(data["memory"]))
+
+
+def detect_gpus() -> tuple[str, ...]:
+    """GPU ids visible to this process: CUDA_VISIBLE_DEVICES if set, else ``nvidia-smi -L``."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1")
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    return tuple(m.group(1) for m in re.finditer(r"^GPU (\d+):", listing, re.MULTILINE))
+
+
+def detect_cpus() -> float:
+    try:
+        return float(len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return float(os.cpu_count() or 1)
+
+
+def detect_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def make_pool(gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
+    """The machine's pool, with any of its sizes overridden (declared GPUs are named 0..N-1)."""
+    if gpus is not None and gpus < 0 or cpus is not None and cpus <= 0 or memory is not None and memory < 0:
+        raise ValueError("pool sizes must be non-negative (and at least some CPU)")
+    gpu_ids = detect_gpus() if gpus is None else tuple(str(i) for i in range(gpus))
+    return Pool(gpu_ids, detect_cpus() if cpus is None else float(cpus), detect_memory() if memory is None else memory)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs: its GPUs and its share of CPUs and memory."""
+
+    gpus: tuple[str, ...]
+    cpus: float
+    memory: int
+
+    def to_dict(self) -> dict:
+        return {"gpus": list(self.gpus), "cpus": self.cpus, "memory": self.memory}
+
+
+@dataclass
+class FreeCompute:
+    """What is left of a pool while jobs run on it."""
+
+    pool: Pool
+    _held: dict[int, Placement] = field(default_factory=dict)
+
+    @property
+    def free_gpus(self) -> list[str]:
+        taken = {g for p in self._held.values() for g in p.gpus}
+        return [g for g in self.pool.gpus if g not in taken]
+
+    @property
+    def free_cpus(self) -> float:
+        return self.pool.cpus - sum(p.cpus for p in self._held.values())
+
+    @property
+    def free_memory(self) -> int:
+        return self.pool.memory - sum(p.memory for p in self._held.values())
+
+    def place(self, pipeline_id: int, need: Resources) -> Placement | None:
+        """Reserve compute for a job, or None if it does not fit what is free now."""
+        gpus = self.free_gpus
+        if need.gpus > len(gpus) or need.cpus > self.free_cpus + 1e-9 or need.memory > self.free_memory:
+            return None
+        placement = Placement(tuple(gpus[: need.gpus]), need.cpus, need.memory)
+        self._held[pipeline_id] = placement
+        return placement
+
+    def hold(self, pipeline_id: int, placement: Placement) -> None:
+        """Account for a job already running on known compute (after a restart)."""
+        self._held[pipeline_id] = placement
+
+    def release(self, pipeline_id: int) -> None:
+        self._held.pop(pipeline_id, None)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._held)

@@ -1,0 +1,64 @@
+"""Where a database's runs live on disk: one folder per pipeline next to the database.
+
+Layout, for a database ``DIR/NAME.db``::
+
+    DIR/runs/NAME/pool.json          the compute pool the scheduler serves with
+    DIR/runs/NAME/<id>/context.json  the job's context (JobContext JSON plus its job entry)
+    DIR/runs/NAME/<id>/result.json   written by the job process when it ends
+    DIR/runs/NAME/<id>/job.log       the job's stdout and stderr
+    DIR/runs/NAME/<id>/pid           the job process's id and start time (local executor)
+    DIR/runs/NAME/<id>/cancel        present when a user asked to cancel the running job
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from privsched.jobs.runner import write_atomic
+from privsched.service.resources import Pool
+
+
+class RunDirs:
+    """Paths of a database's per-pipeline run files."""
+
+    def __init__(self, db_path: str | os.PathLike) -> None:
+        db = Path(db_path).resolve()
+        self.root = db.parent / "runs" / db.stem
+
+    def folder(self, pipeline_id: int, *, create: bool = False) -> Path:
+        path = self.root / str(pipeline_id)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def context(self, pipeline_id: int) -> Path:
+        return self.folder(pipeline_id) / "context.json"
+
+    def result(self, pipeline_id: int) -> Path:
+        return self.folder(pipeline_id) / "result.json"
+
+    def log(self, pipeline_id: int) -> Path:
+        return self.folder(pipeline_id) / "job.log"
+
+    def pid_file(self, pipeline_id: int) -> Path:
+        return self.folder(pipeline_id) / "pid"
+
+    def cancel_request(self, pipeline_id: int) -> Path:
+        return self.folder(pipeline_id) / "cancel"
+
+    def request_cancel(self, pipeline_id: int) -> None:
+        """Ask the scheduler to stop a running job (it kills it, then fails the pipeline)."""
+        write_atomic(self.folder(pipeline_id, create=True) / "cancel", "cancelled by user\n")
+
+    def record_pool(self, pool: Pool) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_atomic(self.root / "pool.json", json.dumps(pool.to_dict()))
+
+    def recorded_pool(self) -> Pool | None:
+        """The pool the last scheduler served this database with, if any."""
+        try:
+            return Pool.from_dict(json.loads((self.root / "pool.json").read_text()))
+        except (OSError, ValueError, KeyError):
+            return None

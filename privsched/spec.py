@@ -1,0 +1,278 @@
+"""Pipeline specifications: what a user submits, as a pydantic model loaded from YAML or JSON.
+
+A specification names the dataset and the blocks a pipeline reads (explicit keys, the
+``last`` k blocks, or a key range), its privacy demand (``epsilon``/``delta``, an explicit
+``mechanism`` description, or derived from a built-in job's training plan), the job itself
+(a built-in trainer ``kind`` or user code ``function: module:qualname``), the compute it
+needs, and its timeouts. Unknown fields and impossible values are errors (DESIGN §4.4).
+
+Example (YAML)::
+
+    name: sentiment-lstm
+    dataset: reviews
+    blocks: {last: 10}            # or [2026-01-01, 2026-01-02] or {from: 2026-01-01, to: 2026-01-31}
+    epsilon: 1.0
+    delta: 1.0e-9
+    job: {function: mypkg.train:main, params: {lr: 0.1}}
+    resources: {gpus: 1, cpus: 2, memory: 4GiB}
+    timeout: 1h                   # longest wait for a grant
+    max_runtime: 30m              # longest run once started (the job is killed after)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Annotated, Any, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    model_validator,
+)
+
+
+class SpecError(ValueError):
+    """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
+
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, None: 1.0}
+_MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
+_MEMORY_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string such as ``"90"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if match is None:
+            raise ValueError(f"invalid duration {value!r} (expected seconds or e.g. 30s, 5m, 2h, 1d)")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"a duration must be positive and finite, got {value!r}")
+    return seconds
+
+
+def parse_memory(value: Any) -> int:
+    """Bytes from a number of bytes or a string such as ``"512M"``, ``"4GiB"``, ``"2G"`` (binary units)."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid memory size {value!r}")
+    if isinstance(value, (int, float)):
+        amount = float(value)
+    else:
+        match = _MEMORY.match(str(value))
+        if match is None:
+            raise ValueError(f"invalid memory size {value!r} (expected bytes or e.g. 512M, 4GiB)")
+        unit = (match.group(2) or "").upper().rstrip("B").rstrip("I") or ""
+        amount = float(match.group(1)) * _MEMORY_UNITS[unit or "B"]
+    if not math.isfinite(amount) or amount < 0:
+        raise ValueError(f"a memory size must be non-negative and finite, got {value!r}")
+    return int(amount)
+
+
+Duration = Annotated[float, BeforeValidator(parse_duration)]
+Memory = Annotated[int, BeforeValidator(parse_memory)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Last(_Model):
+    """The ``last`` k active blocks of the dataset, in the order they were added."""
+
+    last: PositiveInt
+
+    def __init__(self, last: int | None = None, /, **data: Any) -> None:
+        if last is not None:
+            data["last"] = last
+        super().__init__(**data)
+
+    def select(self, keys: list[str]) -> list[str]:
+        """Pick from the dataset's active block keys (in order of addition)."""
+        if len(keys) < self.last:
+            raise SpecError(f"the dataset has {len(keys)} active blocks, the pipeline asks for the last {self.last}")
+        return keys[-self.last :]
+
+
+class Range(_Model):
+    """Every block whose key lies in ``[from, to]`` (string order: ISO dates sort correctly).
+    Either bound may be left out."""
+
+    start: str | None = Field(None, alias="from")
+    end: str | None = Field(None, alias="to")
+
+    def __init__(self, start: str | None = None, end: str | None = None, /, **data: Any) -> None:
+        if start is not None:
+            data["from"] = start
+        if end is not None:
+            data["to"] = end
+        super().__init__(**data)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Range:
+        if self.start is None and self.end is None:
+            raise ValueError("a block range needs 'from', 'to' or both")
+        if self.start is not None and self.end is not None and self.start > self.end:
+            raise ValueError(f"block range is empty: from {self.start!r} is after to {self.end!r}")
+        return self
+
+    def select(self, keys: list[str]) -> list[str]:
+        return [k for k in keys if (self.start is None or k >= self.start) and (self.end is None or k <= self.end)]
+
+
+def _selector(value: Any) -> Any:
+    """Dispatch a block selector on its shape, so that errors name the intended form."""
+    if isinstance(value, dict):
+        model = Last if "last" in value else Range
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(validation_message(exc)) from None
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("the list of block keys is empty")
+        return [str(v) for v in value]
+    if isinstance(value, (Last, Range)):
+        return value
+    raise ValueError("expected a list of block keys, {last: k}, or {from: KEY, to: KEY}")
+
+
+BlockSelector = Annotated[Union[list[str], Last, Range], BeforeValidator(_selector)]
+
+
+def select_blocks(selector: BlockSelector, keys: list[str], active_keys: list[str]) -> list[str]:
+    """The block keys a selector picks from a dataset's blocks (all keys, and the active ones,
+    each in order of addition). Explicit keys are returned as given, for the ledger to check."""
+    if isinstance(selector, Last):
+        chosen = selector.select(active_keys)
+    elif isinstance(selector, Range):
+        chosen = selector.select(keys)
+    else:
+        if len(set(selector)) != len(selector):
+            raise SpecError("a block key is listed twice")
+        chosen = list(selector)
+    if not chosen:
+        raise SpecError("no block of the dataset matches the pipeline's blocks")
+    return chosen
+
+
+class JobSpec(_Model):
+    """The job a granted pipeline runs: a built-in trainer ``kind``, or user code ``function``
+    (``module:qualname``, or ``path/to/file.py:function``), with its keyword ``params``."""
+
+    kind: str | None = None
+    function: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    #: Directories prepended to the job process's import path (where ``function`` lives).
+    pythonpath: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _one_entry(self) -> JobSpec:
+        if (self.kind is None) == (self.function is None):
+            raise ValueError("a job needs exactly one of 'kind' (a built-in trainer) or 'function' (module:function)")
+        if self.function is not None:
+            module, sep, attr = self.function.rpartition(":")
+            if not sep or not module or not attr:
+                raise ValueError(f"job function {self.function!r} must look like 'module:function'")
+        return self
+
+
+class Resources(_Model):
+    """Compute a job needs while it runs."""
+
+    gpus: NonNegativeInt = 0
+    cpus: PositiveFloat = 1.0
+    memory: Memory = 0  # bytes
+
+    def describe(self) -> str:
+        memory = f", {self.memory / 2**30:.3g} GiB" if self.memory else ""
+        return f"{self.gpus} GPU(s), {self.cpus:g} CPU(s){memory}"
+
+
+class PipelineSpec(_Model):
+    """A pipeline as submitted: data, privacy demand, job, compute and timeouts."""
+
+    name: str = Field(min_length=1, max_length=200)
+    dataset: str = Field(min_length=1)
+    blocks: BlockSelector
+    epsilon: PositiveFloat | None = None
+    delta: float | None = Field(None, ge=0, lt=1)
+    #: A mechanism description (privsched.budgets.mechanisms), e.g. {kind: laplace, scale: 10}.
+    mechanism: dict[str, Any] | None = None
+    job: JobSpec
+    resources: Resources = Field(default_factory=Resources)
+    #: Longest wait for a grant, in seconds after submission (DESIGN §4.4); None waits forever.
+    timeout: Duration | None = None
+    #: Longest run once the job has started; the job is killed and failed after it.
+    max_runtime: Duration | None = None
+    weight: PositiveFloat = 1.0
+    #: Defaults to the submitting user.
+    owner: str | None = None
+
+    @model_validator(mode="after")
+    def _one_demand(self) -> PipelineSpec:
+        if self.mechanism is not None and (self.epsilon is not None or self.delta is not None):
+            raise ValueError("give either 'epsilon'/'delta' or a 'mechanism', not both")
+        if self.delta is not None and self.epsilon is None:
+            raise ValueError("'delta' needs 'epsilon'")
+        if self.mechanism is None and self.epsilon is None:
+            raise ValueError("the pipeline has no privacy demand: give 'epsilon' (and 'delta') or a 'mechanism'")
+        return self
+
+    @classmethod
+    def parse(cls, data: Any, source: str = "pipeline") -> PipelineSpec:
+        """Validate a mapping; any problem raises :class:`SpecError` with one line."""
+        if not isinstance(data, dict):
+            raise SpecError(f"{source}: a pipeline specification must be a mapping, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise SpecError(f"{source}: {validation_message(exc)}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping that :meth:`parse` turns back into an equal specification."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def validation_message(exc: ValidationError) -> str:
+    """One line naming every invalid field of a pydantic error."""
+    parts = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"])
+        message = error["msg"].removeprefix("Value error, ")
+        parts.append(f"{where}: {message}" if where else message)
+    return "; ".join(dict.fromkeys(parts))
+
+
+def load_spec(path: str | Path) -> PipelineSpec:
+    """Load a specification from a ``.json`` file, or YAML for any other suffix."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from None
+    return PipelineSpec.parse(data, source=str(path))
