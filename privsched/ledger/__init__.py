@@ -1,0 +1,27 @@
+"""The SQLite budget ledger: the single source of truth for privacy budget (DESIGN §6)."""
+
+from privsched.ledger.errors import LedgerError
+from privsched.ledger.ledger import Ledger
+from privsched.ledger.models import (
+    AuditReport,
+    BlockInfo,
+    BlockSpec,
+    DatasetInfo,
+    Event,
+    PendingView,
+    PipelineInfo,
+    PipelineRequest,
+)
+
+__all__ = [
+    "AuditReport",
+    "BlockInfo",
+    "BlockSpec",
+    "DatasetInfo",
+    "Event",
+    "Ledger",
+    "LedgerError",
+    "PendingView",
+    "PipelineInfo",
+    "PipelineRequest",
+]

@@ -1,0 +1,164 @@
+"""The audit: recompute every balance from the event log and check the ledger's invariants.
+
+Checks, per block and dimension (DESIGN §2, §3.3, §4.4):
+- the stored balances equal the replay of the append-only event log;
+- the identity ``capacity = locked + unlocked + allocated + consumed``;
+- no negative locked, allocated or consumed budget (basic: nor unlocked);
+- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``;
+and per pipeline: a granted or running pipeline holds exactly its demand on each of its
+blocks, every other holds nothing, and its recorded consumption matches the log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import sqlite_utils
+
+from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
+from privsched.ledger.schema import unpack
+
+
+def _close(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    bound = np.maximum.reduce([np.abs(a), np.abs(b), np.abs(scale)])
+    return np.abs(a - b) <= RELATIVE_TOLERANCE * bound + 1e-300
+
+
+def _nonnegative(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    return x >= -RELATIVE_TOLERANCE * np.abs(scale)
+
+
+def _dims(labels: list[str], mask: np.ndarray) -> str:
+    return ", ".join(label for label, bad in zip(labels, mask) if bad)
+
+
+class _Replay:
+    """Balances and per-pipeline holdings rebuilt from the event log alone."""
+
+    def __init__(self) -> None:
+        self.blocks: dict[int, dict[str, np.ndarray]] = {}
+        self.held: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: 0.0)
+        self.spent: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: 0.0)
+
+    def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
+        balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
+        if source is None:
+            balance["capacity"] = balance["capacity"] + amount
+        else:
+            balance[source] = balance.get(source, 0.0) - amount
+        balance[target] = balance.get(target, 0.0) + amount
+        if pipeline_id is None:
+            return
+        key = (pipeline_id, block_id)
+        if target == "allocated":
+            self.held[key] = self.held[key] + amount
+        if source == "allocated":
+            self.held[key] = self.held[key] - amount
+        if target == "consumed":
+            self.spent[key] = self.spent[key] + amount
+        if source == "consumed":
+            self.spent[key] = self.spent[key] - amount
+
+
+def audit_database(db: sqlite_utils.Database) -> AuditReport:
+    """Run every check; call inside a read transaction for a consistent view."""
+    violations: list[str] = []
+    integrity = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
+    if integrity != ["ok"]:
+        violations.extend(f"database file: {line}" for line in integrity)
+
+    accountings = {
+        row["id"]: Accounting.from_dict({"accounting": row["accounting"], "alphas": json.loads(row["alphas"])})
+        for row in db.query("SELECT id, accounting, alphas FROM datasets")
+    }
+    replay = _Replay()
+    for block_id, pipeline_id, source, target, amount in db.execute(
+        "SELECT block_id, pipeline_id, source, target, amount FROM events WHERE amount IS NOT NULL ORDER BY id"
+    ):
+        replay.apply(block_id, pipeline_id, source, target, unpack(amount))
+    n_events = db.execute("SELECT count(*) FROM events").fetchone()[0]
+
+    names: dict[int, str] = {}
+    capacities: dict[int, np.ndarray] = {}
+    n_blocks = 0
+    for row in db.execute(
+        "SELECT b.id, b.dataset_id, d.name || '/' || b.key, bal.capacity, bal.locked, bal.unlocked, "
+        "bal.allocated, bal.consumed FROM blocks b JOIN datasets d ON d.id = b.dataset_id "
+        "JOIN balances bal ON bal.block_id = b.id ORDER BY b.id"
+    ):
+        block_id, dataset_id, name, capacity, *buckets = row
+        n_blocks += 1
+        accounting = accountings[dataset_id]
+        stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
+        names[block_id], capacities[block_id] = name, stored["capacity"]
+        violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id)))
+    for block_id in replay.blocks.keys() - names.keys():
+        violations.append(f"event log moves budget of block id {block_id}, which has no balance row")
+
+    violations.extend(_check_pipelines(db, replay, names, capacities, accountings))
+    return AuditReport(ok=not violations, violations=violations, blocks=n_blocks, events=n_events)
+
+
+def _check_block(
+    label: str, accounting: Accounting, stored: dict[str, np.ndarray], replayed: dict[str, np.ndarray] | None
+) -> list[str]:
+    labels = accounting.dimension_labels()
+    capacity = stored["capacity"]
+    out: list[str] = []
+    if replayed is None:
+        return [f"{label}: the event log never created its capacity"]
+    for bucket in ("capacity", *BUCKETS):
+        again = replayed.get(bucket, np.zeros_like(capacity))
+        bad = ~_close(stored[bucket], again, capacity)
+        if bad.any():
+            out.append(f"{label}: stored {bucket} differs from the event log at {_dims(labels, bad)}")
+    total = sum(stored[bucket] for bucket in BUCKETS)
+    bad = ~_close(capacity, total, capacity)
+    if bad.any():
+        out.append(f"{label}: capacity != locked + unlocked + allocated + consumed at {_dims(labels, bad)}")
+    signed = ("locked", "allocated", "consumed") if accounting.is_rdp else BUCKETS
+    for bucket in signed:
+        bad = ~_nonnegative(stored[bucket], capacity)
+        if bad.any():
+            out.append(f"{label}: negative {bucket} at {_dims(labels, bad)}")
+    given = stored["allocated"] + stored["consumed"]
+    if not accounting.is_safe(given, capacity):
+        over = ~(given <= capacity * (1 + RELATIVE_TOLERANCE)) & accounting.live(capacity)
+        where = _dims(labels, over) if not accounting.is_rdp else "every live order"
+        out.append(f"{label}: allocated + consumed exceeds capacity at {where} (safety invariant broken)")
+    return out
+
+
+def _check_pipelines(
+    db: sqlite_utils.Database,
+    replay: _Replay,
+    names: dict[int, str],
+    capacities: dict[int, np.ndarray],
+    accountings: dict[int, Accounting],
+) -> list[str]:
+    out: list[str] = []
+    for pipeline_id, dataset_id, state, block_id, demand, consumed in db.execute(
+        "SELECT p.id, p.dataset_id, p.state, d.block_id, d.demand, d.consumed "
+        "FROM pipelines p JOIN demands d ON d.pipeline_id = p.id ORDER BY p.id, d.position"
+    ):
+        key = (pipeline_id, block_id)
+        capacity = capacities.get(block_id)
+        if capacity is None:
+            continue
+        labels = accountings[dataset_id].dimension_labels()
+        label = f"pipeline {pipeline_id} on block {names[block_id]}"
+        expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
+        held = replay.held[key] + np.zeros_like(capacity)
+        bad = ~_close(held, expected, capacity)
+        if bad.any():
+            out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
+                       f"(at {_dims(labels, bad)})")
+        recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
+        spent = replay.spent[key] + np.zeros_like(capacity)
+        bad = ~_close(spent, recorded, capacity)
+        if bad.any():
+            out.append(f"{label}: recorded consumption differs from the event log at {_dims(labels, bad)}")
+    return out

@@ -1,0 +1,141 @@
+"""Opening a ledger file durably, and running transactions that never surface SQLITE_BUSY.
+
+Every connection uses WAL journaling (readers never block the writer), ``synchronous=FULL``
+(a committed transaction survives power loss), foreign keys, and a busy timeout. Writes
+run as ``BEGIN IMMEDIATE`` transactions: the write lock is taken before the first read, so
+the checks a transaction makes still hold when it commits. If SQLite still reports the
+database busy or locked (busy timeout exceeded under heavy contention, WAL recovery), the
+whole transaction is rolled back and rerun, so "database is locked" never reaches a caller.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import sqlite_utils
+
+from privsched.ledger.errors import LedgerError
+from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
+
+T = TypeVar("T")
+
+#: SQLite's own wait for a lock, in seconds.
+BUSY_TIMEOUT = 30.0
+#: How long a transaction is retried after SQLite gave up waiting, in seconds.
+RETRY_FOR = 600.0
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def retrying(action: Callable[[], T]) -> T:
+    """Run ``action`` again (after a short random pause) while SQLite reports it busy."""
+    deadline = time.monotonic() + RETRY_FOR
+    pause = 0.005
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause * (0.5 + random.random()))
+        pause = min(pause * 2, 0.5)
+
+
+def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immediate: bool = True) -> T:
+    """Run ``body`` as one transaction (``BEGIN IMMEDIATE`` for writes, ``BEGIN`` for
+    consistent multi-query reads); roll back on any error; retry the whole transaction
+    while the database is busy. SQLite errors other than busy become :class:`LedgerError`."""
+    conn = db.conn
+
+    def attempt() -> T:
+        conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            result = body()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        return result
+
+    try:
+        return retrying(attempt)
+    except sqlite3.DatabaseError as exc:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            raise
+        raise LedgerError(f"database error: {exc}") from exc
+
+
+def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
+    """Open (and with ``create``, initialise) a privsched database file.
+
+    A missing file without ``create``, a file that is not SQLite, a foreign SQLite
+    database or a newer schema raise :class:`LedgerError`; nothing is written to them.
+    """
+    if not create and not path.exists():
+        raise LedgerError(f"no privsched database at {path} (create one with `privsched init`)")
+    if path.is_dir():
+        raise LedgerError(f"{path} is a directory, not a privsched database")
+    mode = "rwc" if create else "rw"
+    try:
+        conn = sqlite3.connect(
+            f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=BUSY_TIMEOUT, isolation_level=None
+        )
+    except sqlite3.Error as exc:
+        raise LedgerError(f"cannot open {path}: {exc}") from exc
+    try:
+        _check_or_initialise(conn, path, create)
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> None:
+    def header() -> tuple[int, int, int]:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        return app_id, version, tables
+
+    try:
+        app_id, version, tables = retrying(header)
+    except sqlite3.DatabaseError as exc:
+        raise LedgerError(f"{path} is not a privsched database ({exc})") from exc
+    if app_id == APPLICATION_ID:
+        if version != SCHEMA_VERSION:
+            raise LedgerError(
+                f"{path} has ledger schema version {version}; this privsched reads version {SCHEMA_VERSION}"
+            )
+        if retrying(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+            retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+        return
+    if app_id != 0 or version != 0 or tables != 0:
+        raise LedgerError(f"{path} is not a privsched database (a foreign SQLite file)")
+    if not create:
+        raise LedgerError(f"{path} is an empty file, not a privsched database (run `privsched init`)")
+    _initialise(conn)
+
+
+def _initialise(conn: sqlite3.Connection) -> None:
+    """Create the schema in an empty file; safe against a concurrent initialiser."""
+    retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+    def body() -> None:
+        # Another process may have initialised the file while we waited for the lock.
+        if conn.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+            create_schema(db)
+
+    run_transaction(db, body)

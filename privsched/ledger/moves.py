@@ -1,0 +1,111 @@
+"""Budget movements inside one write transaction.
+
+A :class:`Moves` loads the balances of the blocks a transaction touches, applies every
+movement in memory (so later checks in the same transaction see earlier moves), records one
+event per movement, and writes balances and events back with two ``executemany`` calls.
+The balance arithmetic is exactly the replay the audit performs over the event log
+(``source −= amount``, ``target += amount``, in event order), so the two agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import sqlite_utils
+
+from privsched.ledger.models import BUCKETS
+from privsched.ledger.schema import pack, unpack
+
+_EVENT_COLUMNS = "at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason"
+INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+
+
+class Moves:
+    """The working set of one transaction: balances by block id, and pending event rows."""
+
+    def __init__(self, db: sqlite_utils.Database, now: float) -> None:
+        self.db = db
+        self.now = now
+        self.balances: dict[int, dict[str, np.ndarray]] = {}
+        self.states: dict[int, str] = {}
+        self.datasets: dict[int, int] = {}
+        self.events: list[tuple] = []
+        self._dirty: set[int] = set()
+
+    def load(self, block_ids) -> None:
+        """Read the balances (and states) of these blocks, if not loaded yet."""
+        missing = sorted({int(b) for b in block_ids} - self.balances.keys())
+        if not missing:
+            return
+        rows = self.db.execute(
+            "SELECT b.id, b.dataset_id, b.state, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed "
+            "FROM blocks b JOIN balances bal ON bal.block_id = b.id "
+            "WHERE b.id IN (SELECT value FROM json_each(?))",
+            [json.dumps(missing)],
+        ).fetchall()
+        for block_id, dataset_id, state, capacity, *buckets in rows:
+            self.balances[block_id] = {"capacity": unpack(capacity)} | {
+                name: unpack(blob) for name, blob in zip(BUCKETS, buckets)
+            }
+            self.states[block_id] = state
+            self.datasets[block_id] = dataset_id
+
+    def move(
+        self,
+        block_id: int,
+        source: str | None,
+        target: str,
+        amount: np.ndarray,
+        *,
+        kind: str,
+        pipeline_id: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Move ``amount`` of a loaded block's budget from one bucket to another
+        (``source`` None: ``amount`` is new capacity entering ``target``)."""
+        balance = self.balances[block_id]
+        if source is not None:
+            balance[source] = balance[source] - amount
+        balance[target] = balance[target] + amount
+        self._dirty.add(block_id)
+        self.events.append(
+            (self.now, kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason)
+        )
+
+    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray) -> None:
+        """Register a block just inserted with empty balances; its capacity enters ``locked``."""
+        zero = np.zeros_like(capacity)
+        self.balances[block_id] = {"capacity": capacity} | {name: zero for name in BUCKETS}
+        self.states[block_id] = "active"
+        self.datasets[block_id] = dataset_id
+        self.move(block_id, None, "locked", capacity, kind="create")
+
+    def state_event(
+        self,
+        kind: str,
+        source: str | None,
+        target: str,
+        *,
+        dataset_id: int | None = None,
+        block_id: int | None = None,
+        pipeline_id: int | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record a state change (a pipeline's or a block's), which moves no budget."""
+        self.events.append((self.now, kind, dataset_id, block_id, pipeline_id, source, target, None, reason))
+
+    def flush(self) -> None:
+        """Write the touched balances and the new events."""
+        if self._dirty:
+            self.db.conn.executemany(
+                "UPDATE balances SET locked = ?, unlocked = ?, allocated = ?, consumed = ? WHERE block_id = ?",
+                [
+                    (*(pack(self.balances[b][name]) for name in BUCKETS), b)
+                    for b in sorted(self._dirty)
+                ],
+            )
+            self._dirty.clear()
+        if self.events:
+            self.db.conn.executemany(INSERT_EVENT, self.events)
+            self.events = []

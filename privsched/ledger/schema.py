@@ -1,0 +1,152 @@
+"""The ledger's SQLite schema, its version, and the encoding of budget vectors.
+
+Vectors are stored as little-endian float64 BLOBs (``K × 8`` bytes): encoding and decoding
+is one ``tobytes`` / ``frombuffer`` call with no parsing, it round-trips every float
+exactly, and a batch of rows decodes into a (N, K) array with a single ``frombuffer``. JSON
+arrays would be readable in the ``sqlite3`` shell but cost a parse per row on the grant
+path; ``privsched budget show`` and ``Ledger.events`` are the readable views.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sqlite_utils
+
+#: Bumped whenever the schema changes; stored in ``PRAGMA user_version``.
+SCHEMA_VERSION = 1
+#: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
+APPLICATION_ID = 0x50727653
+
+_FLOAT = np.dtype("<f8")
+
+
+def pack(vector: np.ndarray) -> bytes:
+    """A budget vector as a float64 BLOB."""
+    return np.ascontiguousarray(vector, dtype=_FLOAT).tobytes()
+
+
+def unpack(blob: bytes) -> np.ndarray:
+    """The budget vector stored in a BLOB (a writable copy)."""
+    return np.frombuffer(blob, dtype=_FLOAT).copy()
+
+
+def unpack_rows(blobs: list[bytes], dims: int) -> np.ndarray:
+    """Many BLOBs of one dataset as a (N, K) array, decoded in one call."""
+    if not blobs:
+        return np.zeros((0, dims))
+    return np.frombuffer(b"".join(blobs), dtype=_FLOAT).reshape(len(blobs), dims).copy()
+
+
+def create_schema(db: sqlite_utils.Database) -> None:
+    """Create every table, index and trigger (inside the caller's transaction)."""
+    db["meta"].create({"key": str, "value": str}, pk="key", strict=True)
+    db["datasets"].create(
+        {
+            "id": int,
+            "name": str,
+            "accounting": str,
+            "alphas": str,  # JSON list of RDP orders ([] under basic)
+            "epsilon": float,
+            "delta": float,
+            "conversion": str,
+            "capacity": bytes,
+            "created_at": float,
+        },
+        pk="id",
+        not_null=["name", "accounting", "alphas", "epsilon", "delta", "conversion", "capacity", "created_at"],
+        strict=True,
+    )
+    db["datasets"].create_index(["name"], unique=True)
+    db["blocks"].create(
+        {"id": int, "dataset_id": int, "key": str, "location": str, "state": str, "created_at": float},
+        pk="id",
+        foreign_keys=[("dataset_id", "datasets", "id")],
+        not_null=["dataset_id", "key", "state", "created_at"],
+        strict=True,
+    )
+    db["blocks"].create_index(["dataset_id", "key"], unique=True)
+    db["balances"].create(
+        {
+            "block_id": int,
+            "capacity": bytes,
+            "locked": bytes,
+            "unlocked": bytes,
+            "allocated": bytes,
+            "consumed": bytes,
+        },
+        pk="block_id",
+        foreign_keys=[("block_id", "blocks", "id")],
+        not_null=["capacity", "locked", "unlocked", "allocated", "consumed"],
+        strict=True,
+    )
+    db["pipelines"].create(
+        {
+            "id": int,
+            "name": str,
+            "dataset_id": int,
+            "state": str,
+            "owner": str,
+            "weight": float,
+            "timeout": float,
+            "submitted_at": float,
+            "granted_at": float,
+            "started_at": float,
+            "finished_at": float,
+            "mechanism": str,
+            "job": str,
+            "resources": str,
+            "placement": str,
+            "message": str,
+        },
+        pk="id",
+        foreign_keys=[("dataset_id", "datasets", "id")],
+        not_null=["name", "dataset_id", "state", "owner", "weight", "submitted_at", "job", "resources"],
+        strict=True,
+    )
+    db["pipelines"].create_index(["dataset_id", "state"])
+    db["pipelines"].create_index(["state"])
+    db["demands"].create(
+        {"pipeline_id": int, "block_id": int, "position": int, "demand": bytes, "consumed": bytes},
+        pk=("pipeline_id", "block_id"),
+        foreign_keys=[("pipeline_id", "pipelines", "id"), ("block_id", "blocks", "id")],
+        not_null=["position", "demand"],
+        strict=True,
+    )
+    db["demands"].create_index(["block_id"])
+    db["events"].create(
+        {
+            "id": int,
+            "at": float,
+            "kind": str,
+            "dataset_id": int,
+            "block_id": int,
+            "pipeline_id": int,
+            "source": str,
+            "target": str,
+            "amount": bytes,
+            "reason": str,
+        },
+        pk="id",
+        not_null=["at", "kind"],
+        strict=True,
+    )
+    db["events"].create_index(["pipeline_id"])
+    db["events"].create_index(["block_id"])
+    db["lease"].create(
+        {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float},
+        pk="name",
+        not_null=["holder", "pid", "host", "acquired_at", "expires_at"],
+        strict=True,
+    )
+    # The event log is append-only: every balance must stay recomputable from it.
+    db.executescript(
+        """
+        CREATE TRIGGER events_no_update BEFORE UPDATE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+        CREATE TRIGGER events_no_delete BEFORE DELETE ON events
+        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+        """
+    )
+    db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+    db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
