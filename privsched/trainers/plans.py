@@ -1,0 +1,207 @@
+"""Built-in job descriptions and their privacy plans (what a job will spend, before it runs).
+
+Two kinds of built-in jobs (DESIGN §5.2):
+- ``dpsgd``: a DP-SGD model (Abadi et al. 2016) trained with Poisson sampling rate q for E
+  epochs, i.e. ``ceil(E / q)`` noisy steps, with the noise multiplier calibrated so that the
+  whole plan reaches the job's (ε, δ) under Opacus' RDP accountant.
+- ``statistic``: a count, sum, mean or histogram released with the Laplace or Gaussian
+  mechanism, contributions clipped to known bounds (Dwork & Roth 2014, §3.3 and App. A).
+
+Job parameters are validated here with one-line errors. Nothing here imports torch except
+:func:`calibrate_noise` (Opacus), so the scheduler can import this module cheaply.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.curves import gaussian_sigma
+from privsched.budgets.mechanisms import (
+    Composed,
+    EpsilonDelta,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    SubsampledGaussian,
+    parse_mechanism,
+)
+
+#: The model zoo (built by :mod:`privsched.trainers.models`).
+MODEL_NAMES: tuple[str, ...] = ("logreg", "mlp", "cnn", "text", "lstm")
+
+#: Noise of a DP statistic.
+NOISE_KINDS: tuple[str, ...] = ("laplace", "gaussian")
+
+
+class _Job(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DPSGDJob(_Job):
+    """A DP-SGD training job on review blocks."""
+
+    kind: Literal["dpsgd"] = "dpsgd"
+    model: Literal["logreg", "mlp", "cnn", "text", "lstm"]
+    sample_rate: float = Field(gt=0, le=1)
+    epochs: PositiveFloat
+    lr: PositiveFloat
+    max_grad_norm: PositiveFloat = 1.0
+    optimizer: Literal["sgd", "adam"] = "sgd"
+    seed: int = 0
+    target: Literal["sentiment", "category"] = "sentiment"
+    holdout: float = Field(0.2, gt=0, lt=1)
+    max_steps: int | None = Field(None, ge=1)
+    patience: int | None = Field(None, ge=1)
+    grad_sample_mode: Literal["ghost", "hooks"] | None = None
+    embed_dim: int = Field(32, ge=1, le=1024)
+    hidden: int = Field(64, ge=1, le=4096)
+
+    @property
+    def steps(self) -> int:
+        """Planned noisy steps: ``ceil(E / q)`` (Opacus' convention of 1/q steps per epoch)."""
+        return max(1, math.ceil(self.epochs / self.sample_rate - 1e-9))
+
+
+class StatisticJob(_Job):
+    """A DP statistic over one column of the granted blocks' records."""
+
+    kind: Literal["statistic"] = "statistic"
+    query: Literal["count", "sum", "mean", "histogram"]
+    column: str | None = None
+    bounds: tuple[float, float] | None = None
+    bins: int | None = Field(None, ge=1, le=10_000)
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> StatisticJob:
+        if self.query != "count" and self.column is None:
+            raise ValueError(f"a {self.query} needs a column")
+        if self.query in ("sum", "mean", "histogram") and self.bounds is None:
+            raise ValueError(f"a {self.query} needs bounds [lo, hi] to clip contributions")
+        if self.bounds is not None:
+            lo, hi = self.bounds
+            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+                raise ValueError(f"bounds must be finite with lo < hi, got {list(self.bounds)}")
+            if self.column is None:
+                raise ValueError("bounds need a column")
+        if (self.query == "histogram") != (self.bins is not None):
+            raise ValueError("bins is required for a histogram and only for a histogram")
+        return self
+
+    def parts(self) -> list[tuple[str, float]]:
+        """The released quantities as (name, sensitivity) under add/remove-one neighbours.
+
+        A clipped sum has sensitivity max(|lo|, |hi|); a count or a histogram 1 (one record
+        moves one bin by one, in L1 and L2 alike). A mean releases a sum and a count, each
+        with half of the budget (sequential composition).
+        """
+        if self.query == "count":
+            return [("count", 1.0)]
+        if self.query == "histogram":
+            return [("histogram", 1.0)]
+        lo, hi = self.bounds  # type: ignore[misc]
+        total = ("sum", max(abs(lo), abs(hi)))
+        return [total] if self.query == "sum" else [total, ("count", 1.0)]
+
+
+def split_params(params: dict) -> tuple[dict, Mechanism | None]:
+    """Separate a job's own fields from what the scheduler adds to its parameters.
+
+    The scheduler adds ``epsilon``, ``delta`` and ``mechanism`` (the description it
+    charged). A statistic's own ``mechanism`` field names its noise ("laplace" or
+    "gaussian"); when the charged description replaced it, the noise is read back from it.
+    Returns the job's fields and the charged mechanism (None when absent)."""
+    if not isinstance(params, dict):
+        raise ValueError(f"a built-in job must be a dict, got {type(params).__name__}")
+    fields = {k: v for k, v in params.items() if k not in ("epsilon", "delta")}
+    charged = fields.get("mechanism")
+    if charged is None or charged in NOISE_KINDS:
+        return fields, None
+    try:
+        mechanism = parse_mechanism(charged)
+    except ValueError:
+        raise ValueError(f"the charged mechanism {charged!r} is not a mechanism description") from None
+    del fields["mechanism"]
+    if fields.get("kind") == "statistic":
+        parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
+        fields["mechanism"] = "laplace" if isinstance(parts[0], Laplace) else "gaussian"
+    return fields, mechanism
+
+
+def parse_job(params: dict) -> DPSGDJob | StatisticJob:
+    """Validate a built-in job dict (keys the scheduler adds are set aside, see
+    :func:`split_params`). Raises ``ValueError`` with one line naming the bad parameter."""
+    fields, _ = split_params(params)
+    kind = fields.get("kind")
+    models = {"dpsgd": DPSGDJob, "statistic": StatisticJob}
+    if kind not in models:
+        raise ValueError(f"unknown built-in job kind {kind!r} (expected one of {', '.join(models)})")
+    try:
+        return models[kind].model_validate(fields)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        message = error["msg"].removeprefix("Value error, ")
+        where = ".".join(str(p) for p in error["loc"])
+        raise ValueError(f"bad {kind} job parameter {where}: {message}" if where else f"bad {kind} job: {message}") from None
+
+
+def calibrate_noise(sample_rate: float, steps: int, epsilon: float, delta: float) -> float:
+    """Noise multiplier σ such that ``steps`` subsampled-Gaussian steps at rate q reach at
+    most (ε, δ) under Opacus' RDP accountant (``get_noise_multiplier``, binary search to a
+    1 % relative tolerance, so the result always stays within ε)."""
+    if not 0 < delta < 1:
+        raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
+    from opacus.accountants.utils import get_noise_multiplier
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
+        try:
+            sigma = get_noise_multiplier(
+                target_epsilon=epsilon,
+                target_delta=delta,
+                sample_rate=sample_rate,
+                steps=steps,
+                accountant="rdp",
+                epsilon_tolerance=0.01 * epsilon,
+            )
+        except ValueError as exc:
+            raise ValueError(f"no noise level reaches epsilon={epsilon:g} in {steps} steps: {exc}") from None
+    return float(sigma)
+
+
+def dpsgd_mechanism(
+    job: DPSGDJob, noise_multiplier: float, epsilon: float, delta: float, accounting: Accounting
+) -> Mechanism:
+    """What a DP-SGD plan charges: the subsampled Gaussian (q, σ, steps) under RDP, and the
+    (ε, δ) it was calibrated to under basic composition."""
+    if accounting.is_rdp:
+        return SubsampledGaussian(sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps)
+    return EpsilonDelta(epsilon=epsilon, delta=delta)
+
+
+def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
+    """What a DP statistic charges: each released part gets an equal share of (ε, δ).
+
+    Laplace: scale b = Δ/ε_k (Dwork & Roth 2014, Thm 3.6). Gaussian: σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k
+    (Thm A.1), charged as its RDP curve, or as (ε_k, δ_k) under basic composition.
+    """
+    parts = job.parts()
+    share_eps, share_delta = epsilon / len(parts), delta / len(parts)
+    mechanisms: list[Mechanism] = []
+    for _, sensitivity in parts:
+        if job.mechanism == "laplace":
+            mechanisms.append(Laplace(scale=sensitivity / share_eps, sensitivity=sensitivity))
+        elif share_delta <= 0:
+            raise ValueError("the Gaussian mechanism needs delta > 0")
+        elif accounting.is_rdp:
+            sigma = sensitivity * gaussian_sigma(share_eps, share_delta)
+            mechanisms.append(Gaussian(sigma=sigma, sensitivity=sensitivity))
+        else:
+            mechanisms.append(EpsilonDelta(epsilon=share_eps, delta=share_delta))
+    return mechanisms[0] if len(mechanisms) == 1 else Composed(parts=mechanisms)
