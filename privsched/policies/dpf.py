@@ -1,0 +1,66 @@
+"""DPF, Dominant Private Block Fairness (Luo et al., OSDI'21 §4.1; DESIGN §4.2).
+
+A pipeline's dominant share is ``max over its blocks j and live dimensions α of
+d_ij(α) / capacity_j(α)`` (the block's total capacity, not what remains). Pipelines are
+served smallest dominant share first, as in dominant resource fairness. Ties: the vectors
+of all a pipeline's shares, sorted descending, compared lexicographically; then arrival
+order; then id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from privsched.policies.admission import EdgeTable, admit_in_order
+from privsched.policies.base import Allocation, Snapshot
+from privsched.policies.fcfs import arrival_rank
+
+
+def _lexicographic_rank(rows: np.ndarray) -> np.ndarray:
+    """Rank of each row among the distinct rows, in ascending lexicographic order."""
+    rows = np.ascontiguousarray(rows)
+    as_bytes = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    _, first, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+    distinct = rows[first]
+    order = np.lexsort(distinct.T[::-1])
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    return rank[inverse.ravel()]
+
+
+def dpf_order(snapshot: Snapshot) -> np.ndarray:
+    """Pending pipelines in DPF order: smallest dominant share first, with its tie-breaks."""
+    table = EdgeTable.of(snapshot)
+    n = snapshot.n_pipelines
+    shares = snapshot.accounting.shares(table.demand, snapshot.capacity[table.block])
+    dominant = np.zeros(n)
+    requesting = np.flatnonzero(table.count)
+    if requesting.size:
+        dominant[requesting] = np.maximum.reduceat(shares.max(axis=1, initial=0.0), table.start[requesting])
+    _, inverse, counts = np.unique(dominant, return_inverse=True, return_counts=True)
+    tied = np.flatnonzero(counts[inverse] > 1)
+    second = np.zeros(n, dtype=np.intp)
+    if tied.size:
+        edges, position = table.gather(tied)
+        local = np.arange(edges.size) - (np.cumsum(table.count[tied]) - table.count[tied])[position]
+        width = shares.shape[1]
+        rows = np.zeros((tied.size, int(table.count[tied].max(initial=0)) * width))
+        columns = local[:, None] * width + np.arange(width)
+        rows[position[:, None], columns] = shares[edges]
+        rows = -np.sort(-rows, axis=1)
+        used = np.flatnonzero(rows.any(axis=0))
+        rows = rows[:, : used[-1] + 1] if used.size else rows[:, :1]
+        second[tied] = _lexicographic_rank(rows)
+    return np.lexsort((arrival_rank(snapshot), second, dominant))
+
+
+@dataclass(frozen=True)
+class DominantPrivateBlockFairness:
+    """Orders pending pipelines by dominant share and admits best-effort."""
+
+    name: str = "dpf"
+
+    def allocate(self, snapshot: Snapshot) -> Allocation:
+        return Allocation(granted=admit_in_order(snapshot, dpf_order(snapshot)))

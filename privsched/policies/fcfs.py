@@ -1,0 +1,29 @@
+"""First come, first served (DESIGN §4.2): grant in arrival order, unlock everything."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from privsched.policies.admission import admit_in_order
+from privsched.policies.base import Allocation, Snapshot
+
+
+def arrival_rank(snapshot: Snapshot) -> np.ndarray:
+    """Each pending pipeline's position in arrival order, ties broken by id (0 = first)."""
+    _, id_rank = np.unique(np.asarray(snapshot.pipeline_ids).astype(str), return_inverse=True)
+    order = np.lexsort((id_rank, np.asarray(snapshot.arrival, dtype=float)))
+    rank = np.empty(len(order), dtype=np.intp)
+    rank[order] = np.arange(len(order))
+    return rank
+
+
+@dataclass(frozen=True)
+class FirstComeFirstServed:
+    """Orders pending pipelines by arrival (ties by id) and admits best-effort."""
+
+    name: str = "fcfs"
+
+    def allocate(self, snapshot: Snapshot) -> Allocation:
+        return Allocation(granted=admit_in_order(snapshot, np.argsort(arrival_rank(snapshot))))

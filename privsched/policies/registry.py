@@ -1,0 +1,69 @@
+"""Policy names and the one function that builds a policy with its unlock rule (DESIGN §4)."""
+
+from __future__ import annotations
+
+from privsched.policies.base import Policy, PolicySpec, UnlockRule
+from privsched.policies.dpack import DPack
+from privsched.policies.dpf import DominantPrivateBlockFairness
+from privsched.policies.fcfs import FirstComeFirstServed
+from privsched.policies.optimal import Optimal
+from privsched.policies.round_robin import RoundRobin
+from privsched.policies.unlock import UnlockAll, UnlockPerArrival, UnlockPerTime
+
+POLICY_NAMES: tuple[str, ...] = ("fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack", "optimal")
+UNLOCK_NAMES: tuple[str, ...] = ("all", "n", "t")
+
+#: The unlock rule each policy name pairs with by default ("dpack" depends on its parameters).
+_DEFAULT_UNLOCK = {"fcfs": "all", "rr-n": "n", "rr-t": "t", "dpf-n": "n", "dpf-t": "t", "optimal": "all"}
+
+
+def _unlock_rule(kind: str, name: str, n: int | None, lifetime: float | None) -> tuple[UnlockRule, dict]:
+    if kind == "all":
+        return UnlockAll(), {}
+    if kind == "n":
+        if n is None:
+            raise ValueError(f"policy {name!r} with per-arrival unlocking needs n (the fair-share divisor)")
+        return UnlockPerArrival(n), {"n": n}
+    if lifetime is None:
+        raise ValueError(f"policy {name!r} with per-time unlocking needs lifetime (seconds)")
+    return UnlockPerTime(lifetime), {"lifetime": lifetime}
+
+
+def _policy(name: str, k: int, time_limit: float) -> tuple[Policy, dict]:
+    if name == "fcfs":
+        return FirstComeFirstServed(), {}
+    if name.startswith("rr-"):
+        return RoundRobin(name=name), {}
+    if name.startswith("dpf-"):
+        return DominantPrivateBlockFairness(name=name), {}
+    if name == "dpack":
+        return DPack(k=k), {"k": k}
+    return Optimal(time_limit=time_limit), {"time_limit": time_limit}
+
+
+def make_policy(
+    name: str,
+    *,
+    n: int | None = None,
+    lifetime: float | None = None,
+    k: int = 50,
+    unlock: str | None = None,
+    time_limit: float = 60.0,
+) -> PolicySpec:
+    """Build the policy ``name`` paired with its unlock rule.
+
+    fcfs and optimal unlock everything; rr-n / dpf-n unlock per arrival (needs ``n``);
+    rr-t / dpf-t per time (needs ``lifetime``); dpack per time when ``lifetime`` is given,
+    else per arrival when ``n`` is given, else everything. ``unlock`` ("all", "n", "t")
+    overrides the pairing. Parameters the chosen rule does not use are ignored.
+    Raises ValueError with one line for an unknown name or a missing or invalid parameter.
+    """
+    if name not in POLICY_NAMES:
+        raise ValueError(f"unknown policy {name!r} (expected one of: {', '.join(POLICY_NAMES)})")
+    if unlock is not None and unlock not in UNLOCK_NAMES:
+        raise ValueError(f"unknown unlock rule {unlock!r} (expected one of: {', '.join(UNLOCK_NAMES)})")
+    if unlock is None:
+        unlock = _DEFAULT_UNLOCK.get(name) or ("t" if lifetime is not None else "n" if n is not None else "all")
+    rule, unlock_params = _unlock_rule(unlock, name, n, lifetime)
+    policy, policy_params = _policy(name, k, time_limit)
+    return PolicySpec(name=name, policy=policy, unlock=rule, params={"unlock": unlock, **unlock_params, **policy_params})

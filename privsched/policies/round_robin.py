@@ -1,0 +1,78 @@
+"""Round robin, the OSDI'21 baseline (Luo et al. §6; DESIGN §4.2), basic accounting only.
+
+Unlocked budget on each block is water-filled evenly among the pipelines waiting on it: each
+gets the same amount, except that none gets more than it still needs, and what a small
+demand leaves over is spread among the others. The water-filling runs per dimension (ε, δ).
+A pipeline is granted once every one of its blocks has filled its demand. Budget set aside
+is carried in ``Snapshot.reserved`` / ``Allocation.reserved`` (one row per edge); what was
+set aside for a pipeline that times out is lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from privsched.budgets.accounting import leq
+from privsched.policies.base import Allocation, Snapshot
+from privsched.policies.fcfs import arrival_rank
+
+
+def water_fill(blocks: np.ndarray, need: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """Split each block's ``budget`` (B,) evenly among its edges' ``need`` (E,), capped at the need.
+
+    Returns each edge's share. Sorting a block's needs ``r_1 ≤ … ≤ r_n``, the first ``m``
+    are filled completely where ``m`` is the largest count with
+    ``r_1 + … + r_m + (n − m) r_m ≤ budget``; the others all get the level
+    ``(budget − r_1 − … − r_m) / (n − m)``.
+    """
+    give = np.zeros(len(need))
+    waiting = np.flatnonzero(need > 0)
+    if not waiting.size:
+        return give
+    waiting = waiting[np.lexsort((need[waiting], blocks[waiting]))]
+    b, r = blocks[waiting], need[waiting]
+    index = np.arange(len(b))
+    new_group = np.r_[True, b[1:] != b[:-1]]
+    group = np.cumsum(new_group) - 1
+    first = index[new_group]
+    size = np.diff(np.r_[first, len(b)])
+    running = np.cumsum(r)
+    before = np.where(first > 0, running[first - 1], 0.0)
+    prefix = running - before[group]
+    after = first[group] + size[group] - index - 1
+    available = np.maximum(budget[b], 0.0)
+    filled = leq(prefix + after * r, available)  # non-decreasing cost along each group
+    m = np.bincount(group, weights=filled, minlength=len(first)).astype(np.intp)
+    spent = np.where(m > 0, prefix[first + np.maximum(m, 1) - 1], 0.0)
+    rest = np.maximum(size - m, 1)
+    level = np.maximum(budget[b[first]] - spent, 0.0) / rest
+    give[waiting] = np.where(filled, r, np.minimum(level[group], r))
+    return give
+
+
+@dataclass(frozen=True)
+class RoundRobin:
+    """Drips unlocked budget evenly into waiting pipelines and grants the ones it fills."""
+
+    name: str = "rr"
+
+    def allocate(self, snapshot: Snapshot) -> Allocation:
+        if snapshot.accounting.is_rdp:
+            raise ValueError("round robin supports basic accounting only (use dpf or dpack under rdp)")
+        demand = np.asarray(snapshot.edge_demand, dtype=float)
+        blocks = np.asarray(snapshot.edge_block, dtype=np.intp)
+        old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)
+        need = np.maximum(demand - old, 0.0)
+        need[leq(demand, old)] = 0.0
+        new = old + np.stack(
+            [water_fill(blocks, need[:, k], snapshot.unlocked[:, k]) for k in range(demand.shape[1])], axis=1
+        )
+        complete = np.all(leq(demand, new), axis=1)
+        new[complete] = demand[complete]
+        owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
+        waiting = np.bincount(owner[~complete], minlength=snapshot.n_pipelines) > 0
+        rank = arrival_rank(snapshot)
+        granted = np.flatnonzero(~waiting)
+        return Allocation(granted=granted[np.argsort(rank[granted])], reserved=new)
