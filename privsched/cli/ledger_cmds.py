@@ -1,0 +1,205 @@
+"""Ledger commands: ``init``, ``dataset``, ``blocks``, ``budget show`` and ``audit``.
+
+Each command is a thin layer over the :class:`~privsched.ledger.Ledger` method of the same
+name and options. The ledger (numpy, SQLite) is imported inside command bodies so that
+``privsched --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from privsched.cli import app
+from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from privsched.budgets.accounting import Accounting
+    from privsched.ledger import Ledger
+
+dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
+                          no_args_is_help=True)
+blocks_app = typer.Typer(help="Blocks: the partitions of a dataset that carry budget.", no_args_is_help=True)
+budget_app = typer.Typer(help="Privacy budget balances of blocks.", no_args_is_help=True)
+app.add_typer(dataset_app, name="dataset")
+app.add_typer(blocks_app, name="blocks")
+app.add_typer(budget_app, name="budget")
+
+
+def _open(db: Path, *, create: bool = False) -> Ledger:
+    from privsched.ledger import Ledger
+
+    with errors():
+        return Ledger(db, create=create)
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+@app.command()
+def init(db: DbOption = DEFAULT_DB) -> None:
+    """Create an empty privsched database (an existing one is left as it is)."""
+    with _open(db, create=True) as ledger:
+        console.print(f"privsched database ready at {ledger.path}")
+
+
+@dataset_app.command("create")
+def dataset_create(
+    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    epsilon: Annotated[float, typer.Option("--epsilon", help="Global ε_G of every block.")],
+    delta: Annotated[float, typer.Option("--delta", help="Global δ_G of every block.")],
+    accounting: Annotated[str, typer.Option(help="basic (ε, δ) composition or rdp.")] = "rdp",
+    alphas: Annotated[Optional[str], typer.Option(help="RDP orders, comma-separated (default grid).")] = None,
+    conversion: Annotated[str, typer.Option(help="RDP capacity rule: paper or tight.")] = "paper",
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Register a dataset with its global guarantee and accounting mode."""
+    orders = _parse_alphas(alphas)
+    with _open(db) as ledger, errors():
+        info = ledger.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders,
+                                     conversion=conversion)
+    console.print(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
+
+
+def _parse_alphas(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        fail(f"--alphas must be comma-separated numbers, got {text!r}")
+
+
+@dataset_app.command("list")
+def dataset_list(db: DbOption = DEFAULT_DB) -> None:
+    """List datasets with their accounting mode and global budget."""
+    with _open(db) as ledger, errors():
+        datasets = ledger.list_datasets()
+    table = Table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
+    for info in datasets:
+        orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
+        conversion = info.conversion if info.accounting.is_rdp else "-"
+        table.add_row(info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
+                      _when(info.created_at))
+    console.print(table)
+
+
+@blocks_app.command("add")
+def blocks_add(
+    dataset: Annotated[str, typer.Argument(help="Dataset the blocks belong to.")],
+    keys: Annotated[list[str], typer.Argument(help="Block keys, e.g. dates or user ranges.")],
+    location: Annotated[Optional[list[str]], typer.Option(help="KEY=PATH data location (repeatable).")] = None,
+    location_template: Annotated[
+        Optional[str], typer.Option(help="Data location of every block, with {key} replaced, e.g. 'data/{key}.npz'.")
+    ] = None,
+    unlocked: Annotated[float, typer.Option(help="Fraction of each block's capacity unlocked at once.")] = 0.0,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Add blocks to a dataset, each with the dataset's capacity."""
+    from privsched.ledger import BlockSpec
+
+    locations = _parse_locations(location or [], keys, location_template)
+    with _open(db) as ledger, errors():
+        added = ledger.add_blocks(dataset, [BlockSpec(k, locations.get(k)) for k in keys], unlocked_fraction=unlocked)
+    console.print(f"added {len(added)} block(s) to {dataset}")
+
+
+def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None) -> dict[str, str]:
+    locations = {}
+    if template is not None:
+        try:
+            locations = {key: template.format(key=key) for key in keys}
+        except (KeyError, IndexError, ValueError) as exc:
+            fail(f"--location-template may only use {{key}}: {exc}")
+    for pair in pairs:
+        key, sep, path = pair.partition("=")
+        if not sep or not key or not path:
+            fail(f"--location must be KEY=PATH, got {pair!r}")
+        if key not in keys:
+            fail(f"--location names block {key!r}, which is not among the blocks added")
+        locations[key] = path
+    return locations
+
+
+@blocks_app.command("list")
+def blocks_list(
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset's blocks.")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """List blocks with their state and data location."""
+    with _open(db) as ledger, errors():
+        blocks = ledger.list_blocks(dataset)
+    table = Table("id", "dataset", "key", "state", "location", "created")
+    for block in blocks:
+        table.add_row(str(block.id), block.dataset, block.key, block.state, block.location or "-",
+                      _when(block.created_at))
+    console.print(table)
+
+
+@budget_app.command("show")
+def budget_show(
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ).
+
+    Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
+    tight conversion, over the live orders where the curve is positive)."""
+    with _open(db) as ledger, errors():
+        datasets = [ledger.get_dataset(dataset)] if dataset is not None else ledger.list_datasets()
+        blocks = {info.name: ledger.list_blocks(info.name) for info in datasets}
+    for info in datasets:
+        rdp = info.accounting.is_rdp
+        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
+        caption = f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ"
+        table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
+                      title=title, caption=caption)
+        for block in blocks[info.name]:
+            cells = [_budget(getattr(block, bucket), info.accounting, block.capacity, info.delta)
+                     for bucket in ("locked", "unlocked", "allocated", "consumed")]
+            remaining = _budget(block.remaining, info.accounting, block.capacity, info.delta)
+            if rdp:
+                remaining = f"({remaining}, {info.delta:g})"
+            table.add_row(block.key, block.state, *cells, remaining)
+        console.print(table)
+
+
+def _budget(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
+    """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies at
+    δ (``rdp_to_epsilon``) over live orders with a positive value, 0 if there are none."""
+    if not accounting.is_rdp:
+        return f"{vector[0]:.4g}, {vector[1]:.3g}"
+    import warnings
+
+    import numpy as np
+
+    from privsched.budgets.curves import rdp_to_epsilon
+
+    usable = accounting.live(capacity) & (vector > 0)
+    if not usable.any():
+        return "0"
+    with warnings.catch_warnings():  # Opacus warns when the best order is at the grid's edge
+        warnings.simplefilter("ignore", UserWarning)
+        epsilon, _ = rdp_to_epsilon(vector[usable], np.asarray(accounting.alphas)[usable], delta)
+    return f"{epsilon:.4g}"
+
+
+@app.command()
+def audit(db: DbOption = DEFAULT_DB) -> None:
+    """Recompute every balance from the event log and check every invariant (exit 1 naming each violation)."""
+    with _open(db) as ledger, errors():
+        report = ledger.audit()
+    if not report.ok:
+        for violation in report.violations:
+            print(f"violation: {violation}", file=sys.stderr)
+        raise typer.Exit(1)
+    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")
