@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import privsched
 from privsched.jobs.runner import JobResult
 from privsched.service.executors.base import Executor, Launch, failure, read_result
 
@@ -83,7 +82,7 @@ class LocalExecutor(Executor):
         threads = str(max(1, int(launch.placement.cpus)))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             env[name] = threads
-        package_root = str(Path(privsched.__file__).resolve().parent.parent)
+        package_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         return env
 

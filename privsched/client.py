@@ -1,0 +1,371 @@
+"""The Python API: connect to a database, manage datasets and blocks, submit pipelines,
+follow their runs, and (for notebooks and tests) run a scheduler in-process.
+
+    import privsched as ps
+    client = ps.connect("privsched.db")                       # or $PRIVSCHED_DB
+    client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
+    client.add_blocks("reviews", [("2026-01-01", "/data/2026-01-01.npz"), ...])
+
+    @client.pipeline(dataset="reviews", blocks=ps.Last(10), epsilon=1.0, delta=1e-9, gpus=1)
+    def train(ctx): ...                                       # ctx: privsched.JobContext
+
+    run = train.submit(lr=0.1)                                 # keyword arguments -> ctx.params
+    client.run_until_idle(policy="dpf-n", n=100)               # or `privsched serve` elsewhere
+    run.wait(); print(run.status, run.consumed)
+
+Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.submit`,
+``status`` -> :meth:`Client.status`, ``serve`` -> :meth:`Client.serve`, ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from privsched.jobs.runner import JobResult
+from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Ledger, LedgerError, PipelineInfo
+from privsched.service.requests import build_request
+from privsched.service.resources import Pool, make_pool
+from privsched.service.rundirs import RunDirs
+from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
+
+#: Where a pipeline's life ends.
+FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
+
+BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
+SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
+
+
+def connect(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
+    """Open (and by default create) a privsched database: ``path``, else ``$PRIVSCHED_DB``,
+    else ``privsched.db`` in the current folder."""
+    return Client(path or os.environ.get("PRIVSCHED_DB") or "privsched.db", create=create)
+
+
+def _block_spec(block: BlockLike) -> BlockSpec:
+    if isinstance(block, BlockSpec):
+        return block
+    if isinstance(block, str):
+        return BlockSpec(block)
+    if isinstance(block, Mapping):
+        return BlockSpec(str(block["key"]), block.get("location"))
+    key, location = block
+    return BlockSpec(str(key), None if location is None else str(location))
+
+
+def function_reference(fn: Callable) -> tuple[str, list[str]]:
+    """How a job process finds ``fn``: ``module:qualname`` and the folder to import it from.
+
+    A function of a script run as ``python script.py`` is imported as module ``script`` from
+    the script's folder: the script must guard its top-level work with
+    ``if __name__ == "__main__":``, as with multiprocessing."""
+    qualname = getattr(fn, "__qualname__", "")
+    if not qualname or "<" in qualname:
+        raise ValueError(f"pipeline function {qualname or fn!r} must be defined at module level to run as a job")
+    module = sys.modules.get(fn.__module__)
+    file = getattr(module, "__file__", None)
+    if module is None or file is None:
+        raise ValueError(f"pipeline function {qualname} must live in an importable module (not a notebook cell)")
+    path = Path(file).resolve()
+    if fn.__module__ == "__main__":
+        return f"{path.stem}:{qualname}", [str(path.parent)]
+    parts = fn.__module__.split(".")
+    root = path.parent
+    for _ in range(len(parts) - (0 if path.name == "__init__.py" else 1)):
+        root = root.parent
+    return f"{fn.__module__}:{qualname}", [str(root)]
+
+
+class Run:
+    """A handle on one submitted pipeline; every property reads the ledger afresh."""
+
+    def __init__(self, client: Client, pipeline_id: int) -> None:
+        self.client = client
+        self.id = int(pipeline_id)
+
+    def __repr__(self) -> str:
+        return f"Run(id={self.id}, status={self.status!r})"
+
+    @property
+    def info(self) -> PipelineInfo:
+        return self.client.status(self.id)
+
+    @property
+    def status(self) -> str:
+        return self.info.state
+
+    @property
+    def done(self) -> bool:
+        return self.status in FINAL_STATES
+
+    @property
+    def grant(self) -> dict[str, np.ndarray]:
+        """The demand per block (allocated once the pipeline is granted)."""
+        return self.info.demands
+
+    @property
+    def consumed(self) -> dict[str, np.ndarray] | None:
+        """The budget consumed per block, once the pipeline has finished."""
+        return self.info.consumed
+
+    @property
+    def message(self) -> str | None:
+        return self.info.message
+
+    @property
+    def result(self) -> JobResult | None:
+        """What the job process reported (metrics included), once it has ended."""
+        try:
+            return JobResult.from_json(self.client.runs.result(self.id).read_text())
+        except (OSError, ValueError, KeyError):
+            return None
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        result = self.result
+        return result.metrics if result is not None else {}
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Run:
+        """Block until the pipeline ends (a scheduler must be serving the database);
+        ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"pipeline {self.id} is still {self.status} after {timeout:g} s")
+            time.sleep(poll)
+        return self
+
+    def cancel(self) -> str:
+        return self.client.cancel(self.id)
+
+    def logs(self) -> str:
+        return self.client.logs(self.id)
+
+
+class PipelineFunction:
+    """A function decorated with :meth:`Client.pipeline`: call it to run it directly, or
+    :meth:`submit` it as a pipeline whose job calls it with its :class:`JobContext`."""
+
+    def __init__(self, client: Client, fn: Callable, fields: dict[str, Any]) -> None:
+        self.client = client
+        self.fn = fn
+        self.fields = fields
+        self.function, self.pythonpath = function_reference(fn)
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", "pipeline")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def spec(self, **params: Any) -> PipelineSpec:
+        """The pipeline specification, with ``params`` as the job's ``ctx.params``."""
+        job = JobSpec(function=self.function, params=params, pythonpath=self.pythonpath)
+        return PipelineSpec.parse({**self.fields, "job": job}, source=self.function)
+
+    def submit(self, **params: Any) -> Run:
+        return self.client.submit(self.spec(**params))
+
+
+class Client:
+    """A connection to one privsched database. Thread-compatible: use one per thread."""
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
+        self.ledger = Ledger(path, create=create)
+        self.path = Path(path)
+        self.runs = RunDirs(path)
+        self._pool: Pool | None = None
+
+    def close(self) -> None:
+        self.ledger.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Client({str(self.path)!r})"
+
+    # -- datasets and blocks ----------------------------------------------------------------
+
+    def create_dataset(
+        self,
+        name: str,
+        epsilon: float,
+        delta: float,
+        accounting: str = "rdp",
+        alphas: Sequence[float] | None = None,
+        conversion: str = "paper",
+    ) -> DatasetInfo:
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (DESIGN §3.2)."""
+        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
+
+    def datasets(self) -> list[DatasetInfo]:
+        return self.ledger.list_datasets()
+
+    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike]) -> list[BlockInfo]:
+        """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`."""
+        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks])
+
+    def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
+        return self.ledger.list_blocks(dataset, active_only=active_only)
+
+    # -- pipelines --------------------------------------------------------------------------
+
+    def pool(self) -> Pool:
+        """The compute pool submissions are checked against: the one the scheduler last
+        served with, else this machine's."""
+        recorded = self.runs.recorded_pool()
+        if recorded is not None:
+            return recorded
+        if self._pool is None:
+            self._pool = make_pool()
+        return self._pool
+
+    def _spec(self, spec: SpecLike) -> PipelineSpec:
+        if isinstance(spec, PipelineSpec):
+            return spec
+        if isinstance(spec, Mapping):
+            return PipelineSpec.parse(dict(spec))
+        return load_spec(spec)
+
+    def submit(self, spec: SpecLike, *, owner: str | None = None) -> Run:
+        """Submit a pipeline (a :class:`PipelineSpec`, a mapping, or a YAML/JSON file).
+        Invalid input raises ``ValueError`` with one line and records nothing."""
+        return self.submit_many([spec], owner=owner)[0]
+
+    def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[Run]:
+        """Submit several pipelines in one transaction: all are recorded, or none."""
+        parsed = [self._spec(s) for s in specs]
+        datasets: dict[str, tuple[DatasetInfo, list[BlockInfo]]] = {}
+        requests = []
+        pool = self.pool()
+        for spec in parsed:
+            if spec.dataset not in datasets:
+                datasets[spec.dataset] = (self.ledger.get_dataset(spec.dataset), self.ledger.list_blocks(spec.dataset))
+            dataset, blocks = datasets[spec.dataset]
+            requests.append(build_request(spec, dataset, blocks, pool, owner))
+        return [Run(self, i) for i in self.ledger.submit_many(requests)]
+
+    def pipeline(
+        self,
+        *,
+        dataset: str,
+        blocks: BlockSelector,
+        epsilon: float | None = None,
+        delta: float | None = None,
+        mechanism: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        gpus: int = 0,
+        cpus: float = 1.0,
+        memory: int | str = 0,
+        timeout: float | str | None = None,
+        max_runtime: float | str | None = None,
+        weight: float = 1.0,
+        owner: str | None = None,
+    ) -> Callable[[Callable], PipelineFunction]:
+        """Decorate a job function ``fn(ctx)`` as a pipeline (see the module docstring)."""
+
+        def decorate(fn: Callable) -> PipelineFunction:
+            fields = {
+                "name": name or getattr(fn, "__name__", "pipeline"),
+                "dataset": dataset,
+                "blocks": blocks,
+                "epsilon": epsilon,
+                "delta": delta,
+                "mechanism": dict(mechanism) if mechanism is not None else None,
+                "resources": Resources.model_validate({"gpus": gpus, "cpus": cpus, "memory": memory}),
+                "timeout": timeout,
+                "max_runtime": max_runtime,
+                "weight": weight,
+                "owner": owner,
+            }
+            pipeline = PipelineFunction(self, fn, {k: v for k, v in fields.items() if v is not None})
+            pipeline.spec()  # validate now, not at the first submission
+            return pipeline
+
+        return decorate
+
+    def run(self, pipeline_id: int) -> Run:
+        """A handle on an existing pipeline (``LedgerError`` if there is none)."""
+        self.ledger.get_pipeline(pipeline_id)
+        return Run(self, pipeline_id)
+
+    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
+        return self.ledger.list_pipelines(states=states, dataset=dataset)
+
+    def status(self, pipeline_id: int) -> PipelineInfo:
+        return self.ledger.get_pipeline(pipeline_id)
+
+    def cancel(self, pipeline_id: int) -> str:
+        """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
+        Running: the scheduler stops the job and fails the pipeline (its allocation is
+        consumed: the job may have touched data); returns ``"cancelling"``. Finished or
+        unknown: ``LedgerError``."""
+        info = self.ledger.get_pipeline(pipeline_id)
+        if info.state == "running":
+            self.runs.request_cancel(pipeline_id)
+            return "cancelling"
+        if info.state in FINAL_STATES:
+            raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
+        try:
+            self.ledger.cancel(pipeline_id)
+        except LedgerError:
+            if self.ledger.get_pipeline(pipeline_id).state != "running":
+                raise
+            self.runs.request_cancel(pipeline_id)  # started meanwhile
+            return "cancelling"
+        return "cancelled"
+
+    def log_path(self, pipeline_id: int) -> Path:
+        self.ledger.get_pipeline(pipeline_id)
+        return self.runs.log(pipeline_id)
+
+    def logs(self, pipeline_id: int) -> str:
+        """The job's output so far (empty before it starts)."""
+        path = self.log_path(pipeline_id)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def audit(self) -> AuditReport:
+        return self.ledger.audit()
+
+    # -- scheduling in-process --------------------------------------------------------------
+
+    def serve(
+        self,
+        policy: str = "fcfs",
+        *,
+        n: int | None = None,
+        lifetime: float | None = None,
+        tick: float = 1.0,
+        until_idle: bool = False,
+        gpus: int | None = None,
+        cpus: float | None = None,
+        memory: int | str | None = None,
+        executor: str = "local",
+        stop: threading.Event | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        """Run a scheduler on this database in this process (what ``privsched serve`` does).
+
+        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's). Returns a
+        :class:`~privsched.service.serve.ServeSummary` when ``stop`` is set or, with
+        ``until_idle``, when nothing more can happen without new submissions."""
+        from privsched.service.serve import serve_options
+
+        return serve_options(
+            self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
+            memory=memory, executor=executor, stop=stop, log=log,
+        )
+
+    def run_until_idle(self, policy: str = "fcfs", **options: Any):
+        """Serve until every pipeline that can progress has ended (notebooks, tests)."""
+        return self.serve(policy, until_idle=True, **options)

@@ -1,0 +1,325 @@
+"""The scheduling tick: unlock, expire, admit (order with the policy, commit the grants),
+place granted jobs on free compute, collect finished jobs and settle them (DESIGN §4.3–4.4).
+
+The scheduler keeps no budget of its own: every move goes through the ledger, so a
+restarted scheduler resumes from the ledger alone (:meth:`Scheduler.recover`).
+
+Unlocking is idempotent. Each block's unlocked fraction is raised to what the unlock rule
+implies since the block's creation: ``on_block_created() + arrivals × on_pipeline_arrival()
++ on_tick(now − created_at)``, capped at 1, where arrivals counts the pipelines that ever
+asked for the block. Whatever a crashed scheduler already unlocked is read back from the
+ledger (the block's locked budget), so a restart never unlocks the same arrival or the
+same span of time twice, and a per-time block is fully unlocked its lifetime after its
+creation (DESIGN §4.1).
+
+Round robin's water-filled reservations (Snapshot.reserved) live in the scheduler's memory
+only: the ledger still counts them as unlocked, a granted pipeline's reservation becomes its
+allocation, and reservations of a timed-out pipeline, or all of them after a restart,
+return to the unlocked pool rather than being lost.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from privsched.jobs.context import BlockGrant, JobContext
+from privsched.jobs.runner import JobResult
+from privsched.ledger import Ledger, LedgerError
+from privsched.ledger.models import PendingView, PipelineInfo
+from privsched.policies.base import PolicySpec, Snapshot
+from privsched.service.executors.base import Executor, Launch
+from privsched.service.resources import FreeCompute, Placement, Pool
+from privsched.service.rundirs import RunDirs
+from privsched.service.settle import settle
+from privsched.spec import Resources
+
+#: Fractions of capacity smaller than this are not worth an unlock transaction.
+_UNLOCK_EPSILON = 1e-12
+
+
+@dataclass
+class TickReport:
+    """What one tick did, and what is left."""
+
+    unlocked: int = 0  # blocks with budget unlocked
+    expired: list[int] = field(default_factory=list)
+    granted: list[int] = field(default_factory=list)
+    started: list[int] = field(default_factory=list)
+    settled: list[int] = field(default_factory=list)
+    pending: int = 0
+    waiting: int = 0  # granted, waiting for compute
+    running: int = 0
+    more_to_unlock: bool = False  # a per-time rule still has locked budget to release
+    reserved_changed: bool = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing runs or waits for compute, and no pending pipeline can progress without a
+        new event (a submission, a block, released budget)."""
+        if self.running or self.waiting:
+            return False
+        stalled = not (self.unlocked or self.expired or self.granted or self.settled or self.reserved_changed)
+        return self.pending == 0 or (stalled and not self.more_to_unlock)
+
+
+class Scheduler:
+    """One database's scheduler: a policy, an executor and a compute pool over a ledger."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        policy: PolicySpec,
+        executor: Executor,
+        pool: Pool,
+        runs: RunDirs,
+        log: Callable[[str], None] = lambda message: None,
+    ) -> None:
+        self.ledger = ledger
+        self.policy = policy
+        self.executor = executor
+        self.compute = FreeCompute(pool)
+        self.runs = runs
+        self.log = log
+        self._arrivals: Counter[int] = Counter()  # block id -> pipelines that asked for it
+        self._last_seen = 0  # highest pipeline id counted in _arrivals
+        self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
+        self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def recover(self, now: float) -> None:
+        """Resume from the ledger: count every arrival so far, and watch (or settle) jobs that
+        were running when the previous scheduler stopped. Granted jobs not started yet are
+        placed by the next tick like any other."""
+        block_ids = {(b.dataset, b.key): b.id for b in self.ledger.list_blocks()}
+        for info in self.ledger.list_pipelines():
+            self._arrivals.update(block_ids[(info.dataset, key)] for key in info.block_keys)
+            self._last_seen = max(self._last_seen, info.id)
+        for info in self.ledger.list_pipelines(states=["running"]):
+            placement = _placement(info)
+            self.compute.hold(info.id, placement)
+            alive = self.executor.attach(self._launch(info, placement, info.started_at or now))
+            self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def tick(self, now: float) -> TickReport:
+        report = TickReport()
+        views = self._pending_views()
+        self._count_arrivals(views)
+        report.unlocked, report.more_to_unlock = self.unlock(now)
+        report.expired = self.ledger.expire(now=now)
+        if report.unlocked or report.expired:
+            views = self._pending_views()
+        report.granted, report.reserved_changed = self.admit(views, now)
+        report.started, report.waiting = self.place(now)
+        report.settled = self.collect(now)
+        if report.settled:
+            self.ledger.retire_exhausted(now=now)
+        report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
+        report.running = len(self.executor.running())
+        return report
+
+    def _pending_views(self) -> dict[str, PendingView]:
+        return {d.name: self.ledger.pending_view(d.name) for d in self.ledger.list_datasets()}
+
+    def _count_arrivals(self, views: dict[str, PendingView]) -> None:
+        for view in views.values():
+            new = view.pipeline_ids[view.edge_pipeline] > self._last_seen
+            self._arrivals.update(int(b) for b in view.block_ids[view.edge_block[new]])
+            if len(view.pipeline_ids):
+                self._last_seen = max(self._last_seen, int(view.pipeline_ids.max()))
+
+    def unlock(self, now: float) -> tuple[int, bool]:
+        """Raise each active block's unlocked fraction to the rule's target (module docstring).
+        Returns the number of blocks unlocked, and whether time will unlock more."""
+        rule = self.policy.unlock
+        per_time = rule.on_tick(1.0) > 0
+        fractions: dict[int, float] = {}
+        more = False
+        for block in self.ledger.list_blocks(active_only=True):
+            target = rule.on_block_created() + self._arrivals[block.id] * rule.on_pipeline_arrival()
+            target = min(1.0, target + rule.on_tick(max(0.0, now - block.created_at)))
+            more = more or (per_time and target < 1.0)
+            dim = int(np.argmax(block.capacity))
+            if block.capacity[dim] <= 0:
+                continue
+            done = 1.0 - block.locked[dim] / block.capacity[dim]
+            if target - done > _UNLOCK_EPSILON:
+                fractions[block.id] = target - done
+        if fractions:
+            self.ledger.unlock(fractions, now=now)
+        return len(fractions), more
+
+    def admit(self, views: dict[str, PendingView], now: float) -> tuple[list[int], bool]:
+        """Order and admit each dataset's pending pipelines with the policy, then commit all
+        the grants of the pass in one ledger transaction."""
+        order: list[int] = []
+        changed = False
+        for view in views.values():
+            if len(view.pipeline_ids) == 0:
+                continue
+            snapshot = self._snapshot(view, now)
+            allocation = self.policy.policy.allocate(snapshot)
+            granted = [int(i) for i in view.pipeline_ids[allocation.granted]]
+            if allocation.reserved is not None:
+                changed |= self._keep_reservations(view, allocation.reserved, set(granted))
+            order.extend(granted)
+        granted = self.ledger.grant(order, now=now) if order else []
+        if granted:
+            self.log(f"granted pipelines {', '.join(map(str, granted))}")
+        return granted, changed
+
+    def _edge_keys(self, view: PendingView) -> list[tuple[int, int]]:
+        pipelines = view.pipeline_ids[view.edge_pipeline].tolist()
+        blocks = view.block_ids[view.edge_block].tolist()
+        return list(zip(pipelines, blocks))
+
+    def _snapshot(self, view: PendingView, now: float) -> Snapshot:
+        unlocked = view.unlocked
+        reserved = None
+        if self._reserved:
+            dims = view.edge_demand.shape[1]
+            reserved = np.array([self._reserved.get(k, np.zeros(dims)) for k in self._edge_keys(view)])
+            reserved = reserved.reshape(-1, dims)
+            per_block = np.zeros_like(unlocked)
+            np.add.at(per_block, view.edge_block, reserved)
+            unlocked = unlocked - per_block
+        return Snapshot(
+            accounting=view.accounting,
+            capacity=view.capacity,
+            unlocked=unlocked,
+            pipeline_ids=view.pipeline_ids,
+            arrival=view.arrival,
+            weight=view.weight,
+            edge_pipeline=view.edge_pipeline,
+            edge_block=view.edge_block,
+            edge_demand=view.edge_demand,
+            clock=now,
+            reserved=reserved,
+        )
+
+    def _keep_reservations(self, view: PendingView, reserved: np.ndarray, granted: set[int]) -> bool:
+        """Store round robin's new reservations of the pipelines still waiting."""
+        keys = self._edge_keys(view)
+        before = {k: self._reserved[k] for k in keys if k in self._reserved}
+        for key in keys:
+            self._reserved.pop(key, None)
+        for key, amount in zip(keys, reserved):
+            if key[0] not in granted and np.any(amount != 0):
+                self._reserved[key] = np.array(amount, dtype=float)
+        after = {k: self._reserved[k] for k in keys if k in self._reserved}
+        return before.keys() != after.keys() or any(not np.array_equal(before[k], after[k]) for k in before)
+
+    def place(self, now: float) -> tuple[list[int], int]:
+        """Start granted jobs on free compute in grant order, letting smaller jobs behind a
+        job that does not fit yet go first (backfilling). Returns started ids and how many
+        still wait."""
+        waiting = sorted(self.ledger.list_pipelines(states=["granted"]), key=lambda p: (p.granted_at or 0, p.id))
+        started = []
+        for info in waiting:
+            need = Resources.model_validate(info.resources)
+            refusal = self.compute.pool.refusal(need)
+            if refusal is not None:
+                self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
+                continue
+            placement = self.compute.place(info.id, need)
+            if placement is not None and self._start(info, placement, now):
+                started.append(info.id)
+        return started, len(waiting) - len(started)
+
+    def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:
+        launch = self._launch(info, placement, now)
+        try:
+            self.ledger.mark_running(info.id, self._placement_record(placement), now=now)
+        except LedgerError as exc:  # cancelled since it was listed
+            self.compute.release(info.id)
+            self.log(f"pipeline {info.id} not started: {exc}")
+            return False
+        try:
+            self.executor.start(launch)
+        except OSError as exc:
+            self.compute.release(info.id)
+            self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
+            return False
+        self.log(f"started pipeline {info.id} ({info.name}) on {placement.gpus or 'no'} GPU(s)")
+        return True
+
+    def _placement_record(self, placement: Placement) -> dict:
+        return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+
+    def _launch(self, info: PipelineInfo, placement: Placement, started_at: float) -> Launch:
+        """Write the job's context file and describe its launch."""
+        folder = self.runs.folder(info.id, create=True)
+        context = self._context(info, placement)
+        document = {**json.loads(context.to_json()), "job": info.job}
+        (folder / "context.json").write_text(json.dumps(document))
+        return Launch(
+            pipeline_id=info.id,
+            context=self.runs.context(info.id),
+            result=self.runs.result(info.id),
+            log=self.runs.log(info.id),
+            placement=placement,
+            started_at=started_at,
+            max_runtime=info.job.get("max_runtime"),
+        )
+
+    def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
+        dataset = self.ledger.get_dataset(info.dataset)
+        locations = self._locations.get(info.dataset, {})
+        if any(key not in locations for key in info.block_keys):
+            locations = {b.key: b.location for b in self.ledger.list_blocks(info.dataset)}
+            self._locations[info.dataset] = locations
+        job = info.job
+        params = dict(job.get("params") or {})
+        if job.get("kind"):
+            params = {"kind": job["kind"], **params, "epsilon": job.get("epsilon"), "delta": job.get("delta")}
+            params["mechanism"] = info.mechanism
+        return JobContext(
+            pipeline_id=info.id,
+            name=info.name,
+            dataset=info.dataset,
+            accounting=dataset.accounting,
+            delta=job.get("delta") or dataset.delta,
+            blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
+            device="cuda" if placement.gpus else "cpu",
+            workdir=self.runs.folder(info.id),
+            params=params,
+        )
+
+    def collect(self, now: float) -> list[int]:
+        """Stop jobs whose users asked to cancel them, then settle every job that ended."""
+        for pipeline_id in self.executor.running():
+            if self.runs.cancel_request(pipeline_id).exists():
+                self.executor.cancel(pipeline_id, "cancelled by its user while running")
+        settled = []
+        for result in self.executor.poll(now):
+            self.compute.release(result.pipeline_id)
+            if self._settle(result, now):
+                settled.append(result.pipeline_id)
+        return settled
+
+    def _settle(self, result: JobResult, now: float) -> bool:
+        try:
+            state = settle(self.ledger, result, now)
+        except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
+            self.log(f"pipeline {result.pipeline_id}: {exc}")
+            return False
+        detail = f": {result.message}" if result.message and state == "failed" else ""
+        self.log(f"pipeline {result.pipeline_id} {state}{detail}")
+        return True
+
+    def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
+        self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)
+        self.log(f"pipeline {pipeline_id} failed: {message}")
+
+
+def _placement(info: PipelineInfo) -> Placement:
+    record = info.placement or {}
+    return Placement(tuple(str(g) for g in record.get("gpus", ())), float(record.get("cpus", 0)), int(record.get("memory", 0)))

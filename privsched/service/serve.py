@@ -1,0 +1,174 @@
+"""Serving a database: the scheduler loop, its lease, and waking up on submissions.
+
+Exactly one scheduler serves a database at a time: :func:`serve` takes the ledger's
+scheduler lease (a second one fails with :class:`ServiceError`; the lease of a holder that
+died is taken over) and renews it while it runs. Between ticks it sleeps in short steps,
+collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
+its own, so that a submission (or cancellation) from another process is scheduled at once
+rather than at the next tick.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from privsched.ledger import Ledger
+from privsched.policies.base import PolicySpec
+from privsched.service.executors.base import Executor
+from privsched.service.resources import Pool
+from privsched.service.rundirs import RunDirs
+from privsched.service.scheduler import Scheduler, TickReport
+
+
+class ServiceError(RuntimeError):
+    """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
+
+
+class ChangeWatcher:
+    """Tells whether any other connection committed to the database since :meth:`reset`."""
+
+    def __init__(self, path: Path) -> None:
+        self._conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self._seen = self._version()
+
+    def _version(self) -> int:
+        return int(self._conn.execute("PRAGMA data_version").fetchone()[0])
+
+    def reset(self) -> None:
+        self._seen = self._version()
+
+    def changed(self) -> bool:
+        return self._version() != self._seen
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+@dataclass
+class ServeSummary:
+    ticks: int = 0
+    granted: int = 0
+    settled: int = 0
+    pending: int = 0  # left pending when the loop stopped
+
+
+def serve(
+    db_path: str | os.PathLike,
+    policy: PolicySpec,
+    executor: Executor,
+    pool: Pool,
+    *,
+    tick: float = 1.0,
+    until_idle: bool = False,
+    poll_interval: float = 0.05,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] = lambda message: None,
+    clock: Callable[[], float] = time.time,
+) -> ServeSummary:
+    """Run the scheduler on a database until ``stop`` is set (or, with ``until_idle``, until
+    nothing is pending, waiting or running that can still progress)."""
+    if tick <= 0 or poll_interval <= 0:
+        raise ValueError("tick and poll interval must be positive")
+    stop = stop or threading.Event()
+    path = Path(db_path)
+    ledger = Ledger(path)
+    holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    ttl = max(10.0, 5 * tick)
+    try:
+        if not ledger.acquire_lease(holder, ttl, now=clock()):
+            current = ledger.lease_holder() or {}
+            where = f" (pid {current.get('pid')} on {current.get('host')})" if current else ""
+            raise ServiceError(f"another scheduler is already serving {path}{where}")
+        try:
+            return _loop(ledger, path, holder, ttl, policy, executor, pool, tick, until_idle, poll_interval, stop, log, clock)
+        finally:
+            ledger.release_lease(holder)
+    finally:
+        ledger.close()
+
+
+def _loop(
+    ledger: Ledger,
+    path: Path,
+    holder: str,
+    ttl: float,
+    policy: PolicySpec,
+    executor: Executor,
+    pool: Pool,
+    tick: float,
+    until_idle: bool,
+    poll_interval: float,
+    stop: threading.Event,
+    log: Callable[[str], None],
+    clock: Callable[[], float],
+) -> ServeSummary:
+    runs = RunDirs(path)
+    runs.record_pool(pool)
+    scheduler = Scheduler(ledger, policy, executor, pool, runs, log)
+    scheduler.recover(clock())
+    watcher = ChangeWatcher(path)
+    summary = ServeSummary()
+    renewed = clock()
+    try:
+        while not stop.is_set():
+            now = clock()
+            if now - renewed > ttl / 3:
+                if not ledger.renew_lease(holder, ttl, now=now):
+                    raise ServiceError(f"lost the scheduler lease of {path} to another scheduler")
+                renewed = now
+            report: TickReport = scheduler.tick(now)
+            watcher.reset()
+            summary.ticks += 1
+            summary.granted += len(report.granted)
+            summary.settled += len(report.settled)
+            summary.pending = report.pending
+            if until_idle and report.idle:
+                break
+            next_tick = now + tick
+            while not stop.wait(poll_interval):
+                now = clock()
+                settled = scheduler.collect(now)
+                summary.settled += len(settled)
+                if settled or watcher.changed() or now >= next_tick:
+                    break
+    finally:
+        watcher.close()
+    return summary
+
+
+def serve_options(
+    db_path: str | os.PathLike,
+    policy: str = "fcfs",
+    *,
+    n: int | None = None,
+    lifetime: float | None = None,
+    tick: float = 1.0,
+    until_idle: bool = False,
+    gpus: int | None = None,
+    cpus: float | None = None,
+    memory: int | str | None = None,
+    executor: str = "local",
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
+) -> ServeSummary:
+    """:func:`serve` with the policy, executor and pool given by name and sizes (the
+    options of ``privsched serve``). Bad options raise ``ValueError`` with one line."""
+    from privsched.policies import make_policy
+    from privsched.service.executors import make_executor
+    from privsched.service.resources import make_pool
+    from privsched.spec import parse_memory
+
+    spec = make_policy(policy, n=n, lifetime=lifetime)
+    pool = make_pool(gpus, cpus, None if memory is None else parse_memory(memory))
+    return serve(
+        db_path, spec, make_executor(executor), pool, tick=tick, until_idle=until_idle, stop=stop,
+        log=log or (lambda message: None),
+    )

@@ -1,0 +1,31 @@
+"""Settling a finished job in the ledger (DESIGN §4.4).
+
+A completed job moves what it spent from allocated to consumed and releases the rest; a
+failed job has its whole allocation consumed when it touched data (a partial model may
+already have leaked), released when it did not. A job that reports spending more than its
+grant is failed, its allocation consumed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privsched.jobs.runner import JobResult
+from privsched.ledger import Ledger, LedgerError
+
+
+def settle(ledger: Ledger, result: JobResult, now: float) -> str:
+    """Record how a job ended; returns the pipeline's new state."""
+    pipeline_id = result.pipeline_id
+    if result.completed:
+        spent = {key: np.asarray(vector, dtype=float) for key, vector in (result.spent or {}).items()}
+        try:
+            ledger.complete(pipeline_id, spent, now=now)
+            return "completed"
+        except LedgerError as exc:
+            message = f"the job's reported spending was refused: {exc}"
+            touched = True
+    else:
+        message, touched = result.message or "the job failed", result.touched_data
+    ledger.fail(pipeline_id, message, touched_data=touched, now=now)
+    return "failed"

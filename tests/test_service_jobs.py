@@ -1,0 +1,62 @@
+"""User-code jobs the service tests submit as ``tests.test_service_jobs:<name>``.
+
+This module holds no tests: it is imported by job processes, so it stays light (no torch).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from privsched.jobs.context import JobContext
+
+
+def spend_half(ctx: JobContext) -> None:
+    """Reads every granted block, then reports half of its budget as spent."""
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+    ctx.report_spent(ctx.budget / 2)
+    ctx.report_metrics(blocks=len(ctx.block_keys))
+
+
+def no_report(ctx: JobContext) -> None:
+    """Reads its data and returns without reporting: charged its whole grant."""
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+
+
+def sleep_then_spend(ctx: JobContext) -> None:
+    """Sleeps ``ctx.params['seconds']``, then spends half its budget."""
+    time.sleep(float(ctx.params.get("seconds", 1.0)))
+    spend_half(ctx)
+
+
+def raises_after_reading(ctx: JobContext) -> None:
+    ctx.block_path(ctx.block_keys[0])
+    raise RuntimeError("the model diverged")
+
+
+def raises_before_reading(ctx: JobContext) -> None:
+    raise ValueError("bad hyper-parameter")
+
+
+def hangs(ctx: JobContext) -> None:
+    ctx.block_path(ctx.block_keys[0])
+    time.sleep(3600)
+
+
+def exits_without_result(ctx: JobContext) -> None:
+    ctx.block_path(ctx.block_keys[0])
+    os._exit(0)
+
+
+def reads_foreign_block(ctx: JobContext) -> None:
+    ctx.block_path("not-granted")
+
+
+def writes_environment(ctx: JobContext) -> None:
+    """Records what the executor gave the process, then spends nothing."""
+    Path(ctx.workdir, "env.txt").write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r} {ctx.device}\n")
+    print(f"hello from pipeline {ctx.pipeline_id}", flush=True)
+    ctx.report_spent(ctx.budget * 0)
