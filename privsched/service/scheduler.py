@@ -248,7 +248,7 @@ class Scheduler:
             self.compute.release(info.id)
             self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
             return False
-        self.log(f"started pipeline {info.id} ({info.name}) on {placement.gpus or 'no'} GPU(s)")
+        self.log(f"started pipeline {info.id} ({info.name}) on GPUs [{','.join(placement.gpus)}]")
         return True
 
     def _placement_record(self, placement: Placement) -> dict:

@@ -1,0 +1,189 @@
+"""Scheduler commands: ``submit``, ``list``, ``status``, ``cancel``, ``logs`` and ``serve``.
+
+Each is a thin layer over the :class:`privsched.client.Client` method of the same name.
+Imports of the client (numpy, the ledger, pydantic models) happen inside command bodies so
+that ``privsched --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from privsched.cli import app
+from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+
+if TYPE_CHECKING:
+    from privsched.client import Client
+    from privsched.ledger import PipelineInfo
+
+
+def _client(db: Path) -> Client:
+    from privsched.client import connect
+
+    with errors():
+        return connect(db, create=False)
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+def _outcome(info: PipelineInfo) -> str:
+    message = f": {info.message}" if info.message else ""
+    return f"pipeline {info.id} {info.state}{message}"
+
+
+@app.command()
+def submit(
+    pipeline: Annotated[Path, typer.Argument(help="Pipeline specification (YAML, or .json).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Wait for the pipeline to end and print its outcome.")] = False,
+    owner: Annotated[Optional[str], typer.Option(help="Owner, when the file gives none (default: you).")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
+    with _client(db) as client, errors():
+        run = client.submit(pipeline, owner=owner)
+        if not wait:
+            print(run.id)
+            return
+        info = run.wait().info
+    print(_outcome(info))
+    if info.state != "completed":
+        raise typer.Exit(1)
+
+
+@app.command("list")
+def list_pipelines(
+    state: Annotated[Optional[list[str]], typer.Option(help="Only pipelines in this state (repeatable).")] = None,
+    dataset: Annotated[Optional[str], typer.Option(help="Only this dataset's pipelines.")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """List pipelines with their state."""
+    with _client(db) as client, errors():
+        pipelines = client.list(states=state, dataset=dataset)
+    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished")
+    for info in pipelines:
+        table.add_row(str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
+                      _when(info.submitted_at), _when(info.finished_at))
+    console.print(table)
+
+
+@app.command()
+def status(
+    pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """A pipeline's state, grant, consumed budget, placement and timings."""
+    from privsched.cli.ledger_cmds import _budget
+
+    with _client(db) as client, errors():
+        info = client.status(pipeline_id)
+        dataset = client.ledger.get_dataset(info.dataset)
+    acc, delta = dataset.accounting, dataset.delta
+    unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
+    table = Table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
+    table.add_row("state", info.state + (f" ({info.message})" if info.message else ""))
+    table.add_row("dataset", f"{info.dataset} ({acc.name})")
+    table.add_row("owner", info.owner)
+    for key in info.block_keys:
+        grant = _budget(info.demands[key], acc, dataset.capacity, delta)
+        consumed = "" if info.consumed is None else ", consumed " + _budget(info.consumed[key], acc, dataset.capacity, delta)
+        table.add_row(f"block {key}", f"demand {grant}{consumed} ({unit})")
+    if info.placement:
+        table.add_row("placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
+    for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
+                      ("finished", info.finished_at)):
+        table.add_row(label, _when(at))
+    if info.started_at is not None:
+        table.add_row("run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
+    console.print(table)
+
+
+@app.command()
+def cancel(
+    pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Cancel a pipeline (a running job is stopped, and its pipeline fails).
+
+    A pending or granted pipeline is cancelled at once (a grant is released); a running job
+    is stopped by the scheduler and its allocation consumed, since it may have read data."""
+    with _client(db) as client, errors():
+        outcome = client.cancel(pipeline_id)
+    print(f"pipeline {pipeline_id} {outcome}")
+
+
+@app.command()
+def logs(
+    pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the pipeline ends.")] = False,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Print a job's output (stdout and stderr)."""
+    from privsched.client import FINAL_STATES
+
+    with _client(db) as client, errors():
+        path = client.log_path(pipeline_id)
+        offset = 0
+        while True:
+            ended = client.status(pipeline_id).state in FINAL_STATES
+            if path.exists():
+                with open(path, "rb") as log:
+                    log.seek(offset)
+                    chunk = log.read()
+                offset += len(chunk)
+                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.flush()
+            if not follow or ended:
+                return
+            time.sleep(0.2)
+
+
+@app.command()
+def serve(
+    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack.")] = "fcfs",
+    n: Annotated[Optional[int], typer.Option("--n", help="Per-arrival unlocking: each pipeline unlocks 1/N.")] = None,
+    lifetime: Annotated[Optional[str], typer.Option(help="Per-time unlocking: data lifetime, e.g. 600 or 2h.")] = None,
+    tick: Annotated[str, typer.Option(help="Scheduling period, e.g. 1s or 500ms.")] = "1s",
+    until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit once nothing more can run.")] = False,
+    gpus: Annotated[Optional[int], typer.Option(help="Declare N GPUs (default: detected).")] = None,
+    cpus: Annotated[Optional[float], typer.Option(help="CPUs jobs may use (default: this machine's).")] = None,
+    memory: Annotated[Optional[str], typer.Option(help="Memory jobs may use, e.g. 64G (default: this machine's).")] = None,
+    executor: Annotated[str, typer.Option(help="Where jobs run: local.")] = "local",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Run the scheduler on the database (one per database) until interrupted."""
+    from privsched.service.serve import ServiceError
+    from privsched.spec import parse_duration
+
+    with errors():
+        period = parse_duration(tick)
+        life = None if lifetime is None else parse_duration(lifetime)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+
+    def log(message: str) -> None:
+        if not quiet:
+            print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}", flush=True)
+
+    with _client(db) as client, errors():
+        try:
+            summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
+                                   cpus=cpus, memory=memory, executor=executor, stop=stop, log=log)
+        except ServiceError as exc:
+            fail(exc)
+    print(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
+          f"{summary.pending} still pending")
