@@ -24,6 +24,13 @@ from privsched.budgets.accounting import Accounting
 from privsched.policies.base import Snapshot
 
 
+def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index ranges ``[start_i, start_i + count_i)`` concatenated, and each index's ``i``."""
+    owner = np.repeat(np.arange(len(count)), count)
+    offsets = np.cumsum(count) - count
+    return np.asarray(start)[owner] + (np.arange(owner.size) - offsets[owner]), owner
+
+
 @dataclass(frozen=True)
 class EdgeTable:
     """A snapshot's edges indexed by pipeline (edges are grouped by pipeline, ascending)."""
@@ -56,11 +63,7 @@ class EdgeTable:
 
     def gather(self, pipelines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Edges of ``pipelines`` in their order, and each edge's position in ``pipelines``."""
-        counts = self.count[pipelines]
-        owner = np.repeat(np.arange(len(pipelines)), counts)
-        offsets = np.cumsum(counts) - counts
-        edges = self.start[pipelines][owner] + (np.arange(owner.size) - offsets[owner])
-        return edges, owner
+        return spans(self.start[pipelines], self.count[pipelines])
 
     def fits_alone(self, available: np.ndarray, pipelines: np.ndarray) -> np.ndarray:
         """Whether each pipeline's whole demand fits ``available`` (B, K) on its own."""

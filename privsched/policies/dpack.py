@@ -10,6 +10,9 @@ recomputed every ``k`` grants over the pipelines still pending. Under basic acco
 there is no order to choose and the cost of a block is its binding dimension,
 ``max(d_ε / unlocked_ε, d_δ / unlocked_δ)``: the area heuristic. A block with no budget
 left (``unlocked ≤ 0``) is an infinite cost for any pipeline that needs some of it.
+
+Only the blocks touched by the last ``k`` grants change between two recomputations, so
+counts and costs are refreshed for those blocks alone.
 """
 
 from __future__ import annotations
@@ -19,51 +22,65 @@ from dataclasses import dataclass
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.policies.admission import EdgeTable
+from privsched.policies.admission import EdgeTable, spans
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
 
-@dataclass(frozen=True)
+class _BlockIndex:
+    """Rows of an (E, …) table grouped by block: block j owns ``[first_j, first_j + size_j)``."""
+
+    def __init__(self, blocks: np.ndarray, n_blocks: int) -> None:
+        self.size = np.bincount(blocks, minlength=n_blocks)
+        self.first = np.cumsum(self.size) - self.size
+        self.by_block = np.argsort(blocks, kind="stable")
+
+    def rows(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of ``blocks``, and the position in ``blocks`` of each row."""
+        return spans(self.first[blocks], self.size[blocks])
+
+
 class _Packing:
-    """Each block's edges sorted by demand at every order, for the smallest-first counts."""
+    """Smallest-first packing counts per block and live order, kept up to date as grants land."""
 
-    sorted_edges: np.ndarray  # (E, K) column k: edges grouped by block, ascending demand at k
-    sorted_blocks: np.ndarray  # (E,) the block of each row (the same for every column)
-    group_start: np.ndarray  # (E,) first row of each row's block
+    def __init__(self, table: EdgeTable, index: _BlockIndex) -> None:
+        self.columns = np.flatnonzero(table.live.any(axis=0))
+        demand = table.demand[:, self.columns]
+        n_edges = len(demand)
+        # Sort each column by (block, demand): rank the demand first, then sort an integer key.
+        rank = np.empty(demand.shape, dtype=np.int64)
+        np.put_along_axis(rank, np.argsort(demand, axis=0), np.arange(n_edges)[:, None], axis=0)
+        sorted_edges = np.argsort(table.block[:, None].astype(np.int64) * max(n_edges, 1) + rank, axis=0)
+        self.row_of = np.empty_like(sorted_edges)
+        np.put_along_axis(self.row_of, sorted_edges, np.arange(n_edges)[:, None], axis=0)
+        self.demand = np.take_along_axis(demand, sorted_edges, axis=0)  # zeroed once granted
+        self.waiting = np.ones(demand.shape, dtype=bool)
+        self.index = index
+        self.live = table.live[:, self.columns]
+        self.best = np.zeros(table.n_blocks, dtype=np.intp)
 
-    @classmethod
-    def of(cls, table: EdgeTable) -> _Packing:
-        n_edges, dims = table.demand.shape
-        by_demand = np.argsort(table.demand, axis=0)
-        rank = np.empty_like(by_demand)
-        np.put_along_axis(rank, by_demand, np.arange(n_edges)[:, None], axis=0)
-        key = table.block[:, None].astype(np.int64) * max(n_edges, 1) + rank
-        sorted_edges = np.argsort(key, axis=0)
-        blocks = table.block[sorted_edges[:, 0]] if n_edges else table.block
-        index = np.arange(n_edges)
-        start = np.maximum.accumulate(np.where(np.r_[True, blocks[1:] != blocks[:-1]], index, 0)) if n_edges else index
-        return cls(sorted_edges, blocks, start)
+    def remove(self, edges: np.ndarray) -> None:
+        """Granted edges no longer count as pending."""
+        rows, columns = self.row_of[edges], np.arange(len(self.columns))
+        self.waiting[rows, columns] = False
+        self.demand[rows, columns] = 0.0
 
-    def best_orders(self, table: EdgeTable, available: np.ndarray, pending_edge: np.ndarray) -> np.ndarray:
-        """α*_j for every block: the live order packing the most pending demands (smallest α on ties)."""
-        dims = table.demand.shape[1]
-        counts = np.zeros((table.n_blocks, dims))
-        if self.sorted_edges.size:
-            columns = np.arange(dims)
-            waiting = pending_edge[self.sorted_edges]
-            demand = np.where(waiting, table.demand[self.sorted_edges, columns], 0.0)
-            running = np.cumsum(demand, axis=0)
-            start = self.group_start
-            before = np.where((start > 0)[:, None], running[start - 1], 0.0)
-            packed = waiting & leq(running - before, available[self.sorted_blocks])
-            for k in range(dims):
-                counts[:, k] = np.bincount(self.sorted_blocks, weights=packed[:, k], minlength=table.n_blocks)
-        counts[~table.live] = -1.0
-        return np.argmax(counts, axis=1)
+    def refresh(self, blocks: np.ndarray, available: np.ndarray) -> None:
+        """Recount ``blocks`` (each with at least one edge) against ``available``; update their α*."""
+        if not blocks.size:
+            return
+        rows, position = self.index.rows(blocks)
+        running = np.cumsum(self.demand[rows], axis=0)
+        first = np.cumsum(self.index.size[blocks]) - self.index.size[blocks]
+        before = np.vstack([np.zeros((1, running.shape[1])), running[first[1:] - 1]])
+        running -= before[position]
+        packed = self.waiting[rows] & leq(running, available[blocks][:, self.columns][position])
+        counts = np.add.reduceat(packed.astype(np.int32), first, axis=0)
+        counts[~self.live[blocks]] = -1
+        self.best[blocks] = self.columns[np.argmax(counts, axis=1)]
 
 
-def _costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best: np.ndarray | None) -> np.ndarray:
+def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best: np.ndarray | None) -> np.ndarray:
     """Each edge's demand as a fraction of its block's remaining budget (at α*, or the binding dimension)."""
     blocks = table.block[edges]
     if best is None:
@@ -88,41 +105,58 @@ class DPack:
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
         table = EdgeTable.of(snapshot)
-        rdp = snapshot.accounting.is_rdp
+        n = snapshot.n_pipelines
         available = np.array(snapshot.unlocked, dtype=float)
-        everyone = np.arange(snapshot.n_pipelines)
-        candidates = everyone[table.fits_alone(available, everyone)]
-        owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
-        pending = np.ones(snapshot.n_pipelines, dtype=bool)
-        packing = _Packing.of(table) if rdp else None
+        everyone = np.arange(n)
+        candidate = table.fits_alone(available, everyone)
+        index = _BlockIndex(table.block, table.n_blocks)
+        packing = _Packing(table, index) if snapshot.accounting.is_rdp else None
         tie = arrival_rank(snapshot)
         weight = np.asarray(snapshot.weight, dtype=float)
+        requesting = np.flatnonzero(table.count)
+        edge_cost = np.zeros(len(table.block))
+        touched = np.flatnonzero(index.size)
         granted: list[np.ndarray] = []
-        while candidates.size:
-            best = packing.best_orders(table, available, pending[owner]) if packing else None
-            edges, position = table.gather(candidates)
-            cost = np.bincount(position, weights=_costs(table, available, edges, best), minlength=candidates.size)
-            w = weight[candidates]
-            efficiency = np.where(w > 0, w / np.where(cost > 0, cost, 1.0), 0.0)
-            efficiency[(cost == 0) & (w > 0)] = np.inf
-            order = candidates[np.lexsort((tie[candidates], -efficiency))]
-            chosen, settled = self._next_grants(table, available, order)
+        while candidate.any():
+            if packing is not None:
+                packing.refresh(touched, available)
+            edges = index.by_block[index.rows(touched)[0]]
+            edge_cost[edges] = _edge_costs(table, available, edges, packing.best if packing else None)
+            cost = np.zeros(n)
+            if requesting.size:
+                cost[requesting] = np.add.reduceat(edge_cost, table.start[requesting])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                urgency = np.where(weight > 0, -weight / cost, 0.0)  # minus the efficiency
+            chosen, rejected = self._next_grants(table, available, candidate, urgency, tie)
             granted.append(chosen)
+            candidate[chosen] = False
+            candidate[rejected] = False
+            chosen_edges, _ = table.gather(chosen)
             available = table.charge(available, chosen)
-            pending[chosen] = False
-            candidates = order[settled:]
+            if packing is not None:
+                packing.remove(chosen_edges)
+            touched = np.unique(table.block[chosen_edges])
         return Allocation(granted=np.concatenate(granted) if granted else np.zeros(0, dtype=np.intp))
 
-    def _next_grants(self, table: EdgeTable, available: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, int]:
-        """The first ``k`` grants of a best-effort walk over ``order``, and how many entries they settle."""
-        length = 2 * self.k
+    def _next_grants(
+        self, table: EdgeTable, available: np.ndarray, candidate: np.ndarray, urgency: np.ndarray, tie: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The first ``k`` grants of a best-effort walk in descending efficiency, and the
+        candidates it rejected before the last of them (they cannot fit later in the pass)."""
+        pool = np.flatnonzero(candidate)
+        top = 4 * self.k
         while True:
-            mask = table.walk(available, order[:length])
-            if mask.sum() >= self.k or length >= len(order):
+            if top < pool.size:
+                threshold = np.partition(urgency[pool], top - 1)[top - 1]
+                head = pool[urgency[pool] <= threshold]
+            else:
+                head = pool
+            order = head[np.lexsort((tie[head], urgency[head]))]
+            mask = table.walk(available, order)
+            if mask.sum() >= self.k or head.size == pool.size:
                 break
-            length *= 2
+            top *= 4
         hits = np.flatnonzero(mask)
-        if hits.size < self.k:
-            return order[hits], len(order)
-        settled = hits[self.k - 1] + 1
-        return order[hits[: self.k]], settled
+        settled = hits[self.k - 1] + 1 if hits.size >= self.k else len(order)
+        chosen = order[hits[: self.k]]
+        return chosen, order[:settled][~mask[:settled]]
