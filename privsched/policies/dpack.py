@@ -80,6 +80,17 @@ class _Packing:
         self.best[blocks] = self.columns[np.argmax(counts, axis=1)]
 
 
+def best_orders(snapshot: Snapshot) -> np.ndarray:
+    """α*_j of every block of an RDP snapshot, as indices into ``accounting.alphas``."""
+    if not snapshot.accounting.is_rdp:
+        raise ValueError("best orders exist only under rdp accounting")
+    table = EdgeTable.of(snapshot)
+    index = _BlockIndex(table.block, table.n_blocks)
+    packing = _Packing(table, index)
+    packing.refresh(np.flatnonzero(index.size), np.asarray(snapshot.unlocked, dtype=float))
+    return packing.best
+
+
 def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best: np.ndarray | None) -> np.ndarray:
     """Each edge's demand as a fraction of its block's remaining budget (at α*, or the binding dimension)."""
     blocks = table.block[edges]
