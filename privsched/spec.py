@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Union
 
@@ -138,6 +139,8 @@ class Range(_Model):
 def _selector(value: Any) -> Any:
     """Dispatch a block selector on its shape, so that errors name the intended form."""
     if isinstance(value, dict):
+        # YAML reads an unquoted 2026-01-01 as a date: keys are strings.
+        value = {k: v.isoformat() if isinstance(v, date) else v for k, v in value.items()}
         model = Last if "last" in value else Range
         try:
             return model.model_validate(value)
@@ -146,7 +149,7 @@ def _selector(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError("the list of block keys is empty")
-        return [str(v) for v in value]
+        return [v.isoformat() if isinstance(v, date) else str(v) for v in value]
     if isinstance(value, (Last, Range)):
         return value
     raise ValueError("expected a list of block keys, {last: k}, or {from: KEY, to: KEY}")

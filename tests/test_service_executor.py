@@ -1,0 +1,130 @@
+"""The local executor and the job runner, on real processes."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privsched.budgets import Accounting
+from privsched.jobs.context import BlockGrant, JobContext
+from privsched.jobs.runner import JobResult
+from privsched.service.executors import make_executor
+from privsched.service.executors.base import Launch
+from privsched.service.executors.local import LocalExecutor
+from privsched.service.resources import Placement
+
+REPO = Path(__file__).resolve().parents[1]
+GRANT = [1.0, 1e-9]
+
+
+def launch_for(folder: Path, function: str, *, pipeline_id: int = 1, gpus: tuple[str, ...] = (),
+               max_runtime: float | None = None, params: dict | None = None) -> Launch:
+    folder.mkdir(parents=True, exist_ok=True)
+    ctx = JobContext(
+        pipeline_id=pipeline_id, name="job", dataset="reviews", accounting=Accounting.basic(), delta=1e-9,
+        blocks={k: BlockGrant(k, f"/data/{k}", np.array(GRANT)) for k in ("d1", "d2")},
+        device="cuda" if gpus else "cpu", workdir=folder, params=params or {},
+    )
+    job = {"function": f"tests.test_service_jobs:{function}", "pythonpath": [str(REPO)]}
+    (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
+    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
+                  Placement(gpus, 1.0, 0), time.time(), max_runtime)
+
+
+def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResult]:
+    for launch in launches:
+        executor.start(launch)
+    results: dict[int, JobResult] = {}
+    while executor.running():
+        for result in executor.poll(time.time()):
+            results[result.pipeline_id] = result
+        time.sleep(0.05)
+    return results
+
+
+def test_reported_spending_is_charged_on_every_block(tmp_path: Path):
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "spend_half"))[1]
+    assert result.completed and result.touched_data
+    assert result.spent == {"d1": [0.5, 5e-10], "d2": [0.5, 5e-10]}
+    assert result.metrics == {"blocks": 2}
+
+
+def test_a_job_that_does_not_report_is_charged_its_whole_grant(tmp_path: Path):
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "no_report"))[1]
+    assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
+
+
+def test_failures_say_whether_data_was_touched(tmp_path: Path):
+    executor = LocalExecutor()
+    results = run_to_end(
+        executor,
+        launch_for(tmp_path / "a", "raises_after_reading", pipeline_id=1),
+        launch_for(tmp_path / "b", "raises_before_reading", pipeline_id=2),
+        launch_for(tmp_path / "c", "reads_foreign_block", pipeline_id=3),
+    )
+    assert (results[1].completed, results[1].touched_data) == (False, True)
+    assert results[1].message == "RuntimeError: the model diverged"
+    assert (results[2].completed, results[2].touched_data) == (False, False)
+    assert results[3].message.startswith("BlockAccessError") and not results[3].touched_data
+    assert "Traceback" in (tmp_path / "a" / "job.log").read_text()
+
+
+def test_a_job_that_exits_without_its_result_fails_conservatively(tmp_path: Path):
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "exits_without_result"))[1]
+    assert not result.completed and result.touched_data
+    assert result.message == "job exited with code 0 without writing its result"
+
+
+def test_a_job_past_its_max_runtime_is_killed_and_failed(tmp_path: Path):
+    started = time.time()
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "hangs", max_runtime=1.0))[1]
+    assert not result.completed and result.touched_data
+    assert "max_runtime of 1 s" in result.message
+    assert time.time() - started < 60  # killed, not left to sleep its hour
+
+
+def test_cancel_stops_the_job(tmp_path: Path):
+    executor = LocalExecutor()
+    executor.start(launch_for(tmp_path, "hangs"))
+    executor.cancel(1, "cancelled by its user")
+    results = run_to_end(executor)
+    assert results[1].message == "cancelled by its user" and not results[1].completed
+
+
+def test_the_job_sees_only_its_gpus_and_logs_to_its_file(tmp_path: Path):
+    run_to_end(LocalExecutor(), launch_for(tmp_path / "gpu", "writes_environment", gpus=("1", "3")),
+               launch_for(tmp_path / "cpu", "writes_environment", pipeline_id=2))
+    assert (tmp_path / "gpu" / "env.txt").read_text() == "'1,3' cuda\n"
+    assert (tmp_path / "cpu" / "env.txt").read_text() == "'' cpu\n"
+    assert "hello from pipeline 2" in (tmp_path / "cpu" / "job.log").read_text()
+
+
+def test_a_new_executor_attaches_to_a_job_an_earlier_one_started(tmp_path: Path):
+    first = LocalExecutor()
+    launch = launch_for(tmp_path, "sleep_then_spend", params={"seconds": 1.5})
+    first.start(launch)
+    second = LocalExecutor()  # as after a scheduler restart
+    assert second.attach(launch) is True
+    result = run_to_end(second)[1]
+    assert result.completed and result.spent == {"d1": [0.5, 5e-10], "d2": [0.5, 5e-10]}
+    first.poll(time.time())  # reap the child
+
+
+def test_attaching_to_a_job_that_is_gone_reports_its_result_file_or_a_failure(tmp_path: Path):
+    done = launch_for(tmp_path / "done", "spend_half")
+    run_to_end(LocalExecutor(), done)
+    lost = launch_for(tmp_path / "lost", "spend_half", pipeline_id=2)  # never started: no pid, no result
+    executor = LocalExecutor()
+    assert executor.attach(done) is False and executor.attach(lost) is False
+    results = {r.pipeline_id: r for r in executor.poll(time.time())}
+    assert results[1].completed
+    assert not results[2].completed and results[2].touched_data
+
+
+def test_unknown_executor_name_is_refused():
+    with pytest.raises(ValueError, match="unknown executor 'slurm'"):
+        make_executor("slurm")

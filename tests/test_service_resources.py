@@ -1,0 +1,51 @@
+"""The compute pool: detection, refusal of impossible jobs, placement with backfilling."""
+
+from __future__ import annotations
+
+import pytest
+
+from privsched.service.resources import FreeCompute, Pool, detect_gpus, make_pool
+from privsched.spec import Resources
+
+POOL = Pool(("0", "1"), cpus=4.0, memory=8 * 2**30)
+
+
+def test_visible_devices_name_the_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
+    assert detect_gpus() == ("2", "5")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert detect_gpus() == ()
+
+
+def test_declared_sizes_override_detection():
+    pool = make_pool(gpus=3, cpus=2, memory=2**30)
+    assert pool == Pool(("0", "1", "2"), 2.0, 2**30)
+
+
+def test_negative_sizes_are_refused():
+    with pytest.raises(ValueError, match="non-negative"):
+        make_pool(gpus=-1)
+
+
+def test_a_job_larger_than_the_pool_is_refused_with_the_reason():
+    assert POOL.refusal(Resources(gpus=2, cpus=4)) is None
+    assert POOL.refusal(Resources(gpus=3)) == "the job asks for 3 GPU(s) but the pool has 2"
+    assert "memory" in POOL.refusal(Resources(memory="9G"))
+
+
+def test_placement_hands_out_distinct_gpus_and_returns_them():
+    free = FreeCompute(POOL)
+    first = free.place(1, Resources(gpus=1))
+    second = free.place(2, Resources(gpus=1))
+    assert {first.gpus, second.gpus} == {("0",), ("1",)}
+    assert free.place(3, Resources(gpus=1)) is None
+    free.release(1)
+    assert free.place(3, Resources(gpus=1)).gpus == first.gpus
+
+
+def test_cpu_and_memory_are_shared_out_until_exhausted():
+    free = FreeCompute(POOL)
+    assert free.place(1, Resources(cpus=3, memory="6G")) is not None
+    assert free.place(2, Resources(cpus=2)) is None  # 1 CPU left
+    assert free.place(3, Resources(cpus=1, memory="3G")) is None  # 2 GiB left
+    assert free.place(4, Resources(cpus=1, memory="2G")) is not None
