@@ -1,0 +1,139 @@
+"""The Python API: connecting, decorated pipelines, run handles, batches, concurrent
+submitters, and refusal of bad submissions without any change to the database."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import privsched as ps
+from privsched.budgets import Laplace, demand_vector, parse_mechanism
+from privsched.client import Client, function_reference
+from privsched.ledger import LedgerError
+from privsched.service.resources import Pool
+from privsched.spec import SpecError
+from tests import test_service_jobs as jobs
+from tests.conftest import dump_database
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def client(tmp_db: Path) -> Client:
+    client = ps.connect(tmp_db)
+    client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
+    client.add_blocks("reviews", [(f"2026-01-{d:02d}", f"/data/{d}") for d in range(1, 11)])
+    client.runs.record_pool(Pool(("0",), cpus=4.0, memory=2**30))
+    yield client
+    client.close()
+
+
+def spec(**changes) -> dict:
+    return {"name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9,
+            "job": {"function": "tests.test_service_jobs:spend_half"}, **changes}
+
+
+def test_connect_reads_the_database_from_the_environment(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("PRIVSCHED_DB", str(tmp_path / "env.db"))
+    with ps.connect() as client:
+        assert client.path == tmp_path / "env.db" and client.datasets() == []
+    assert (tmp_path / "env.db").exists()
+
+
+def test_a_decorated_function_runs_as_a_pipeline_and_reports_back(client: Client):
+    train = client.pipeline(dataset="reviews", blocks=ps.Last(3), epsilon=1.0, delta=1e-9, cpus=1)(jobs.spend_half)
+    assert (train.function, train.pythonpath) == ("tests.test_service_jobs:spend_half", [str(REPO)])
+    run = train.submit(lr=0.1)
+    assert run.status == "pending" and run.info.job["params"] == {"lr": 0.1}
+    client.run_until_idle("fcfs", tick=0.1, cpus=4, gpus=1)
+    run.wait()
+    assert run.status == "completed" and run.metrics == {"blocks": 3}
+    assert sorted(run.consumed) == ["2026-01-08", "2026-01-09", "2026-01-10"]
+    for key, spent in run.consumed.items():
+        np.testing.assert_allclose(spent, run.grant[key] / 2)
+
+
+def test_functions_that_a_job_process_cannot_import_are_refused():
+    def local(ctx):
+        return None
+
+    with pytest.raises(ValueError, match="must be defined at module level"):
+        function_reference(local)
+    with pytest.raises(ValueError, match="module level"):
+        function_reference(lambda ctx: None)
+
+
+def test_decorator_arguments_are_validated_when_decorating(client: Client):
+    with pytest.raises(SpecError, match="epsilon"):
+        client.pipeline(dataset="reviews", blocks=ps.Last(1), epsilon=-1)(jobs.spend_half)
+
+
+def test_a_builtin_job_is_charged_its_own_plan(client: Client):
+    run = client.submit(spec(job={"kind": "statistic", "params": {"query": "count"}}, delta=None))
+    info = run.info
+    assert parse_mechanism(info.mechanism) == Laplace(scale=1.0, sensitivity=1.0)
+    np.testing.assert_allclose(info.demands["2026-01-10"], demand_vector(Laplace(scale=1.0), info_acc(client)))
+
+
+def info_acc(client: Client):
+    return client.ledger.get_dataset("reviews").accounting
+
+
+def test_an_explicit_mechanism_sets_the_demand(client: Client):
+    run = client.submit(spec(epsilon=None, delta=None, mechanism={"kind": "gaussian", "sigma": 4.0}))
+    np.testing.assert_allclose(run.grant["2026-01-09"], np.asarray(info_acc(client).alphas) / 32)
+
+
+def test_the_owner_defaults_to_the_submitting_user(client: Client):
+    import getpass
+
+    assert client.submit(spec()).info.owner == getpass.getuser()
+    assert client.submit(spec(owner="ana")).info.owner == "ana"
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"dataset": "clicks"}, "clicks"),
+        ({"blocks": {"from": "2027-01-01"}}, "no block of the dataset matches"),
+        ({"blocks": ["2026-01-01", "1999-01-01"]}, "1999-01-01"),
+        ({"blocks": {"last": 11}}, "has 10 active blocks"),
+        ({"epsilon": 50.0}, ""),
+        ({"resources": {"gpus": 2}}, "the job asks for 2 GPU(s) but the pool has 1"),
+        ({"resources": {"memory": "2GiB"}}, "memory"),
+        ({"job": {"kind": "dpsgd", "params": {"model": "resnet"}}}, "model"),
+    ],
+)
+def test_bad_submissions_raise_one_line_and_change_nothing(client: Client, changes, message):
+    before = dump_database(client.path)
+    with pytest.raises(ValueError) as caught:
+        client.submit(spec(**changes))
+    assert message in str(caught.value) and "\n" not in str(caught.value)
+    assert dump_database(client.path) == before
+
+
+def test_a_batch_with_one_bad_pipeline_records_none(client: Client):
+    with pytest.raises(LedgerError):
+        client.submit_many([spec(name="good"), spec(name="bad", blocks=["nope"])])
+    assert client.list() == []
+    assert [r.status for r in client.submit_many([spec(name="a"), spec(name="b")])] == ["pending", "pending"]
+
+
+def _submit_many(path: str, worker: int, count: int) -> list[int]:
+    with ps.connect(path) as client:
+        return [client.submit(spec(name=f"w{worker}-{i}")).id for i in range(count)]
+
+
+def test_concurrent_submitters_each_record_every_pipeline_once(client: Client):
+    workers, count = 8, 100
+    context = multiprocessing.get_context("fork")  # fresh connections are opened in each child
+    with context.Pool(workers) as pool:
+        ids = pool.starmap(_submit_many, [(str(client.path), w, count) for w in range(workers)])
+    flat = [i for chunk in ids for i in chunk]
+    assert len(flat) == len(set(flat)) == workers * count
+    names = sorted(p.name for p in client.list())
+    assert names == sorted(f"w{w}-{i}" for w in range(workers) for i in range(count))
+    assert client.audit().ok
