@@ -46,7 +46,7 @@ def dpf_order(snapshot: Snapshot) -> np.ndarray:
         edges, position = table.gather(tied)
         local = np.arange(edges.size) - (np.cumsum(table.count[tied]) - table.count[tied])[position]
         width = shares.shape[1]
-        rows = np.zeros((tied.size, int(table.count[tied].max(initial=0)) * width))
+        rows = np.zeros((tied.size, max(int(table.count[tied].max(initial=0)) * width, 1)))
         columns = local[:, None] * width + np.arange(width)
         rows[position[:, None], columns] = shares[edges]
         rows = -np.sort(-rows, axis=1)
