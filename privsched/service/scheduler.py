@@ -115,6 +115,8 @@ class Scheduler:
         self._count_arrivals(views)
         report.unlocked, report.more_to_unlock = self.unlock(now)
         report.expired = self.ledger.expire(now=now)
+        if report.expired:
+            self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
         if report.unlocked or report.expired:
             views = self._pending_views()
         report.granted, report.reserved_changed = self.admit(views, now)
@@ -125,6 +127,10 @@ class Scheduler:
         report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
         report.running = len(self.executor.running())
         return report
+
+    def awaits_timeouts(self) -> bool:
+        """Whether some pending pipeline will still time out: time alone will change its state."""
+        return any(p.timeout is not None for p in self.ledger.list_pipelines(states=["pending"]))
 
     def _pending_views(self) -> dict[str, PendingView]:
         return {d.name: self.ledger.pending_view(d.name) for d in self.ledger.list_datasets()}

@@ -73,8 +73,9 @@ def serve(
     log: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.time,
 ) -> ServeSummary:
-    """Run the scheduler on a database until ``stop`` is set (or, with ``until_idle``, until
-    nothing is pending, waiting or running that can still progress)."""
+    """Run the scheduler on a database until ``stop`` is set, or with ``until_idle`` until
+    nothing runs and no pending pipeline can progress any more: nothing pending, or only
+    pipelines that no budget left to unlock can satisfy and that have no timeout to reach."""
     if tick <= 0 or poll_interval <= 0:
         raise ValueError("tick and poll interval must be positive")
     stop = stop or threading.Event()
@@ -130,7 +131,7 @@ def _loop(
             summary.granted += len(report.granted)
             summary.settled += len(report.settled)
             summary.pending = report.pending
-            if until_idle and report.idle:
+            if until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
                 break
             next_tick = now + tick
             while not stop.wait(poll_interval):
