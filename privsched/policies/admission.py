@@ -4,14 +4,16 @@ Walk an ordered list of pending pipelines and grant each one whose demand fits o
 of its blocks right now, subtracting it before testing the next; skip the rest. Under RDP a
 demand fits a block if it fits at *some* live order (DESIGN §3.3).
 
-The walk is vectorised. Within a pass unlocked budget only shrinks, so a pipeline that does
-not fit at the start of a round never fits later and is dropped at once. For the others,
-the cumulative demand of the ordered candidates on each block is one segmented cumulative
-sum. A pipeline whose every block still fits that cumulative demand is granted whatever
-happens to the candidates before it (they can only leave more budget). A pipeline that
-fails on a block where every earlier candidate was granted is certainly rejected. Both
-groups are settled, the survivors form the next round; the first failing candidate is
-always settled, so the walk ends.
+The walk is vectorised, in rounds. Within a pass unlocked budget only shrinks, so a
+pipeline that does not fit at the start of a round never fits later and is dropped at once.
+For the others, the cumulative demand of the ordered candidates on each block is one
+segmented cumulative sum. A pipeline whose every block still fits that cumulative demand is
+granted whatever happens to the candidates before it (they can only leave more budget). A
+pipeline that fails on a block where every earlier candidate is such a certain grant is
+certainly rejected. Both groups are settled and the certain grants charged; the survivors
+form the next round. Charging a certain grant before a survivor that comes earlier in the
+walk is harmless: on their shared blocks the grant's own test already counted the
+survivor's demand. The first failing candidate is always settled, so the walk ends.
 """
 
 from __future__ import annotations
@@ -72,57 +74,62 @@ class EdgeTable:
         ok = self.accounting.fits(self.demand[edges], available[blocks], self.live[blocks])
         return np.bincount(owner[~ok], minlength=len(pipelines)) == 0
 
-    def block_sums(self, edges: np.ndarray) -> np.ndarray:
-        """Total demand of ``edges`` on each block, (B, K)."""
-        blocks = self.block[edges]
-        demand = self.demand[edges]
+    def block_sums(self, blocks: np.ndarray, demand: np.ndarray) -> np.ndarray:
+        """Total of ``demand`` (E', K) per block, given each row's block: (B, K)."""
         sums = [np.bincount(blocks, weights=demand[:, k], minlength=self.n_blocks) for k in range(demand.shape[1])]
         return np.stack(sums, axis=1)
 
     def charge(self, available: np.ndarray, pipelines: np.ndarray) -> np.ndarray:
         """``available`` minus the whole demand of ``pipelines``."""
         edges, _ = self.gather(np.asarray(pipelines, dtype=np.intp))
-        return available - self.block_sums(edges)
+        return available - self.block_sums(self.block[edges], self.demand[edges])
 
     def walk(self, available: np.ndarray, order: np.ndarray) -> np.ndarray:
         """The best-effort pass over ``order`` from ``available``: a granted mask over ``order``."""
         order = np.asarray(order, dtype=np.intp)
-        granted = np.zeros(len(order), dtype=bool)
-        alive = np.arange(len(order))
+        n = len(order)
+        granted = np.zeros(n, dtype=bool)
+        alive = np.ones(n, dtype=bool)
         available = np.array(available, dtype=float)
-        while alive.size:
-            alive = alive[self.fits_alone(available, order[alive])]
-            if not alive.size:
-                break
-            passes, rejected = self._settle(available, order[alive])
+        edges, owner = self.gather(order)
+        by_block = np.argsort(self.block[edges], kind="stable")  # keeps the walk order per block
+        owner, blocks, demand = owner[by_block], self.block[edges[by_block]], self.demand[edges[by_block]]
+        while True:
+            # Dropped at once: whatever does not fit now never will in this pass.
+            ok = self.accounting.fits(demand, available[blocks], self.live[blocks])
+            alive[owner[~ok]] = False
+            keep = alive[owner]
+            owner, blocks, demand = owner[keep], blocks[keep], demand[keep]
+            if not alive.any():
+                return granted
+            failed, rejected = self._settle(available, n, owner, blocks, demand)
+            passes = alive & ~failed
             if not passes.any() and not rejected.any():
                 raise ValueError("a pipeline lists the same block twice")
-            winners = order[alive[passes]]
-            granted[alive[passes]] = True
-            available = self.charge(available, winners)
-            alive = alive[~passes & ~rejected]
-        return granted
+            granted |= passes
+            charged = passes[owner]
+            available = available - self.block_sums(blocks[charged], demand[charged])
+            alive &= ~(passes | rejected)
+            keep = alive[owner]
+            owner, blocks, demand = owner[keep], blocks[keep], demand[keep]
 
-    def _settle(self, available: np.ndarray, pipelines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One round: which candidates are certainly granted, which certainly rejected."""
-        edges, owner = self.gather(pipelines)
-        by_block = np.argsort(self.block[edges], kind="stable")  # keeps the walk order per block
-        edges, owner = edges[by_block], owner[by_block]
-        blocks = self.block[edges]
-        index = np.arange(edges.size)
+    def _settle(
+        self, available: np.ndarray, n: int, owner: np.ndarray, blocks: np.ndarray, demand: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One round over the candidates' edges (sorted by block, then walk position
+        ``owner``): masks over the walk of the candidates that might not fit (the others
+        are certain grants) and of the certain rejections."""
+        index = np.arange(len(blocks))
         group_start = np.maximum.accumulate(np.where(np.r_[True, blocks[1:] != blocks[:-1]], index, 0))
-        running = np.cumsum(self.demand[edges], axis=0)
+        running = np.cumsum(demand, axis=0)
         before_group = np.where((group_start > 0)[:, None], running[group_start - 1], 0.0)
-        cumulative = running - before_group
-        ok = self.accounting.fits(cumulative, available[blocks], self.live[blocks])
-        passes = np.bincount(owner[~ok], minlength=len(pipelines)) == 0
+        ok = self.accounting.fits(running - before_group, available[blocks], self.live[blocks])
+        failed = np.bincount(owner[~ok], minlength=n) > 0
         # Candidates ahead on the same block that are not certain grants make a failure inconclusive.
-        unsure = ~passes[owner]
+        unsure = failed[owner]
         unsure_before = np.cumsum(unsure) - unsure
-        unsure_ahead = unsure_before - unsure_before[group_start]
-        exact_failure = ~ok & (unsure_ahead == 0)
-        rejected = np.bincount(owner[exact_failure], minlength=len(pipelines)) > 0
-        return passes, rejected
+        exact_failure = ~ok & (unsure_before == unsure_before[group_start])
+        return failed, np.bincount(owner[exact_failure], minlength=n) > 0
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:
