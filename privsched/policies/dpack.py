@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.budgets.accounting import leq
+from privsched.budgets.accounting import RELATIVE_TOLERANCE
 from privsched.policies.admission import EdgeTable, spans
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
@@ -73,9 +73,11 @@ class _Packing:
         running = np.cumsum(self.demand[rows], axis=0)
         first = np.cumsum(self.index.size[blocks]) - self.index.size[blocks]
         before = np.vstack([np.zeros((1, running.shape[1])), running[first[1:] - 1]])
-        running -= before[position]
-        packed = self.waiting[rows] & leq(running, available[blocks][:, self.columns][position])
-        counts = np.add.reduceat(packed.astype(np.int32), first, axis=0)
+        # A sum s ≥ 0 passes ``leq(s, budget)`` iff budget ≥ 0 and s ≤ budget / (1 − tolerance).
+        budget = available[blocks][:, self.columns]
+        limit = np.where(budget >= 0, budget / (1 - RELATIVE_TOLERANCE), -1.0) + before
+        packed = self.waiting[rows] & (running <= limit[position])
+        counts = np.add.reduceat(packed.view(np.int8), first, axis=0, dtype=np.int32)
         counts[~self.live[blocks]] = -1
         self.best[blocks] = self.columns[np.argmax(counts, axis=1)]
 
@@ -97,10 +99,11 @@ def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best
     if best is None:
         demand, budget = table.demand[edges], available[blocks]
     else:
-        demand = table.demand[edges, best[blocks]][:, None]
-        budget = available[blocks, best[blocks]][:, None]
-    ratio = np.where(budget > 0, demand / np.where(budget > 0, budget, 1.0), np.inf)
-    return np.where(demand > 0, ratio, 0.0).max(axis=1, initial=0.0)
+        demand = table.demand.ravel()[edges * table.demand.shape[1] + best[blocks]][:, None]
+        budget = available.ravel()[blocks * available.shape[1] + best[blocks]][:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(budget > 0, demand / budget, np.inf)
+    return np.where(demand > 0, ratio, 0.0).max(axis=1)
 
 
 @dataclass(frozen=True)
