@@ -1,0 +1,377 @@
+"""The discrete-event simulator: the scheduler's semantics without waiting (DESIGN §4.1, §4.3).
+
+At every instant the events are applied in the order block arrivals, unlocks (per-time
+ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one allocation
+pass calls ``spec.policy.allocate(snapshot)``, the very code the live scheduler calls.
+
+Speed comes from never doing a pass that cannot grant anything, and from keeping the
+pending state in arrays updated incrementally:
+- Budget never comes back on a timeout and a pass only spends, so after a pass no pending
+  pipeline fits (a best-effort pass grants every pipeline that fits at its turn). Only a
+  pipeline that arrived, or one whose blocks gained budget, can fit at the next instant;
+  per block, a lower bound of its pending demands rules most blocks out in O(K).
+  A policy that grants only pipelines that fit therefore grants nothing at an instant where
+  none fits, and that pass is skipped. Passes are never skipped for policies that set
+  budget aside between passes (round robin's ``Allocation.reserved``).
+- Policies whose order is a key of each pipeline alone (FCFS, DPF) are given only the
+  pipelines that fit now: the others cannot be granted in this pass and do not change the
+  order of the rest, so the grants are the same as with every pending pipeline.
+Timeouts are applied lazily before each pass (a timeout alone never enables a grant).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from privsched.policies.base import Allocation, PolicySpec, Snapshot
+from privsched.simulation.instance import Instance
+from privsched.simulation.watch import WatchLists
+
+NOT_ARRIVED, PENDING, GRANTED, TIMED_OUT = 0, 1, 2, 3
+STATUS_NAMES = ("not_arrived", "pending", "granted", "timed_out")
+
+#: Per-time unlocking happens on a grid of ``lifetime / TICKS_PER_LIFETIME`` by default.
+TICKS_PER_LIFETIME = 100
+
+
+def order_is_per_pipeline(spec: PolicySpec) -> bool:
+    """Whether the policy orders pipelines by a key of each pipeline alone (FCFS, DPF), so
+    that removing pipelines which cannot be granted leaves its grants unchanged."""
+    from privsched.policies import DominantPrivateBlockFairness, FirstComeFirstServed
+
+    return isinstance(spec.policy, (FirstComeFirstServed, DominantPrivateBlockFairness))
+
+
+@dataclass
+class RunState:
+    """What a finished run leaves: per-pipeline outcome and per-block budget."""
+
+    status: np.ndarray  # (P,) codes, see STATUS_NAMES
+    grant_time: np.ndarray  # (P,) nan unless granted
+    end_time: np.ndarray  # (P,) grant or timeout time, nan while pending
+    consumed: np.ndarray  # (B, K) granted budget (the simulator's jobs spend all they get)
+    wasted: np.ndarray  # (B, K) budget set aside for pipelines that timed out
+    unlocked: np.ndarray  # (B, K) left unlocked at the end
+    sample_times: np.ndarray  # (S,)
+    sample_consumed: np.ndarray  # (S, B, K) consumed budget at each sample time
+    passes: int  # allocation passes run
+    clock: float  # time of the last instant processed
+
+
+class Simulator:
+    """Runs one policy over one compiled workload."""
+
+    def __init__(
+        self,
+        instance: Instance,
+        spec: PolicySpec,
+        *,
+        tick: float | None = None,
+        samples: int = 100,
+        shortcuts: bool = True,
+    ) -> None:
+        self.inst = instance
+        self.spec = spec
+        self.acc = instance.accounting
+        per_time = spec.unlock.on_tick(1.0) > 0
+        if tick is None and per_time:
+            tick = (1.0 / spec.unlock.on_tick(1.0)) / TICKS_PER_LIFETIME
+        if tick is not None and not (tick > 0 and math.isfinite(tick)):
+            raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
+        self.tick = tick if per_time else None
+        self.samples = samples
+        self.shortcuts = shortcuts
+        self.per_pipeline_order = order_is_per_pipeline(spec)
+        self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
+
+        B, K, P = instance.n_blocks, self.acc.dims, instance.n_pipelines
+        self.cap = instance.capacity
+        self.live = self.acc.live(self.cap)
+        self.locked = self.cap.copy()
+        self.unlocked = np.zeros((B, K))
+        self.consumed = np.zeros((B, K))
+        self.wasted = np.zeros((B, K))
+        self.unlocked_through = instance.block_arrival.copy()
+        self.status = np.zeros(P, dtype=np.int8)
+        self.grant_time = np.full(P, np.nan)
+        self.end_time = np.full(P, np.nan)
+        self.edge_pipeline = instance.edge_pipeline
+        self.deadline = instance.arrival + instance.timeout
+        self.by_deadline = np.argsort(self.deadline, kind="stable")
+        self.sorted_deadline = self.deadline[self.by_deadline]
+        self.reserved: np.ndarray | None = None  # (E, K), once the policy sets budget aside
+        self.reserving: bool | None = None  # unknown until the first pass
+        self.watch = WatchLists(B, K, P, self.acc.is_rdp, self.live)
+        self.carry = np.zeros(0, dtype=np.int64)
+        self.pending = np.zeros(0, dtype=np.int64)  # pending pipelines, compacted lazily
+        self.pending_upto = 0  # pipelines from here on are not yet in ``pending``
+        self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
+        self.n_pending = 0
+        self.passes = 0
+
+    # -- budget -----------------------------------------------------------------------------
+
+    def _unlock(self, blocks: np.ndarray, amount: np.ndarray) -> None:
+        """Move ``min(locked, amount)`` to unlocked on ``blocks`` (distinct indices)."""
+        moved = np.minimum(self.locked[blocks], amount)
+        self.locked[blocks] -= moved
+        self.unlocked[blocks] += moved
+
+    def _edges(self, pipelines: np.ndarray) -> tuple[np.ndarray | slice, np.ndarray]:
+        """Edges of ``pipelines`` and each edge's position among them (a slice for one pipeline)."""
+        if len(pipelines) == 1:
+            i = int(pipelines[0])
+            first, last = self.inst.edge_start[i], self.inst.edge_start[i + 1]
+            return slice(first, last), np.zeros(last - first, dtype=np.intp)
+        return self.inst.edges_of(pipelines)
+
+    def _add_by_block(self, target: np.ndarray, blocks: np.ndarray, values: np.ndarray, sign: float = 1.0) -> None:
+        if len(blocks) == len(np.unique(blocks)):
+            target[blocks] += sign * values
+        else:
+            np.add.at(target, blocks, sign * values)
+
+    # -- candidates ----------------------------------------------------------------------------
+
+    def _fitting(self, arrived: np.ndarray, dirty: list[int]) -> np.ndarray:
+        """Pending pipelines that fit now: among those that arrived, the watchers of blocks
+        that gained budget, and those that still fitted after the last pass."""
+        found = [a for a in (arrived, self.carry) if a.size]
+        pending = self.status == PENDING
+        for j in dict.fromkeys(dirty):
+            watchers = self.watch.may_fit(j, self.unlocked[j], pending)
+            if watchers.size:
+                found.append(watchers)
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        candidates = found[0] if len(found) == 1 else np.unique(np.concatenate(found))
+        return self._check(candidates[pending[candidates]])
+
+    def _check(self, pipelines: np.ndarray) -> np.ndarray:
+        """The pipelines whose whole demand fits the unlocked budget; each of the others
+        watches the first of its blocks where it does not fit."""
+        if not len(pipelines):
+            return pipelines
+        edges, owner = self._edges(pipelines)
+        blocks = self.inst.edge_block[edges]
+        demand = self.inst.edge_demand[edges]
+        ok = self.acc.fits(demand, self.unlocked[blocks], self.live[blocks])
+        if ok.all():
+            return pipelines
+        failing = np.flatnonzero(~ok)
+        losers, first = np.unique(owner[failing], return_index=True)
+        witness = failing[first]
+        self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
+        fits = np.ones(len(pipelines), dtype=bool)
+        fits[losers] = False
+        return pipelines[fits]
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _arrive(self, first: int, last: int) -> list[int]:
+        """Pipelines first..last-1 arrive (per-arrival unlock on their blocks); returns the
+        blocks that gained budget."""
+        edges = slice(self.inst.edge_start[first], self.inst.edge_start[last])
+        blocks = self.inst.edge_block[edges]
+        self.status[first:last] = PENDING
+        self.n_pending += last - first
+        fraction = self.unlock_per_arrival
+        if not fraction > 0:
+            return []
+        if last - first > 1:
+            touched = np.unique(blocks)
+            count = np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
+            self._unlock(touched, count[:, None] * fraction * self.cap[touched])
+            return touched.tolist()
+        self._unlock(blocks, fraction * self.cap[blocks])  # one pipeline: distinct blocks
+        return blocks.tolist()
+
+    def _expire(self, now: float) -> None:
+        """Pending pipelines whose deadline is at or before ``now`` time out."""
+        stop = int(np.searchsorted(self.sorted_deadline, now, side="right"))
+        if stop <= self.deadline_next:
+            return
+        due = self.by_deadline[self.deadline_next : stop]
+        self.deadline_next = stop
+        due = due[self.status[due] == PENDING]
+        if not due.size:
+            return
+        self.status[due] = TIMED_OUT
+        self.end_time[due] = self.deadline[due]
+        self.n_pending -= len(due)
+        if self.reserved is not None:
+            edges, _ = self.inst.edges_of(due)
+            np.add.at(self.wasted, self.inst.edge_block[edges], self.reserved[edges])
+            self.reserved[edges] = 0.0
+
+    def _pending(self, upto: int) -> np.ndarray:
+        """Every pending pipeline (all arrived before ``upto``), in arrival order."""
+        pending = np.concatenate([self.pending, np.arange(self.pending_upto, upto)])
+        self.pending = pending[self.status[pending] == PENDING]
+        self.pending_upto = upto
+        return self.pending
+
+    # -- the allocation pass ---------------------------------------------------------------------
+
+    def _pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
+        """One call of the policy on ``pipelines`` (ascending); applies and returns the grants."""
+        inst = self.inst
+        edges, owner = inst.edges_of(pipelines)
+        old = self.reserved[edges] if self.reserved is not None else np.zeros((len(edges), self.acc.dims))
+        snapshot = Snapshot(
+            accounting=self.acc,
+            capacity=self.cap,
+            unlocked=self.unlocked.copy(),
+            pipeline_ids=inst.pipeline_ids[pipelines],
+            arrival=inst.arrival[pipelines],
+            weight=inst.weight[pipelines],
+            edge_pipeline=owner,
+            edge_block=inst.edge_block[edges],
+            edge_demand=inst.edge_demand[edges],
+            clock=now,
+            reserved=old,
+        )
+        allocation: Allocation = self.spec.policy.allocate(snapshot)
+        self.passes += 1
+        if self.reserving is None:
+            self.reserving = allocation.reserved is not None
+        if self.reserving:
+            if self.reserved is None:
+                self.reserved = np.zeros((len(inst.edge_block), self.acc.dims))
+            new = np.asarray(allocation.reserved, dtype=float)
+            np.add.at(self.unlocked, inst.edge_block[edges], old - new)
+            self.reserved[edges] = new
+        granted = pipelines[np.asarray(allocation.granted, dtype=np.intp)]
+        if granted.size:
+            self._grant(now, granted)
+        return granted
+
+    def _grant(self, now: float, granted: np.ndarray) -> None:
+        """Charge the granted pipelines' demands and mark them granted."""
+        if self.status[granted].min() != PENDING or np.unique(granted).size != granted.size:
+            raise RuntimeError(f"policy {self.spec.name!r} granted a pipeline that is not pending")
+        edges, _ = self._edges(granted)
+        blocks = self.inst.edge_block[edges]
+        demand = self.inst.edge_demand[edges]
+        if self.reserving:
+            self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
+        else:
+            self._add_by_block(self.unlocked, blocks, demand, -1.0)
+        self._add_by_block(self.consumed, blocks, demand)
+        if not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
+            raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")
+        self.status[granted] = GRANTED
+        self.grant_time[granted] = now
+        self.end_time[granted] = now
+        self.n_pending -= granted.size
+
+    def _allocate(self, now: float, arrived: np.ndarray, dirty: list[int], upto: int) -> None:
+        """The allocation pass of one instant (see the module docstring for what is skipped)."""
+        if not self.shortcuts or self.reserving is not False:
+            if self.n_pending:
+                self._pass(now, self._pending(upto))
+                if self.shortcuts and self.reserving is False:  # the first pass told: start watching
+                    self.carry = self._check(self._pending(upto))
+            return
+        fitting = self._fitting(arrived, dirty)
+        self.carry = fitting[:0]
+        if fitting.size == 0:
+            return
+        if self._fit_together(fitting):
+            # A best-effort pass in any order grants every pipeline that fits when the
+            # fitting ones fit all together (in particular a lone one).
+            self.passes += 1
+            self._grant(now, fitting)
+            return
+        granted = self._pass(now, fitting if self.per_pipeline_order else self._pending(upto))
+        self.carry = self._check(np.setdiff1d(fitting, granted, assume_unique=True))
+
+    def _fit_together(self, pipelines: np.ndarray) -> bool:
+        if len(pipelines) == 1:
+            return True
+        edges, _ = self.inst.edges_of(pipelines)
+        blocks = self.inst.edge_block[edges]
+        total = np.zeros_like(self.unlocked)
+        np.add.at(total, blocks, self.inst.edge_demand[edges])
+        touched = np.unique(blocks)
+        return bool(np.all(self.acc.fits(total[touched], self.unlocked[touched], self.live[touched])))
+
+    # -- the event loop ---------------------------------------------------------------------------
+
+    def run(self) -> RunState:
+        inst = self.inst
+        B, P = inst.n_blocks, inst.n_pipelines
+        unlock = self.spec.unlock
+        at_creation = unlock.on_block_created()
+        horizon = self._horizon()
+        sample_times = np.linspace(0.0, horizon, self.samples) if self.samples else np.zeros(0)
+        sampled: list[np.ndarray] = []
+        b_next = p_next = 0
+        first_block = float(inst.block_arrival[0]) if B else 0.0
+        ticks = 1  # index of the next tick on the grid first_block + k · tick
+        now = 0.0
+        while True:
+            t_block = inst.block_arrival[b_next] if b_next < B else math.inf
+            t_pipe = inst.arrival[p_next] if p_next < P else math.inf
+            t_tick = math.inf
+            if self.tick and (self.n_pending or p_next < P) and (b_next < B or np.any(self.locked[:b_next] > 0)):
+                t_tick = first_block + ticks * self.tick
+            now = min(t_block, t_pipe, t_tick)
+            if now == math.inf:
+                break
+            while len(sampled) < len(sample_times) and sample_times[len(sampled)] < now:
+                sampled.append(self.consumed.copy())
+            dirty = []
+            # 1. block arrivals
+            b_stop = int(np.searchsorted(inst.block_arrival, now, side="right"))
+            if b_stop > b_next:
+                created = np.arange(b_next, b_stop)
+                if at_creation > 0:
+                    self._unlock(created, at_creation * self.cap[created])
+                b_next = b_stop
+            # 2. per-time unlock (catching up on ticks skipped while nothing could use them)
+            if self.tick and now >= first_block + ticks * self.tick:
+                existing = np.arange(b_next)
+                elapsed = now - self.unlocked_through[existing]
+                fraction = np.array([unlock.on_tick(float(e)) for e in elapsed])
+                self._unlock(existing, fraction[:, None] * self.cap[existing])
+                self.unlocked_through[existing] = now
+                dirty.extend(existing.tolist())
+                ticks = math.floor((now - first_block) / self.tick) + 1
+                if first_block + ticks * self.tick <= now:
+                    ticks += 1
+            # 3. pipeline arrivals
+            p_stop = int(np.searchsorted(inst.arrival, now, side="right"))
+            arrived = np.arange(p_next, p_stop)
+            if p_stop > p_next:
+                dirty.extend(self._arrive(p_next, p_stop))
+                p_next = p_stop
+            # 4. timeouts
+            self._expire(now)
+            # 5. one allocation pass
+            self._allocate(now, arrived, dirty, p_next)
+        self._expire(math.inf)
+        while len(sampled) < len(sample_times):
+            sampled.append(self.consumed.copy())
+        return RunState(
+            status=self.status,
+            grant_time=self.grant_time,
+            end_time=self.end_time,
+            consumed=self.consumed,
+            wasted=self.wasted,
+            unlocked=self.unlocked,
+            sample_times=sample_times,
+            sample_consumed=np.array(sampled).reshape(len(sample_times), B, self.acc.dims),
+            passes=self.passes,
+            clock=now,
+        )
+
+    def _horizon(self) -> float:
+        """The time by which every pipeline with a timeout has been settled."""
+        ends = [self.inst.block_arrival.max(initial=0.0), self.inst.arrival.max(initial=0.0)]
+        finite = self.deadline[np.isfinite(self.deadline)]
+        ends.append(finite.max(initial=0.0))
+        return float(max(ends))

@@ -1,0 +1,67 @@
+"""Watch lists: which pending pipelines may fit after some blocks gain budget.
+
+Every pending pipeline that does not fit *watches* one block on which its demand does not
+fit (its witness, like a watched literal in a SAT solver). Grants only take budget away, so
+the pipeline cannot fit before its witness block gains budget; when a block gains budget
+only its watchers are looked at. A per-block lower bound of the watchers' demands rules a
+block out in O(K) when none of its watchers can fit there.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privsched.budgets.accounting import RELATIVE_TOLERANCE
+
+
+class WatchLists:
+    """Per block, the pipelines watching it with their demand on it (lazily compacted)."""
+
+    def __init__(self, n_blocks: int, dims: int, n_pipelines: int, rdp: bool, live: np.ndarray) -> None:
+        self.pipeline = [np.empty(8, dtype=np.int64) for _ in range(n_blocks)]
+        self.stamp_of = [np.empty(8, dtype=np.int64) for _ in range(n_blocks)]
+        self.demand = [np.empty((8, dims)) for _ in range(n_blocks)]
+        self.count = [0] * n_blocks
+        self.low = np.full((n_blocks, dims), np.inf)  # lower bound of the watchers' demands
+        self.stamp = np.zeros(n_pipelines, dtype=np.int64)  # an entry is current iff its stamp matches
+        self.rdp = rdp
+        self.live = live
+
+    def watch(self, pipelines: np.ndarray, blocks: np.ndarray, demand: np.ndarray) -> None:
+        """Each of ``pipelines`` now watches the matching block, where it needs ``demand``."""
+        self.stamp[pipelines] += 1
+        np.minimum.at(self.low, blocks, demand)
+        for p, j, s, row in zip(pipelines.tolist(), blocks.tolist(), self.stamp[pipelines].tolist(), demand):
+            n = self.count[j]
+            if n == len(self.pipeline[j]):
+                self.pipeline[j] = np.resize(self.pipeline[j], 2 * n)
+                self.stamp_of[j] = np.resize(self.stamp_of[j], 2 * n)
+                self.demand[j] = np.resize(self.demand[j], (2 * n, row.size))
+            self.pipeline[j][n] = p
+            self.stamp_of[j][n] = s
+            self.demand[j][n] = row
+            self.count[j] = n + 1
+
+    def _fits(self, demand: np.ndarray, threshold: np.ndarray, live: np.ndarray) -> np.ndarray:
+        ok = demand <= threshold
+        return np.any(ok & live, axis=-1) if self.rdp else np.all(ok, axis=-1)
+
+    def may_fit(self, j: int, unlocked: np.ndarray, pending: np.ndarray) -> np.ndarray:
+        """Watchers of block j whose demand there may fit ``unlocked`` (a superset of those
+        that fit under :func:`~privsched.budgets.accounting.leq`)."""
+        n = self.count[j]
+        if n == 0:
+            return self.pipeline[j][:0]
+        threshold = unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
+        live = self.live[j]
+        if not self._fits(self.low[j], threshold, live):
+            return self.pipeline[j][:0]
+        pipeline, stamp, demand = self.pipeline[j][:n], self.stamp_of[j][:n], self.demand[j][:n]
+        current = pending[pipeline] & (stamp == self.stamp[pipeline])
+        if not current.all():
+            m = int(current.sum())
+            pipeline[:m], stamp[:m], demand[:m] = pipeline[current], stamp[current], demand[current]
+            pipeline, demand = pipeline[:m], demand[:m]
+            self.count[j] = m
+        self.low[j] = demand.min(axis=0) if len(pipeline) else np.inf
+        return pipeline[self._fits(demand, threshold, live)]

@@ -1,0 +1,101 @@
+"""The OSDI'21 microbenchmarks (Luo et al. §6.1; DESIGN §5.1), seeded and deterministic.
+
+Pipelines arrive as a Poisson process; 75 % are mice (ε = 0.01) and 25 % elephants
+(ε = 0.1). Under basic accounting a pipeline demands (ε, δ = 1e-9); under RDP the Gaussian
+mechanism calibrated to the same (ε, δ). Blocks hold ε_G = 1, δ_G = 1e-6.
+- single block: one block at time 0, 1 pipeline/s for 236 s. Under RDP a block holds far
+  more pipelines, so the rate is scaled by the multi-block workload's factor 234.4/12.8
+  (18.3 pipelines/s) to keep the block contended;
+- multi block: 11 blocks at time 0, then one every 10 s; 12.8 pipelines/s (RDP: 234.4/s)
+  for 300 s; each pipeline asks for the last block (p = 0.75) or the last 10 (p = 0.25).
+Every pipeline times out 300 s after it arrives.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privsched.simulation.trace import Trace, parse_trace
+
+MICE_EPSILON = 0.01
+ELEPHANT_EPSILON = 0.1
+MICE_FRACTION = 0.75
+PIPELINE_DELTA = 1e-9
+BLOCK_EPSILON = 1.0
+BLOCK_DELTA = 1e-6
+TIMEOUT = 300.0
+#: Arrival rates (pipelines per second) under basic and RDP accounting.
+SINGLE_RATE = {"basic": 1.0, "rdp": 1.0 * 234.4 / 12.8}
+MULTI_RATE = {"basic": 12.8, "rdp": 234.4}
+
+
+def poisson_arrivals(rng: np.random.Generator, rate: float, duration: float) -> np.ndarray:
+    """Sorted arrival times of a Poisson process of ``rate`` per second on (0, duration)."""
+    if not rate > 0 or not duration > 0:
+        raise ValueError(f"rate and duration must be positive, got {rate!r} and {duration!r}")
+    return np.sort(rng.uniform(0.0, duration, rng.poisson(rate * duration)))
+
+
+def _document(accounting: str, blocks: list[dict], pipelines: list[dict]) -> Trace:
+    data: dict = {"accounting": accounting, "blocks": blocks, "pipelines": pipelines}
+    return parse_trace(data)
+
+
+def _pipelines(
+    rng: np.random.Generator, times: np.ndarray, blocks_of, timeout: float
+) -> list[dict]:
+    mice = rng.random(len(times)) < MICE_FRACTION
+    return [
+        {
+            "id": f"p{i}",
+            "arrival": float(t),
+            "blocks": blocks_of(i),
+            "epsilon": MICE_EPSILON if mouse else ELEPHANT_EPSILON,
+            "delta": PIPELINE_DELTA,
+            "timeout": timeout,
+            "class": "mice" if mouse else "elephants",
+        }
+        for i, (t, mouse) in enumerate(zip(times.tolist(), mice.tolist()))
+    ]
+
+
+def single_block(
+    *,
+    accounting: str = "basic",
+    seed: int = 0,
+    duration: float = 236.0,
+    rate: float | None = None,
+    timeout: float = TIMEOUT,
+) -> Trace:
+    """One static block; mice and elephants arriving at ``rate`` per second for ``duration`` s."""
+    rate = SINGLE_RATE.get(accounting, 1.0) if rate is None else rate
+    rng = np.random.default_rng(seed)
+    times = poisson_arrivals(rng, rate, duration)
+    blocks = [{"id": "b0", "arrival": 0.0, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}]
+    return _document(accounting, blocks, _pipelines(rng, times, lambda i: ["b0"], timeout))
+
+
+def multi_block(
+    *,
+    accounting: str = "basic",
+    seed: int = 0,
+    duration: float = 300.0,
+    rate: float | None = None,
+    initial_blocks: int = 11,
+    block_interval: float = 10.0,
+    many: int = 10,
+    p_one: float = 0.75,
+    timeout: float = TIMEOUT,
+) -> Trace:
+    """Blocks arriving every ``block_interval`` s; each pipeline wants the last 1 or ``many`` blocks."""
+    rate = MULTI_RATE.get(accounting, 12.8) if rate is None else rate
+    rng = np.random.default_rng(seed)
+    later = np.arange(block_interval, duration, block_interval)
+    block_times = np.concatenate([np.zeros(initial_blocks), later])
+    blocks = [
+        {"id": f"b{j}", "arrival": float(t), "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}
+        for j, t in enumerate(block_times.tolist())
+    ]
+    times = poisson_arrivals(rng, rate, duration)
+    last = np.where(rng.random(len(times)) < p_one, 1, many).tolist()
+    return _document(accounting, blocks, _pipelines(rng, times, lambda i: {"last": last[i]}, timeout))
