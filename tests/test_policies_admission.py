@@ -150,3 +150,17 @@ def test_admission_rejects_edges_not_grouped_by_pipeline() -> None:
     shuffled = Snapshot(**{**snapshot.__dict__, "edge_pipeline": np.array([1, 0])})
     with pytest.raises(ValueError, match="grouped by pipeline"):
         admit_in_order(shuffled, np.arange(2))
+
+
+def test_malformed_snapshots_are_rejected_with_one_line() -> None:
+    snapshot = make_snapshot([{0: 1.0}, {1: 1.0}], unlocked=[2.0, 2.0])
+    broken = {
+        "edge_demand": np.array([[1.0, 0.0], [-1.0, 0.0]]),
+        "edge_block": np.array([0, 5]),
+        "unlocked": np.array([[1.0, 0.0]]),
+        "weight": np.ones(3),
+    }
+    for field, value in broken.items():
+        with pytest.raises(ValueError) as error:
+            admit_in_order(Snapshot(**{**snapshot.__dict__, field: value}), np.arange(2))
+        assert "\n" not in str(error.value)

@@ -26,6 +26,25 @@ from privsched.budgets.accounting import Accounting
 from privsched.policies.base import Snapshot
 
 
+def validate(snapshot: Snapshot) -> None:
+    """Raise ValueError (one line) unless the snapshot's arrays agree with each other."""
+    dims, n_blocks, n = snapshot.accounting.dims, snapshot.n_blocks, snapshot.n_pipelines
+    if np.shape(snapshot.capacity) != (n_blocks, dims) or np.shape(snapshot.unlocked) != (n_blocks, dims):
+        raise ValueError(f"capacity and unlocked must both have shape (blocks, {dims})")
+    if np.shape(snapshot.arrival) != (n,) or np.shape(snapshot.weight) != (n,):
+        raise ValueError("arrival and weight need one entry per pending pipeline")
+    n_edges = len(snapshot.edge_pipeline)
+    if len(snapshot.edge_block) != n_edges or np.shape(snapshot.edge_demand) != (n_edges, dims):
+        raise ValueError(f"edge_pipeline, edge_block and edge_demand (edges, {dims}) must have one row per edge")
+    pipeline, block = np.asarray(snapshot.edge_pipeline), np.asarray(snapshot.edge_block)
+    if n_edges and (pipeline.min() < 0 or pipeline.max() >= n or block.min() < 0 or block.max() >= n_blocks):
+        raise ValueError("an edge refers to a pipeline or block that is not in the snapshot")
+    if n_edges and np.any(np.diff(pipeline) < 0):
+        raise ValueError("snapshot edges must be grouped by pipeline in ascending order")
+    if not np.all(np.isfinite(snapshot.edge_demand)) or np.any(np.asarray(snapshot.edge_demand) < 0):
+        raise ValueError("demands must be finite and non-negative")
+
+
 def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The index ranges ``[start_i, start_i + count_i)`` concatenated, and each index's ``i``."""
     owner = np.repeat(np.arange(len(count)), count)
@@ -46,9 +65,8 @@ class EdgeTable:
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> EdgeTable:
+        validate(snapshot)
         pipeline = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
-        if pipeline.size and np.any(np.diff(pipeline) < 0):
-            raise ValueError("snapshot edges must be grouped by pipeline in ascending order")
         count = np.bincount(pipeline, minlength=snapshot.n_pipelines)
         return cls(
             accounting=snapshot.accounting,

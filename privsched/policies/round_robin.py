@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privsched.budgets.accounting import leq
+from privsched.policies.admission import validate
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -61,6 +62,7 @@ class RoundRobin:
     def allocate(self, snapshot: Snapshot) -> Allocation:
         if snapshot.accounting.is_rdp:
             raise ValueError("round robin supports basic accounting only (use dpf or dpack under rdp)")
+        validate(snapshot)
         demand = np.asarray(snapshot.edge_demand, dtype=float)
         blocks = np.asarray(snapshot.edge_block, dtype=np.intp)
         old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)
