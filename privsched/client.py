@@ -245,14 +245,16 @@ class Client:
     def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none."""
         parsed = [self._spec(s) for s in specs]
-        datasets: dict[str, tuple[DatasetInfo, list[BlockInfo]]] = {}
+        datasets: dict[str, DatasetInfo] = {}
+        blocks: dict[str, list[BlockInfo]] = {}
         requests = []
         pool = self.pool()
         for spec in parsed:
             if spec.dataset not in datasets:
-                datasets[spec.dataset] = (self.ledger.get_dataset(spec.dataset), self.ledger.list_blocks(spec.dataset))
-            dataset, blocks = datasets[spec.dataset]
-            requests.append(build_request(spec, dataset, blocks, pool, owner))
+                datasets[spec.dataset] = self.ledger.get_dataset(spec.dataset)
+            if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
+                blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
+            requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
         return [Run(self, i) for i in self.ledger.submit_many(requests)]
 
     def pipeline(

@@ -38,8 +38,9 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
 def build_request(
     spec: PipelineSpec, dataset: DatasetInfo, blocks: list[BlockInfo], pool: Pool | None, owner: str | None = None
 ) -> PipelineRequest:
-    """The ledger claim for ``spec`` on ``dataset`` (whose blocks, in order of addition, are
-    ``blocks``). Any problem raises :class:`LedgerError` with one line; nothing is written."""
+    """The ledger claim for ``spec`` on ``dataset``, whose blocks in order of addition are
+    ``blocks`` (needed only by ``Last`` and ``Range`` selectors: the ledger checks explicit
+    keys). Any problem raises :class:`LedgerError` with one line; nothing is written."""
     try:
         keys = select_blocks(
             spec.blocks, [b.key for b in blocks], [b.key for b in blocks if b.state == "active"]

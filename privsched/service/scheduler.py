@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
@@ -37,7 +38,7 @@ from privsched.service.executors.base import Executor, Launch
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
-from privsched.spec import Resources
+from privsched.spec import Resources, validation_message
 
 #: Fractions of capacity smaller than this are not worth an unlock transaction.
 _UNLOCK_EPSILON = 1e-12
@@ -230,7 +231,11 @@ class Scheduler:
         waiting = sorted(self.ledger.list_pipelines(states=["granted"]), key=lambda p: (p.granted_at or 0, p.id))
         started = []
         for info in waiting:
-            need = Resources.model_validate(info.resources)
+            try:
+                need = Resources.model_validate(info.resources)
+            except ValidationError as exc:  # recorded by another client of the ledger
+                self._fail(info.id, f"invalid resources: {validation_message(exc)}", touched=False, now=now)
+                continue
             refusal = self.compute.pool.refusal(need)
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)

@@ -1,0 +1,176 @@
+"""Submission throughput and submit-to-grant latency of the scheduler service.
+
+The database holds a backlog of ``--pending`` pipelines (default 10,000) over ``--blocks``
+blocks (default 1,000) of one RDP dataset, (ε_G, δ_G) = (10, 1e-7), each pipeline asking
+for 1–10 consecutive blocks with a Gaussian demand calibrated to ε ∈ [0.1, 1], δ = 1e-9.
+Measured:
+
+- submissions per second through ``privsched submit`` (one process per submission, as a
+  user's shell loop would) and through ``Client.submit`` (one transaction per pipeline);
+- latency from the submit call to the grant when budget is free: a scheduler
+  (``privsched serve --policy dpf-n --n 1e9 --tick 1s``) serves the database, the backlog
+  stays pending (its blocks unlock 1/10^9 per arrival), and each probe pipeline asks for a
+  fully unlocked block of its own, so each allocation pass orders all 10,000 pending
+  pipelines and grants the probe.
+
+Run from the repository root: ``.venv/bin/python benchmarks/service.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from privsched.budgets import EpsilonDelta, demand_vector, mechanism_json  # noqa: E402
+from privsched.client import Client, connect  # noqa: E402
+from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
+
+JOB = {"function": "tests.test_service_jobs:spend_half"}
+
+
+def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
+    """The database with its backlog (written in batches straight through the ledger)."""
+    client = connect(path)
+    dataset = client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
+    keys = [f"block-{i:05d}" for i in range(blocks)]
+    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys])
+    rng = np.random.default_rng(seed)
+    requests = []
+    for i in range(pending):
+        epsilon = float(rng.uniform(0.1, 1.0))
+        mechanism = EpsilonDelta(epsilon=epsilon, delta=1e-9)
+        width = int(rng.integers(1, 11))
+        start = int(rng.integers(0, blocks - width + 1))
+        requests.append(PipelineRequest(
+            name=f"backlog-{i}", dataset="reviews", block_keys=keys[start:start + width],
+            demand=demand_vector(mechanism, dataset.accounting), mechanism=mechanism_json(mechanism),
+            owner="bench", job=JOB, resources={"gpus": 0, "cpus": 0.01, "memory": 0},
+        ))
+    for chunk in range(0, pending, 1000):
+        client.ledger.submit_many(requests[chunk:chunk + 1000])
+    return client
+
+
+def probe_spec(name: str, block: str) -> dict:
+    return {"name": name, "dataset": "reviews", "blocks": [block], "epsilon": 0.5, "delta": 1e-9,
+            "job": JOB, "resources": {"cpus": 0.01}}
+
+
+def write_probe(folder: Path, name: str, block: str) -> Path:
+    path = folder / f"{name}.yaml"
+    spec = probe_spec(name, block)
+    path.write_text(
+        f"name: {name}\ndataset: reviews\nblocks: [{block}]\nepsilon: 0.5\ndelta: 1.0e-9\n"
+        f"job: {{function: '{JOB['function']}'}}\nresources: {{cpus: {spec['resources']['cpus']}}}\n"
+    )
+    return path
+
+
+def cli(env: dict, *args: object) -> str:
+    done = subprocess.run([sys.executable, "-m", "privsched", *map(str, args)], env=env, capture_output=True,
+                          text=True, check=True)
+    return done.stdout
+
+
+def rate_cli(env: dict, folder: Path, count: int) -> float:
+    path = write_probe(folder, "rate-cli", "block-00000")
+    started = time.perf_counter()
+    for _ in range(count):
+        cli(env, "submit", path)
+    return count / (time.perf_counter() - started)
+
+
+def rate_api(client: Client, count: int) -> float:
+    spec = probe_spec("rate-api", "block-00000")
+    started = time.perf_counter()
+    for _ in range(count):
+        client.submit(spec)
+    return count / (time.perf_counter() - started)
+
+
+def wait_granted(client: Client, pipeline_id: int) -> float:
+    while (info := client.status(pipeline_id)).granted_at is None:
+        if info.state not in ("pending", "granted", "running"):
+            raise RuntimeError(f"probe {pipeline_id} ended {info.state}: {info.message}")
+        time.sleep(0.005)
+    return info.granted_at
+
+
+def latencies(client: Client, env: dict, folder: Path, probes: int) -> tuple[list[float], list[float]]:
+    """Submit-to-grant seconds of probes submitted through the CLI and through the API."""
+    keys = [f"free-{i:03d}" for i in range(2 * probes)]
+    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+    by_cli, by_api = [], []
+    for i in range(probes):
+        path = write_probe(folder, f"probe-cli-{i}", keys[2 * i])
+        started = time.time()
+        pipeline_id = int(cli(env, "submit", path))
+        by_cli.append(wait_granted(client, pipeline_id) - started)
+        started = time.time()
+        run = client.submit(probe_spec(f"probe-api-{i}", keys[2 * i + 1]))
+        by_api.append(wait_granted(client, run.id) - started)
+    return by_cli, by_api
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=1000)
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--cli-submissions", type=int, default=20)
+    parser.add_argument("--api-submissions", type=int, default=200)
+    parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
+    args = parser.parse_args()
+    if args.quick:
+        args.blocks, args.pending, args.cli_submissions, args.api_submissions, args.probes = 100, 1000, 5, 50, 3
+
+    folder = Path(tempfile.mkdtemp(prefix="privsched-bench-"))
+    db = folder / "bench.db"
+    env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    client = build(db, args.blocks, args.pending)
+    print(f"backlog: {args.pending:,} pending pipelines on {args.blocks:,} blocks "
+          f"(built in {time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    client.runs.record_pool(client.pool())
+    cli_rate = rate_cli(env, folder, args.cli_submissions)
+    api_rate = rate_api(client, args.api_submissions)
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        while client.ledger.lease_holder() is None:
+            if server.poll() is not None:
+                raise RuntimeError(f"the scheduler did not start: {server.stderr.read()}")
+            time.sleep(0.05)
+        by_cli, by_api = latencies(client, env, folder, args.probes)
+    finally:
+        server.terminate()
+        server.wait()
+
+    def ms(values: list[float]) -> str:
+        return f"{1000 * statistics.median(values):.0f} / {1000 * max(values):.0f}"
+
+    print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders)\n")
+    print("| measure | CLI | Python API | CLI/API |")
+    print("|---|---|---|---|")
+    print(f"| submissions per second | {cli_rate:.2f} | {api_rate:.1f} | {cli_rate / api_rate:.3f} |")
+    print(f"| submit → grant, median / max (ms) | {ms(by_cli)} | {ms(by_api)} | "
+          f"{statistics.median(by_cli) / statistics.median(by_api):.2f} |")
+    client.close()
+
+
+if __name__ == "__main__":
+    main()
