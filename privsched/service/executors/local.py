@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from privsched.jobs.runner import JobResult
+from privsched.ledger.lease import _alive as pid_exists
 from privsched.service.executors.base import Executor, Launch, failure, read_result
 
 
@@ -38,13 +39,7 @@ def _start_ticks(pid: int) -> str | None:
 
 def _alive(pid: int, ticks: str | None) -> bool:
     if not Path("/proc").is_dir():
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return pid_exists(pid)
     now = _start_ticks(pid)
     return now is not None and (ticks is None or now == ticks)
 
