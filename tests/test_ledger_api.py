@@ -362,6 +362,7 @@ K_RDP = 12
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([-0.1, 0]))), "non-negative"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.zeros(3))), "2 values"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([1.5, 0]))), "never be granted"),
+        # fits only at the dead orders α ≤ 2.5 (capacity 0 there)
         (lambda L: L.submit(PipelineRequest("p", "reviews", ["r1"], demand=np.r_[np.zeros(4), np.full(8, 20.0)])),
          "never be granted"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"])), "needs a demand"),
