@@ -353,6 +353,7 @@ class Client:
         cpus: float | None = None,
         memory: int | str | None = None,
         executor: str = "local",
+        ray_address: str | None = None,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
     ):
@@ -365,7 +366,7 @@ class Client:
 
         return serve_options(
             self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
-            memory=memory, executor=executor, stop=stop, log=log,
+            memory=memory, executor=executor, ray_address=ray_address, stop=stop, log=log,
         )
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any):

@@ -160,7 +160,9 @@ def serve(
     gpus: Annotated[Optional[int], typer.Option(help="Declare N GPUs (default: detected).")] = None,
     cpus: Annotated[Optional[float], typer.Option(help="CPUs jobs may use (default: this machine's).")] = None,
     memory: Annotated[Optional[str], typer.Option(help="Memory jobs may use, e.g. 64G (default: this machine's).")] = None,
-    executor: Annotated[str, typer.Option(help="Where jobs run: local.")] = "local",
+    executor: Annotated[str, typer.Option(help="Where jobs run: local, or ray (a Ray cluster).")] = "local",
+    ray_address: Annotated[Optional[str], typer.Option(
+        help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
@@ -182,7 +184,8 @@ def serve(
     with _client(db) as client, errors():
         try:
             summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
-                                   cpus=cpus, memory=memory, executor=executor, stop=stop, log=log)
+                                   cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
+                                   stop=stop, log=log)
         except ServiceError as exc:
             fail(exc)
     print(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "

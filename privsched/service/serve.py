@@ -157,6 +157,7 @@ def serve_options(
     cpus: float | None = None,
     memory: int | str | None = None,
     executor: str = "local",
+    ray_address: str | None = None,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ServeSummary:
@@ -164,12 +165,12 @@ def serve_options(
     options of ``privsched serve``). Bad options raise ``ValueError`` with one line."""
     from privsched.policies import make_policy
     from privsched.service.executors import make_executor
-    from privsched.service.resources import make_pool
     from privsched.spec import parse_memory
 
     spec = make_policy(policy, n=n, lifetime=lifetime)
-    pool = make_pool(gpus, cpus, None if memory is None else parse_memory(memory))
+    runner = make_executor(executor, ray_address)
+    pool = runner.pool(gpus, cpus, None if memory is None else parse_memory(memory))
     return serve(
-        db_path, spec, make_executor(executor), pool, tick=tick, until_idle=until_idle, stop=stop,
+        db_path, spec, runner, pool, tick=tick, until_idle=until_idle, stop=stop,
         log=log or (lambda message: None),
     )

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from privsched.jobs.runner import JobResult
-from privsched.service.resources import Placement
+from privsched.service.resources import Placement, Pool, make_pool
 
 
 @dataclass(frozen=True)
@@ -84,3 +84,8 @@ class Executor(ABC):
     @abstractmethod
     def running(self) -> set[int]:
         """Ids of the jobs being watched."""
+
+    def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
+        """The compute this executor runs jobs on, with any of its sizes overridden (default:
+        this machine's, see :func:`~privsched.service.resources.make_pool`)."""
+        return make_pool(gpus, cpus, memory)
