@@ -1,0 +1,305 @@
+"""The Ray executor: each granted job runs as a Ray job (the Ray Jobs API) on a cluster.
+
+Why Ray jobs rather than tasks or actors: a job submitted through ``JobSubmissionClient``
+is owned by the cluster, not by the process that submitted it. It keeps running when the
+scheduler stops, is found again under its ``submission_id``, keeps its output as logs on
+the cluster and is stopped with ``stop_job`` (SIGTERM, then SIGKILL). Tasks and actors
+share the fate of their driver, so a scheduler restart would kill every running job.
+
+- **Resources.** A job asks for its placement's GPUs, CPUs and memory as
+  ``entrypoint_num_gpus``, ``entrypoint_num_cpus`` and ``entrypoint_memory``: one Ray
+  resource request on one node, so a multi-GPU job gets all its GPUs or waits, and Ray sets
+  ``CUDA_VISIBLE_DEVICES`` to them. Before submitting, the request is checked against every
+  alive node's total resources: one that no node can ever hold is refused
+  (:class:`UnplaceableJob`) instead of waiting on the cluster forever.
+- **Context and result.** The job's context travels in the submission's environment and
+  its result comes back as a marked line of its output (:mod:`.ray_entry`): workers never
+  open the database. The result is also written to the run folder's result file.
+- **Stable ids.** A job's ``submission_id`` is derived from its database's run folder, its
+  pipeline id and its start time as recorded in the ledger, so a restarted scheduler finds
+  the jobs an earlier one submitted (:meth:`RayExecutor.attach`), and Ray itself refuses a
+  second submission of the same job.
+- **Logs.** The Ray job's output is copied into the pipeline's log file as it runs.
+- **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
+  that ended without a result, fails with its data assumed touched, except when Ray reports
+  that its command never started (DESIGN §4.4).
+
+``ray`` is imported only when a :class:`RayExecutor` is made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from privsched.jobs.runner import JobResult, write_atomic
+from privsched.service.executors.base import Executor, Launch, failure, read_result
+from privsched.service.executors.ray_entry import JOB_VARIABLE, encode_document, parse_result
+from privsched.service.resources import Placement, Pool, make_pool
+
+#: Ray error types of jobs whose command never started: their data was not touched.
+NEVER_STARTED = frozenset(
+    {
+        "RUNTIME_ENV_SETUP_FAILURE",
+        "JOB_SUPERVISOR_ACTOR_START_TIMEOUT",
+        "JOB_SUPERVISOR_ACTOR_START_FAILURE",
+        "JOB_SUPERVISOR_ACTOR_UNSCHEDULABLE",
+        "JOB_ENTRYPOINT_COMMAND_START_ERROR",
+    }
+)
+#: Largest encoded context a submission carries (an environment variable's limit is 128 KiB).
+MAX_CONTEXT_BYTES = 120 * 1024
+#: What a request to the cluster raises when it cannot answer (requests' errors are OSErrors).
+_CLUSTER_ERRORS = (OSError, RuntimeError)
+
+
+class UnplaceableJob(OSError):
+    """A job no node of the cluster can ever hold (or whose context is too large to send)."""
+
+
+def submission_id(launch: Launch) -> str:
+    """The job's stable Ray id: ``privsched-<database>-<pipeline>-<digest>``, the digest
+    covering the database's run folder and the job's recorded start time."""
+    runs_root = launch.context.parent.parent.resolve()
+    digest = hashlib.sha1(f"{runs_root}|{launch.pipeline_id}|{launch.started_at!r}".encode()).hexdigest()[:10]
+    database = re.sub(r"[^A-Za-z0-9_.-]", "_", runs_root.name)[:40]
+    return f"privsched-{database}-{launch.pipeline_id}-{digest}"
+
+
+def node_refusal(placement: Placement, nodes: list[dict[str, float]]) -> str | None:
+    """Why no node can ever hold the job (``nodes``: each alive node's total resources),
+    or None if one can."""
+    for node in nodes:
+        if (
+            len(placement.gpus) <= node.get("GPU", 0)
+            and placement.cpus <= node.get("CPU", 0) + 1e-9
+            and placement.memory <= node.get("memory", 0)
+        ):
+            return None
+    largest = max(nodes, key=lambda n: (n.get("GPU", 0), n.get("CPU", 0), n.get("memory", 0)), default={})
+    return (
+        f"no node of the Ray cluster can hold {len(placement.gpus)} GPU(s), {placement.cpus:g} CPU(s) and "
+        f"{placement.memory / 2**30:.3g} GiB of memory (largest node: {largest.get('GPU', 0):g} GPU(s), "
+        f"{largest.get('CPU', 0):g} CPU(s), {largest.get('memory', 0) / 2**30:.3g} GiB; {len(nodes)} node(s) alive)"
+    )
+
+
+def cluster_pool(nodes: list[dict[str, float]]) -> Pool:
+    """The whole cluster as a pool: its GPUs (named 0..N-1), CPUs and task memory."""
+    gpus = int(sum(n.get("GPU", 0) for n in nodes))
+    return Pool(tuple(str(i) for i in range(gpus)), sum(n.get("CPU", 0) for n in nodes),
+                int(sum(n.get("memory", 0) for n in nodes)))
+
+
+def _environment(placement: Placement, encoded: str) -> dict[str, str]:
+    """The job's environment: its context, thread pools sized to its CPUs, and no GPU when
+    it has none (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs it assigns)."""
+    threads = str(max(1, int(placement.cpus)))
+    env = {JOB_VARIABLE: encoded, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
+    if not placement.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+@dataclass
+class _Job:
+    launch: Launch
+    submission_id: str
+    copied: int = 0  # bytes of the Ray job's output already in the log file
+    stop_reason: str | None = None
+    stop_sent: bool = False
+    logs_at: float = 0.0
+
+
+class RayExecutor(Executor):
+    """Runs each job as a Ray job on the cluster at ``address`` (the dashboard's
+    ``http://host:8265``; default ``$RAY_ADDRESS``, else a cluster on this machine).
+
+    ``python`` is the interpreter the job's command starts on the workers (privsched must be
+    installed there); the cluster is polled for job states at most every ``refresh`` seconds
+    and for new output every ``log_refresh`` seconds."""
+
+    name = "ray"
+
+    def __init__(
+        self, address: str | None = None, *, python: str = "python", refresh: float = 0.5, log_refresh: float = 2.0
+    ) -> None:
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError:
+            raise ValueError("the ray executor needs Ray: pip install 'privsched[ray]'") from None
+        try:
+            self.client = JobSubmissionClient(address)
+        except (OSError, RuntimeError, ValueError) as exc:
+            where = address or os.environ.get("RAY_ADDRESS") or "this machine"
+            raise ValueError(f"cannot reach a Ray cluster at {where}: {str(exc).splitlines()[0]}") from None
+        self.address = self.client.get_address()
+        self.python = python
+        self.refresh = refresh
+        self.log_refresh = log_refresh
+        self._jobs: dict[int, _Job] = {}
+        self._polled = -math.inf
+
+    # -- the cluster --------------------------------------------------------------------------
+
+    def nodes(self) -> list[dict[str, float]]:
+        """Total resources of each alive node."""
+        from ray.util.state import list_nodes
+
+        alive = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], limit=10_000)
+        return [dict(node.resources_total) for node in alive]
+
+    def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
+        """The cluster's pool (all alive nodes together), with any of its sizes overridden."""
+        make_pool(gpus or 0, cpus or 1.0, memory or 0)  # validates the overrides
+        whole = cluster_pool(self.nodes())
+        return Pool(
+            whole.gpus if gpus is None else tuple(str(i) for i in range(gpus)),
+            whole.cpus if cpus is None else float(cpus),
+            whole.memory if memory is None else int(memory),
+        )
+
+    def _info(self, job: _Job) -> Any | None:
+        """Ray's record of the job, or None if the cluster has no such job. Raises one of
+        ``_CLUSTER_ERRORS`` when the cluster cannot answer."""
+        try:
+            return self.client.get_job_info(job.submission_id)
+        except RuntimeError as exc:
+            if "status code 404" in str(exc) or "does not exist" in str(exc):
+                return None
+            raise
+
+    # -- the interface --------------------------------------------------------------------------
+
+    def start(self, launch: Launch) -> None:
+        try:
+            nodes = self.nodes()
+        except _CLUSTER_ERRORS as exc:
+            raise OSError(f"cannot reach the Ray cluster at {self.address}: {str(exc).splitlines()[0]}") from None
+        refusal = node_refusal(launch.placement, nodes)
+        if refusal is not None:
+            raise UnplaceableJob(refusal)
+        encoded = encode_document(launch.context.read_text())
+        if len(encoded) > MAX_CONTEXT_BYTES:
+            raise UnplaceableJob(f"the job's context is {len(encoded)} bytes once encoded, over {MAX_CONTEXT_BYTES}")
+        launch.result.unlink(missing_ok=True)
+        launch.log.write_bytes(b"")  # the log file holds this Ray job's output only
+        job = _Job(launch, submission_id(launch))
+        try:
+            self.client.submit_job(
+                entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
+                submission_id=job.submission_id,
+                runtime_env={"env_vars": _environment(launch.placement, encoded)},
+                metadata={"privsched_pipeline": str(launch.pipeline_id)},
+                entrypoint_num_gpus=len(launch.placement.gpus) or None,
+                entrypoint_num_cpus=launch.placement.cpus or None,
+                entrypoint_memory=launch.placement.memory or None,
+            )
+        except _CLUSTER_ERRORS as exc:
+            # The submission may have reached the cluster: watch the job unless Ray surely lacks it.
+            try:
+                known = self._info(job) is not None
+            except _CLUSTER_ERRORS:
+                known = True  # cannot tell: watched, and failed conservatively if it never shows up
+            if not known:
+                raise OSError(f"Ray refused the job: {str(exc).splitlines()[0]}") from None
+        self._jobs[launch.pipeline_id] = job
+
+    def attach(self, launch: Launch) -> bool:
+        copied = launch.log.stat().st_size if launch.log.exists() else 0
+        job = _Job(launch, submission_id(launch), copied=copied)
+        self._jobs[launch.pipeline_id] = job
+        try:
+            info = self._info(job)
+        except _CLUSTER_ERRORS:
+            return True  # the cluster does not answer: watched until it does
+        return info is not None and not info.status.is_terminal()
+
+    def cancel(self, pipeline_id: int, reason: str) -> None:
+        job = self._jobs.get(pipeline_id)
+        if job is not None and job.stop_reason is None:
+            job.stop_reason = reason
+            self._send_stop(job)
+
+    def _send_stop(self, job: _Job) -> None:
+        try:
+            self.client.stop_job(job.submission_id)
+            job.stop_sent = True
+        except _CLUSTER_ERRORS:
+            pass  # retried by the next poll
+
+    def poll(self, now: float) -> list[JobResult]:
+        if now - self._polled < self.refresh:
+            return []
+        self._polled = now
+        results = []
+        for pipeline_id, job in list(self._jobs.items()):
+            try:
+                info = self._info(job)
+            except _CLUSTER_ERRORS:
+                continue  # the cluster does not answer: try again later
+            if info is None:
+                del self._jobs[pipeline_id]
+                results.append(read_result(job.launch, "vanished from the Ray cluster"))
+                continue
+            if not info.status.is_terminal():
+                self._watch(job, now)
+                continue
+            logs = self._copy_logs(job)
+            if logs is None:
+                continue  # its output could not be read yet: try again later
+            del self._jobs[pipeline_id]
+            results.append(self._outcome(job, info, logs))
+        return results
+
+    def running(self) -> set[int]:
+        return set(self._jobs)
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _watch(self, job: _Job, now: float) -> None:
+        """Stop a job past its deadline (or whose stop did not get through), copy its output."""
+        deadline = job.launch.deadline
+        if job.stop_reason is None and deadline is not None and now > deadline:
+            job.stop_reason = f"killed after exceeding its max_runtime of {job.launch.max_runtime:g} s"
+        if job.stop_reason is not None and not job.stop_sent:
+            self._send_stop(job)
+        if now - job.logs_at >= self.log_refresh:
+            job.logs_at = now
+            self._copy_logs(job)
+
+    def _copy_logs(self, job: _Job) -> str | None:
+        """Append the job's new output to its log file; returns the whole output."""
+        try:
+            logs = self.client.get_job_logs(job.submission_id)
+        except _CLUSTER_ERRORS:
+            return None
+        data = logs.encode()
+        if len(data) > job.copied:
+            with open(job.launch.log, "ab") as log:
+                log.write(data[job.copied :])
+            job.copied = len(data)
+        return logs
+
+    def _outcome(self, job: _Job, info: Any, logs: str) -> JobResult:
+        launch = job.launch
+        if job.stop_reason is not None:
+            return failure(launch, job.stop_reason)
+        result = parse_result(logs, launch.pipeline_id)
+        if result is not None:
+            write_atomic(launch.result, result.to_json())
+            return result
+        status = str(getattr(info.status, "value", info.status))
+        detail = " ".join(str(info.message or "").split())[:300]
+        error = str(getattr(info.error_type, "value", info.error_type or ""))
+        if status == "STOPPED":
+            return failure(launch, "stopped on the Ray cluster")
+        if error in NEVER_STARTED:
+            return JobResult(launch.pipeline_id, False, touched_data=False, message=f"Ray could not start the job: {detail}")
+        return failure(launch, f"job ended on Ray ({status}) without reporting its result: {detail}")
+

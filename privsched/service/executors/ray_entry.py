@@ -1,0 +1,86 @@
+"""What a Ray job runs on the cluster, and how it talks back to the scheduler.
+
+    python -m privsched.service.executors.ray_entry
+
+The job travels with its submission: the runner's context document (a
+:class:`~privsched.jobs.context.JobContext` plus its ``job`` entry) is compressed into the
+environment variable ``PRIVSCHED_JOB``, so a worker never needs the database file or the
+scheduler's run folders. The entry runs the job with :func:`privsched.jobs.runner.run_job`
+and prints the :class:`~privsched.jobs.runner.JobResult` as the last line of its output,
+prefixed by :data:`RESULT_MARKER`; the scheduler reads it from the Ray job's logs and alone
+settles it in the ledger (DESIGN §4.4). The exit status is 0 when the job completed.
+
+The job's working directory is its scheduler-side run folder when that path exists on the
+worker (a shared file system, or a one-machine cluster), else the Ray job's own folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import sys
+import tempfile
+import zlib
+from pathlib import Path
+
+from privsched.jobs.runner import JobResult, run_job
+
+#: Environment variable carrying the job's context document.
+JOB_VARIABLE = "PRIVSCHED_JOB"
+#: Prefix of the log line that carries the job's result.
+RESULT_MARKER = "@@privsched-result "
+
+
+def encode_document(document: str) -> str:
+    """The context document as it travels in :data:`JOB_VARIABLE` (zlib, then base64)."""
+    return base64.b64encode(zlib.compress(document.encode(), 9)).decode("ascii")
+
+
+def decode_document(encoded: str) -> str:
+    return zlib.decompress(base64.b64decode(encoded)).decode()
+
+
+def result_line(result: JobResult) -> str:
+    return RESULT_MARKER + result.to_json()
+
+
+def parse_result(logs: str, pipeline_id: int) -> JobResult | None:
+    """The result the job printed last, or None if it printed none (it was killed, or never
+    started). A result of another pipeline, or one that does not parse, is a failure."""
+    for line in reversed(logs.splitlines()):
+        if not line.startswith(RESULT_MARKER):
+            continue
+        try:
+            result = JobResult.from_json(line[len(RESULT_MARKER):])
+        except (ValueError, KeyError, TypeError):
+            return JobResult(pipeline_id, False, message="job printed a result that does not parse")
+        if result.pipeline_id != pipeline_id:
+            return JobResult(pipeline_id, False, message="job printed the result of another pipeline")
+        return result
+    return None
+
+
+def main() -> int:
+    encoded = os.environ.get(JOB_VARIABLE)
+    if not encoded:
+        print(f"{JOB_VARIABLE} is not set: this module runs a job the ray executor submitted", file=sys.stderr)
+        return 2
+    document = json.loads(decode_document(encoded))
+    workdir = Path(document["workdir"])
+    if workdir.is_dir():
+        os.chdir(workdir)
+    else:
+        document["workdir"] = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="privsched-job-") as folder:
+        context = Path(folder) / "context.json"
+        context.write_text(json.dumps(document))
+        result = run_job(context)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print("\n" + result_line(result), flush=True)
+    return 0 if result.completed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
