@@ -1,0 +1,270 @@
+"""DP-SGD training on Opacus (Abadi et al. 2016; Yousefpour et al. 2021), within a grant.
+
+A granted job trains a zoo model on its granted blocks with Poisson sampling at rate q,
+per-sample clipping to C and Gaussian noise of standard deviation σC per step. The noise
+multiplier σ is the one its plan was charged with (RDP calibration, DESIGN §3.4). The
+trainer never takes a step whose cumulative cost ``compute_rdp(q, σ, steps, orders)`` would
+exceed the grant in any dimension, may stop earlier (``max_steps``, early stopping on the
+held-out loss), and reports the budget of the steps it actually took, read from the Opacus
+accountant that counted them: the scheduler releases the rest (DESIGN §4.4).
+
+Held-out loss and accuracy are computed on records of the granted blocks kept out of
+training; like the paper's accuracy figures they are not themselves noised.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from privsched.budgets.accounting import Accounting, leq
+from privsched.budgets.curves import subsampled_gaussian_curve
+from privsched.jobs.context import JobContext
+from privsched.trainers.data import bag_of_words, load_blocks, split
+from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
+from privsched.trainers.plans import DPSGDJob
+
+#: Opacus warnings that say nothing about a correct run (secure RNG off by choice, backward
+#: hooks on modules whose inputs need no gradient, the RDP conversion's order range).
+_QUIET = (
+    "Secure RNG turned off",
+    "Using a non-full backward hook",
+    "Full backward hook is firing",
+    "Optimal order is the largest alpha",
+)
+
+
+@dataclass
+class Examples:
+    """A job's records as model inputs and labels."""
+
+    inputs: torch.Tensor
+    labels: torch.Tensor
+    n_classes: int
+    vocab_size: int
+
+    def subset(self, index: np.ndarray) -> TensorDataset:
+        idx = torch.as_tensor(index, dtype=torch.long)
+        return TensorDataset(self.inputs[idx], self.labels[idx])
+
+
+def examples(records: dict[str, np.ndarray], model: str, target: str) -> Examples:
+    """Inputs of the kind ``model`` reads (bag of words or token ids) and ``target`` labels."""
+    tokens = records["tokens"]
+    vocab_size = int(records["vocab_size"]) if "vocab_size" in records else int(tokens.max()) + 1
+    labels = records[target].astype(np.int64)
+    if target == "category":
+        n_classes = int(records["n_categories"]) if "n_categories" in records else int(labels.max()) + 1
+    else:
+        n_classes = 2
+    if INPUTS[model] == "bow":
+        inputs = torch.from_numpy(bag_of_words(tokens, vocab_size))
+    else:
+        inputs = torch.from_numpy(tokens.astype(np.int64))
+    return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size)
+
+
+def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Examples, TensorDataset, TensorDataset]:
+    """The job's examples and their seeded (train, held-out) split."""
+    data = examples(records, job.model, job.target)
+    train_idx, held_idx = split(len(data.labels), job.holdout, job.seed)
+    return data, data.subset(train_idx), data.subset(held_idx)
+
+
+def spent_budget(history: list[tuple[float, float, int]], accounting: Accounting, delta: float) -> np.ndarray:
+    """Budget of the steps an Opacus RDP accountant recorded as (σ, q, steps) entries.
+
+    RDP: Σ compute_rdp(q, σ, steps, orders) on the dataset's orders. Basic: (ε, δ) with ε
+    the RDP accountant's conversion at δ (Balle et al. 2020), or (0, 0) before any step."""
+    if accounting.is_rdp:
+        total = np.zeros(accounting.dims)
+        for sigma, q, steps in history:
+            total = total + subsampled_gaussian_curve(q, sigma, steps, accounting.alphas)
+        return total
+    if not history:
+        return np.zeros(2)
+    from opacus.accountants import RDPAccountant
+
+    accountant = RDPAccountant()
+    accountant.history = list(history)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_QUIET[-1])
+        return np.array([accountant.get_epsilon(delta=delta), delta])
+
+
+def affordable_steps(
+    budget: np.ndarray, accounting: Accounting, sample_rate: float, sigma: float, delta: float, limit: int
+) -> int:
+    """Most steps (≤ ``limit``) whose cumulative cost stays within ``budget`` in every
+    dimension; the cost grows with the number of steps, so a bisection finds it."""
+
+    def fits(steps: int) -> bool:
+        return bool(np.all(leq(spent_budget([(sigma, sample_rate, steps)], accounting, delta), budget)))
+
+    if fits(limit):
+        return limit
+    low, high = 0, limit  # fits(low), not fits(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def evaluate(model: nn.Module, data: TensorDataset, device: torch.device) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of ``model`` on ``data``."""
+    model.eval()
+    inputs, labels = data.tensors
+    with torch.no_grad():
+        logits = model(inputs.to(device))
+        loss = nn.functional.cross_entropy(logits, labels.to(device)).item()
+        accuracy = (logits.argmax(dim=1).cpu() == labels).float().mean().item()
+    model.train()
+    return loss, accuracy
+
+
+def make_optimizer(model: nn.Module, job: DPSGDJob) -> torch.optim.Optimizer:
+    if job.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=job.lr)
+    return torch.optim.SGD(model.parameters(), lr=job.lr)
+
+
+@dataclass
+class Trainer:
+    """A model ready to train: the (possibly Opacus-wrapped) module, optimizer, loss, loader."""
+
+    model: nn.Module  # the plain model, whose state_dict is saved
+    module: nn.Module
+    optimizer: torch.optim.Optimizer
+    criterion: nn.Module
+    loader: DataLoader
+    device: torch.device
+    ghost: bool = False
+    engine: object | None = None
+
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+        """One optimiser step. An empty Poisson batch under ghost clipping is a noise-only
+        step (the noisy sum of zero clipped gradients), which Opacus' hooks mode also takes."""
+        self.optimizer.zero_grad()
+        if self.ghost and len(labels) == 0:
+            for p in self.model.parameters():
+                p.grad = torch.zeros_like(p)
+        else:
+            loss = self.criterion(self.module(inputs.to(self.device)), labels.to(self.device))
+            loss.backward()
+        self.optimizer.step()
+
+    @property
+    def history(self) -> list[tuple[float, float, int]]:
+        """(σ, q, steps) entries of the Opacus accountant (empty when not private)."""
+        return list(self.engine.accountant.history) if self.engine is not None else []
+
+
+def private_trainer(
+    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
+) -> Trainer:
+    """Wrap a model with Opacus ``make_private`` and explicit noise σ.
+
+    The loader samples each record independently with probability q (Poisson, Opacus
+    ``DPDataLoader``) and the accountant is stepped with that same q, whatever the loader's
+    nominal length, so that the accountant's record is exactly ``(σ, q, steps taken)``."""
+    from opacus import PrivacyEngine
+    from opacus.data_loader import DPDataLoader
+
+    model.to(device)
+    generator = torch.Generator().manual_seed(job.seed)
+    loader = DPDataLoader(train, sample_rate=job.sample_rate, generator=generator)
+    criterion = nn.CrossEntropyLoss()
+    with warnings.catch_warnings():
+        for message in _QUIET:
+            warnings.filterwarnings("ignore", message=message)
+        engine = PrivacyEngine()
+        wrapped = engine.make_private(
+            module=model,
+            optimizer=make_optimizer(model, job),
+            criterion=criterion,
+            data_loader=loader,
+            noise_multiplier=sigma,
+            max_grad_norm=job.max_grad_norm,
+            poisson_sampling=False,  # the loader already samples at rate q
+            grad_sample_mode=mode,
+        )
+    if mode == "ghost":
+        module, optimizer, criterion, loader = wrapped
+    else:
+        module, optimizer, loader = wrapped
+    optimizer.expected_batch_size = max(1, round(job.sample_rate * len(train)))
+    optimizer.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
+    return Trainer(model, module, optimizer, criterion, loader, device, ghost=mode == "ghost", engine=engine)
+
+
+def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device) -> Trainer:
+    """The same model, optimiser and expected batch size q·n without privacy (shuffled batches)."""
+    model.to(device)
+    batch_size = max(1, round(job.sample_rate * len(train)))
+    loader = DataLoader(train, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(job.seed))
+    return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), loader, device)
+
+
+def fit(trainer: Trainer, steps: int, heldout: TensorDataset | None = None, patience: int | None = None) -> tuple[int, bool]:
+    """Take up to ``steps`` steps, in epochs of the loader's length; with ``patience``, stop
+    once the held-out loss has not improved for that many epochs. Returns (steps taken,
+    whether it stopped early)."""
+    taken, best, stale = 0, math.inf, 0
+    with warnings.catch_warnings():
+        for message in _QUIET:
+            warnings.filterwarnings("ignore", message=message)
+        while taken < steps:
+            for inputs, labels in trainer.loader:
+                if taken == steps:
+                    break
+                trainer.step(inputs, labels)
+                taken += 1
+            if patience is not None and heldout is not None and taken < steps:
+                loss, _ = evaluate(trainer.model, heldout, trainer.device)
+                best, stale = (loss, 0) if loss < best else (best, stale + 1)
+                if stale >= patience:
+                    return taken, True
+    return taken, False
+
+
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float) -> None:
+    """Train the job's model within its grant; save ``model.pt`` and ``metrics.json`` under
+    the work directory; report metrics and the budget actually spent."""
+    data, train, heldout = train_heldout(load_blocks(ctx), job)
+    planned = min(job.steps, job.max_steps or job.steps)
+    steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned)
+    torch.manual_seed(job.seed)
+    model = build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
+    mode = job.grad_sample_mode or ("ghost" if ghost_clipping_applies(model) else "hooks")
+    device = torch.device(ctx.device)
+    trainer = private_trainer(model, train, job, sigma, mode, device)
+    taken, early = fit(trainer, steps, heldout, job.patience)
+    spent = spent_budget(trainer.history, ctx.accounting, delta)
+    loss, accuracy = evaluate(model, heldout, device)
+    reason = "early_stopping" if early else "budget" if steps < planned else "max_steps" if planned < job.steps else "plan"
+    metrics = {
+        "model": job.model,
+        "grad_sample_mode": mode,
+        "sample_rate": job.sample_rate,
+        "noise_multiplier": sigma,
+        "planned_steps": job.steps,
+        "steps": taken,
+        "stopped": reason,
+        "train_records": len(train),
+        "heldout_records": len(heldout),
+        "heldout_loss": loss,
+        "heldout_accuracy": accuracy,
+        "spent": spent.tolist(),
+    }
+    ctx.workdir.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), ctx.workdir / "model.pt")
+    (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))
+    ctx.report_metrics(**metrics)
+    ctx.report_spent(spent)

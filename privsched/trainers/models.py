@@ -1,0 +1,108 @@
+"""The model zoo: small review classifiers that train on 2 CPU cores (OSDI'21 §6.2 uses a
+linear model, a feed-forward network, an LSTM and a small BERT on Amazon Reviews).
+
+- ``logreg``: logistic regression on bag-of-words features.
+- ``mlp``: one hidden layer on bag-of-words features.
+- ``cnn``: token embeddings, a width-3 1-D convolution, max-pooling over time.
+- ``text``: embedding-bag classifier, the mean of the review's token embeddings (built on
+  ``nn.Embedding`` so that Opacus' ghost clipping applies to it).
+- ``lstm``: token embeddings and an Opacus ``DPLSTM``, mean-pooled over the review.
+
+``logreg``, ``mlp`` and ``text`` contain only layers with ghost-clipping norms (linear,
+embedding) and train with ``grad_sample_mode="ghost"``; ``cnn`` (convolution) and ``lstm``
+(recurrent cells) fall back to per-sample gradients from hooks.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+#: Which input a model reads: bag-of-words features or token ids.
+INPUTS = {"logreg": "bow", "mlp": "bow", "cnn": "tokens", "text": "tokens", "lstm": "tokens"}
+
+
+class LogReg(nn.Module):
+    def __init__(self, vocab_size: int, n_classes: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(vocab_size, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+
+class MLP(nn.Module):
+    def __init__(self, vocab_size: int, n_classes: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(vocab_size, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def _masked_mean(h: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean of ``h`` (n, L, d) over the non-padding positions of ``tokens`` (n, L)."""
+    mask = (tokens > 0).unsqueeze(-1).to(h.dtype)
+    return (h * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
+
+
+class TextCNN(nn.Module):
+    def __init__(self, vocab_size: int, n_classes: int, embed_dim: int, hidden: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.conv = nn.Conv1d(embed_dim, hidden, kernel_size=3, padding=1)
+        self.out = nn.Linear(hidden, n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.conv(self.embedding(tokens).transpose(1, 2)))
+        return self.out(h.amax(dim=2))
+
+
+class EmbeddingBagClassifier(nn.Module):
+    def __init__(self, vocab_size: int, n_classes: int, embed_dim: int) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.out = nn.Linear(embed_dim, n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(_masked_mean(self.embedding(tokens), tokens))
+
+
+class LSTMClassifier(nn.Module):
+    def __init__(self, vocab_size: int, n_classes: int, embed_dim: int, hidden: int) -> None:
+        super().__init__()
+        from opacus.layers import DPLSTM
+
+        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.lstm = DPLSTM(embed_dim, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, n_classes)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h, _ = self.lstm(self.embedding(tokens))
+        return self.out(_masked_mean(h, tokens))
+
+
+def build_model(name: str, vocab_size: int, n_classes: int, embed_dim: int = 32, hidden: int = 64) -> nn.Module:
+    """A fresh model of the zoo (seed torch first for reproducible weights)."""
+    if name == "logreg":
+        return LogReg(vocab_size, n_classes)
+    if name == "mlp":
+        return MLP(vocab_size, n_classes, hidden)
+    if name == "cnn":
+        return TextCNN(vocab_size, n_classes, embed_dim, hidden)
+    if name == "text":
+        return EmbeddingBagClassifier(vocab_size, n_classes, embed_dim)
+    if name == "lstm":
+        return LSTMClassifier(vocab_size, n_classes, embed_dim, hidden)
+    raise ValueError(f"unknown model {name!r} (expected one of {', '.join(INPUTS)})")
+
+
+def ghost_clipping_applies(model: nn.Module) -> bool:
+    """Whether every trainable layer has an Opacus ghost-clipping norm sampler (Li et al.
+    2022, "Large language models can be strong differentially private learners"), so that
+    per-sample gradient norms never materialise per-sample gradients."""
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping
+
+    norms = GradSampleModuleFastGradientClipping.NORM_SAMPLERS
+    layers = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
+    return all(type(m) in norms for m in layers)
