@@ -96,11 +96,12 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     server = subprocess.Popen([sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "2", "-q"],
                               cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        waited = cli("submit", write_pipeline(tmp_path, "w", "spend_half", "[b2]", 0.1), "--wait")
+        waited = cli("submit", write_pipeline(tmp_path, "w", "writes_environment", "[b2]", 0.1), "--wait")
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait()
     assert waited.returncode == 0 and waited.stdout.strip() == "pipeline 1 completed"
+    assert cli("logs", "1", "--follow").stdout == "hello from pipeline 1\n"  # ended: follow stops at once
     with Ledger(tmp_path / "p.db") as ledger:
         assert ledger.lease_holder() is None  # a stopped scheduler hands its lease back
 

@@ -57,6 +57,8 @@ def submit(
         if not wait:
             print(run.id)
             return
+        if client.ledger.lease_holder() is None:
+            print(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}", file=sys.stderr)
         info = run.wait().info
     print(_outcome(info))
     if info.state != "completed":

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import socket
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -114,12 +114,14 @@ class Scheduler:
         report = TickReport()
         views = self._pending_views()
         self._count_arrivals(views)
-        report.unlocked, report.more_to_unlock = self.unlock(now)
+        unlocked, report.more_to_unlock = self.unlock(now)
+        report.unlocked = len(unlocked)
         report.expired = self.ledger.expire(now=now)
         if report.expired:
             self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
-        if report.unlocked or report.expired:
             views = self._pending_views()
+        elif unlocked:
+            views = {name: _add_unlocked(view, unlocked) for name, view in views.items()}
         report.granted, report.reserved_changed = self.admit(views, now)
         report.started, report.waiting = self.place(now)
         report.settled = self.collect(now)
@@ -143,12 +145,13 @@ class Scheduler:
             if len(view.pipeline_ids):
                 self._last_seen = max(self._last_seen, int(view.pipeline_ids.max()))
 
-    def unlock(self, now: float) -> tuple[int, bool]:
+    def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
         """Raise each active block's unlocked fraction to the rule's target (module docstring).
-        Returns the number of blocks unlocked, and whether time will unlock more."""
+        Returns the budget unlocked per block id, and whether time will unlock more."""
         rule = self.policy.unlock
         per_time = rule.on_tick(1.0) > 0
         fractions: dict[int, float] = {}
+        amounts: dict[int, np.ndarray] = {}
         more = False
         for block in self.ledger.list_blocks(active_only=True):
             target = rule.on_block_created() + self._arrivals[block.id] * rule.on_pipeline_arrival()
@@ -160,9 +163,10 @@ class Scheduler:
             done = 1.0 - block.locked[dim] / block.capacity[dim]
             if target - done > _UNLOCK_EPSILON:
                 fractions[block.id] = target - done
+                amounts[block.id] = np.minimum(block.locked, block.capacity * (target - done))  # as the ledger caps
         if fractions:
             self.ledger.unlock(fractions, now=now)
-        return len(fractions), more
+        return amounts, more
 
     def admit(self, views: dict[str, PendingView], now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
@@ -329,6 +333,18 @@ class Scheduler:
     def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
         self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)
         self.log(f"pipeline {pipeline_id} failed: {message}")
+
+
+def _add_unlocked(view: PendingView, amounts: dict[int, np.ndarray]) -> PendingView:
+    """The view after an unlock, without reading the ledger again (the ledger rechecks
+    every grant against its own balances)."""
+    rows = [i for i, block_id in enumerate(view.block_ids.tolist()) if block_id in amounts]
+    if not rows:
+        return view
+    unlocked = view.unlocked.copy()
+    for row in rows:
+        unlocked[row] += amounts[int(view.block_ids[row])]
+    return replace(view, unlocked=unlocked)
 
 
 def _placement(info: PipelineInfo) -> Placement:
