@@ -87,7 +87,11 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     mode = "rwc" if create else "rw"
     try:
         conn = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode={mode}", uri=True, timeout=BUSY_TIMEOUT, isolation_level=None
+            f"{path.resolve().as_uri()}?mode={mode}",
+            uri=True,
+            timeout=BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,  # the Ledger serialises its transactions with a lock
         )
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open {path}: {exc}") from exc

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,12 +62,16 @@ def _json_text(value: Any, what: str) -> str:
 
 
 class Ledger:
-    """Privacy budget accounts of datasets, blocks and pipelines in one SQLite file."""
+    """Privacy budget accounts of datasets, blocks and pipelines in one SQLite file.
+
+    Safe to open from many processes at once; one instance may be shared by threads
+    (its transactions are serialised)."""
 
     def __init__(self, path: str | os.PathLike, *, create: bool = False) -> None:
         self.path = Path(path)
         self.db = open_database(self.path, create=create)
         self._datasets: dict[int, DatasetInfo] = {}
+        self._lock = threading.RLock()  # one transaction at a time on this connection
 
     @classmethod
     def init(cls, path: str | os.PathLike) -> Ledger:
@@ -74,7 +79,8 @@ class Ledger:
         return cls(path, create=True)
 
     def close(self) -> None:
-        self.db.close()
+        with self._lock:
+            self.db.close()
 
     def __enter__(self) -> Ledger:
         return self
@@ -87,10 +93,12 @@ class Ledger:
 
     # ----------------------------------------------------------------- transactions
     def _write(self, body: Callable[[], T]) -> T:
-        return run_transaction(self.db, body)
+        with self._lock:
+            return run_transaction(self.db, body)
 
     def _read(self, body: Callable[[], T]) -> T:
-        return run_transaction(self.db, body, immediate=False)
+        with self._lock:
+            return run_transaction(self.db, body, immediate=False)
 
     def _sql(self, sql: str, params: Sequence | None = None) -> list[tuple]:
         return self.db.execute(sql, params or []).fetchall()
@@ -347,7 +355,7 @@ class Ledger:
             edges[pipeline_id].append((key, demand, consumed))
         return [rows.pipeline(row, edges[row[0]]) for row in found]
 
-    def _holding(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
+    def _pipeline_edges(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
         """A pipeline's state, dataset id, and (block id, key, demand) edges, checked to be
         in one of the ``allowed`` states."""
         found = self._sql("SELECT state, dataset_id FROM pipelines WHERE id = ?", [pipeline_id])
@@ -463,7 +471,7 @@ class Ledger:
         at = check.now_or_clock(now)
 
         def body() -> None:
-            _, dataset_id, _ = self._holding(pipeline_id, ("granted",), "start")
+            _, dataset_id, _ = self._pipeline_edges(pipeline_id, ("granted",), "start")
             self.db.execute("UPDATE pipelines SET state = 'running', started_at = ?, placement = ? WHERE id = ?",
                             [at, text, pipeline_id])
             moves = Moves(self.db, at)
@@ -481,7 +489,7 @@ class Ledger:
         at = check.now_or_clock(now)
 
         def body() -> None:
-            state, dataset_id, edges = self._holding(pipeline_id, HOLDING_STATES, "complete")
+            state, dataset_id, edges = self._pipeline_edges(pipeline_id, HOLDING_STATES, "complete")
             accounting = self._dataset_by_id(dataset_id).accounting
             per_block = _spent_per_block(spent, [key for _, key, _ in edges], accounting)
             moves = Moves(self.db, at)
@@ -512,7 +520,7 @@ class Ledger:
         at = check.now_or_clock(now)
 
         def body() -> None:
-            state, dataset_id, edges = self._holding(pipeline_id, ("pending", *HOLDING_STATES), "fail")
+            state, dataset_id, edges = self._pipeline_edges(pipeline_id, ("pending", *HOLDING_STATES), "fail")
             moves = Moves(self.db, at)
             if state in HOLDING_STATES:
                 moves.load(b for b, _, _ in edges)
@@ -534,7 +542,7 @@ class Ledger:
         at = check.now_or_clock(now)
 
         def body() -> None:
-            state, dataset_id, edges = self._holding(pipeline_id, ("pending", "granted"), "cancel")
+            state, dataset_id, edges = self._pipeline_edges(pipeline_id, ("pending", "granted"), "cancel")
             moves = Moves(self.db, at)
             if state == "granted":
                 moves.load(b for b, _, _ in edges)
@@ -553,7 +561,7 @@ class Ledger:
         at = check.now_or_clock(now)
 
         def body() -> None:
-            _, dataset_id, edges = self._holding(pipeline_id, ("failed",), "release")
+            _, dataset_id, edges = self._pipeline_edges(pipeline_id, ("failed",), "release")
             spent = dict(self._sql("SELECT block_id, consumed FROM demands WHERE pipeline_id = ?", [pipeline_id]))
             moves = Moves(self.db, at)
             moves.load(b for b, _, _ in edges)
