@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting
-from privsched.policies import admit_in_order
+from privsched.policies import admission, admit_in_order
 from privsched.policies.base import Snapshot
 
 
@@ -164,3 +164,19 @@ def test_malformed_snapshots_are_rejected_with_one_line() -> None:
         with pytest.raises(ValueError) as error:
             admit_in_order(Snapshot(**{**snapshot.__dict__, field: value}), np.arange(2))
         assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("accounting", [Accounting.basic(), Accounting.rdp((2.0, 4.0, 8.0))], ids=["basic", "rdp"])
+def test_admission_worked_through_in_small_slices_equals_the_naive_walk(monkeypatch, accounting) -> None:
+    monkeypatch.setattr(admission, "SLICE_ROWS", 5)
+    rng = np.random.default_rng(7)
+    dims = accounting.dims
+    demands = [
+        {int(b): (rng.integers(0, 6, dims) / 4).tolist() for b in rng.choice(6, rng.integers(1, 4), replace=False)}
+        for _ in range(150)
+    ]
+    snapshot = make_snapshot(demands, unlocked=(rng.integers(4, 40, (6, dims)) / 4).tolist(), accounting=accounting)
+    order = rng.permutation(150)
+    granted = admit_in_order(snapshot, order)
+    assert 10 < len(granted) < 140
+    assert np.array_equal(granted, naive_admit(snapshot, order))

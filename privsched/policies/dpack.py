@@ -67,8 +67,8 @@ class _Packing:
 
     def refresh(self, blocks: np.ndarray, available: np.ndarray) -> None:
         """Recount ``blocks`` (each with at least one edge) against ``available``; update their α*."""
-        if not blocks.size:
-            return
+        if not blocks.size or not self.columns.size:
+            return  # without a live order nothing fits anywhere: α* is irrelevant
         rows, position = self.index.rows(blocks)
         running = np.cumsum(self.demand[rows], axis=0)
         first = np.cumsum(self.index.size[blocks]) - self.index.size[blocks]

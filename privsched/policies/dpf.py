@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.admission import EdgeTable, admit_in_order
+from privsched.policies.admission import SLICE_ROWS, EdgeTable, admit_in_order
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -34,7 +34,10 @@ def dpf_order(snapshot: Snapshot) -> np.ndarray:
     """Pending pipelines in DPF order: smallest dominant share first, with its tie-breaks."""
     table = EdgeTable.of(snapshot)
     n = snapshot.n_pipelines
-    shares = snapshot.accounting.shares(table.demand, snapshot.capacity[table.block])
+    shares = np.empty_like(table.demand)
+    for start in range(0, len(shares), SLICE_ROWS):  # small temporaries, see EdgeTable._fit_rows
+        part = slice(start, start + SLICE_ROWS)
+        shares[part] = snapshot.accounting.shares(table.demand[part], snapshot.capacity[table.block[part]])
     dominant = np.zeros(n)
     requesting = np.flatnonzero(table.count)
     if requesting.size:
