@@ -212,3 +212,14 @@ def test_after_a_crash_running_jobs_are_settled_from_what_they_left(client: Clie
     assert sorted(e.pipeline_id for e in grants) == [slow.id, done.id, lost.id]  # one block each, granted once
     assert client.audit().ok
     crashed.executor.poll(time.time())  # reap the children of the "crashed" scheduler
+
+
+def test_round_robin_keeps_water_filled_budget_between_passes(client: Client):
+    first, second = (client.submit(pipeline(f"rr{i}", "spend_half", ["b0"], epsilon=0.3)) for i in range(2))
+    sched = scheduler(client, "rr-n", n=4)
+    assert sched.tick(time.time()).granted == []  # 0.5 unlocked, 0.25 set aside for each
+    client.submit(pipeline("rr2", "spend_half", ["b0"], epsilon=0.3))
+    report = sched.tick(time.time())  # 0.25 more: 0.05 tops up each of the first two
+    assert report.granted == [first.id, second.id]
+    run_until_idle(client, "rr-n", n=4)
+    assert client.audit().ok

@@ -172,7 +172,7 @@ class Scheduler:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
         the grants of the pass in one ledger transaction."""
         order: list[int] = []
-        changed = False
+        reserved: dict[tuple[int, int], np.ndarray] = {}
         for view in views.values():
             if len(view.pipeline_ids) == 0:
                 continue
@@ -180,8 +180,12 @@ class Scheduler:
             allocation = self.policy.policy.allocate(snapshot)
             granted = [int(i) for i in view.pipeline_ids[allocation.granted]]
             if allocation.reserved is not None:
-                changed |= self._keep_reservations(view, allocation.reserved, set(granted))
+                reserved.update(_waiting_reservations(self._edge_keys(view), allocation.reserved, set(granted)))
             order.extend(granted)
+        changed = reserved.keys() != self._reserved.keys() or any(
+            not np.array_equal(amount, self._reserved[key]) for key, amount in reserved.items()
+        )
+        self._reserved = reserved  # pipelines no longer pending drop theirs
         granted = self.ledger.grant(order, now=now) if order else []
         if granted:
             self.log(f"granted pipelines {', '.join(map(str, granted))}")
@@ -215,18 +219,6 @@ class Scheduler:
             clock=now,
             reserved=reserved,
         )
-
-    def _keep_reservations(self, view: PendingView, reserved: np.ndarray, granted: set[int]) -> bool:
-        """Store round robin's new reservations of the pipelines still waiting."""
-        keys = self._edge_keys(view)
-        before = {k: self._reserved[k] for k in keys if k in self._reserved}
-        for key in keys:
-            self._reserved.pop(key, None)
-        for key, amount in zip(keys, reserved):
-            if key[0] not in granted and np.any(amount != 0):
-                self._reserved[key] = np.array(amount, dtype=float)
-        after = {k: self._reserved[k] for k in keys if k in self._reserved}
-        return before.keys() != after.keys() or any(not np.array_equal(before[k], after[k]) for k in before)
 
     def place(self, now: float) -> tuple[list[int], int]:
         """Start granted jobs on free compute in grant order, letting smaller jobs behind a
@@ -333,6 +325,15 @@ class Scheduler:
     def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
         self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)
         self.log(f"pipeline {pipeline_id} failed: {message}")
+
+
+def _waiting_reservations(
+    keys: list[tuple[int, int]], reserved: np.ndarray, granted: set[int]
+) -> dict[tuple[int, int], np.ndarray]:
+    """Round robin's reservations per (pipeline id, block id) of the pipelines still waiting
+    (a granted pipeline's reservation becomes its allocation)."""
+    return {key: np.array(amount, dtype=float) for key, amount in zip(keys, reserved)
+            if key[0] not in granted and np.any(amount != 0)}
 
 
 def _add_unlocked(view: PendingView, amounts: dict[int, np.ndarray]) -> PendingView:
