@@ -13,13 +13,12 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 
-from privsched.budgets.accounting import Accounting, leq
+from privsched.budgets.accounting import leq
 from privsched.budgets.capacity import block_capacity, validate_epsilon_delta
-from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger import lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
@@ -37,28 +36,10 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
-from privsched.ledger.moves import Moves
+from privsched.ledger.moves import Moves, settle
 from privsched.ledger.schema import pack, unpack, unpack_rows
 
 T = TypeVar("T")
-
-
-def _ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
-    out = []
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise LedgerError(f"{what} must be an integer, got {value!r}")
-        out.append(int(value))
-    return out
-
-
-def _json_text(value: Any, what: str) -> str:
-    if not isinstance(value, dict):
-        raise LedgerError(f"{what} must be a dict, got {type(value).__name__}")
-    try:
-        return json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        raise LedgerError(f"{what} is not JSON-serialisable: {exc}") from exc
 
 
 class Ledger:
@@ -117,7 +98,7 @@ class Ledger:
         """Register a dataset with its global guarantee (ε_G, δ_G) and accounting mode; every
         block of it gets capacity ε_G, or the curve ε_G(α) of DESIGN §3.2 under RDP."""
         name = check.name(name, "dataset name")
-        mode = _accounting(accounting, alphas)
+        mode = check.accounting_mode(accounting, alphas)
         if conversion not in ("paper", "tight"):
             raise LedgerError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
         try:
@@ -273,9 +254,9 @@ class Ledger:
         timeout = None if request.timeout is None else check.finite_number(request.timeout, "timeout", low_open=True)
         if not isinstance(request.owner, str):
             raise LedgerError(f"owner must be a string, got {request.owner!r}")
-        job = _json_text(request.job, "job")
-        resources = _json_text(request.resources, "resources")
-        demands = _request_demands(request, info.accounting)
+        job = check.json_text(request.job, "job")
+        resources = check.json_text(request.resources, "resources")
+        demands = check.request_demands(request, info.accounting)
         keys = list(demands)
         found = {
             key: (block_id, state, unpack(capacity))
@@ -311,7 +292,7 @@ class Ledger:
         return pipeline_id
 
     def get_pipeline(self, pipeline_id: int) -> PipelineInfo:
-        (pipeline_id,) = _ids([pipeline_id])
+        (pipeline_id,) = check.ids([pipeline_id])
 
         def body() -> PipelineInfo:
             found = self._pipelines("p.id = ?", [pipeline_id])
@@ -355,7 +336,9 @@ class Ledger:
             edges[pipeline_id].append((key, demand, consumed))
         return [rows.pipeline(row, edges[row[0]]) for row in found]
 
-    def _pipeline_edges(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
+    def _pipeline_edges(
+        self, pipeline_id: int, allowed: Sequence[str], action: str
+    ) -> tuple[str, int, list[tuple]]:
         """A pipeline's state, dataset id, and (block id, key, demand) edges, checked to be
         in one of the ``allowed`` states."""
         found = self._sql("SELECT state, dataset_id FROM pipelines WHERE id = ?", [pipeline_id])
@@ -388,7 +371,7 @@ class Ledger:
         still locked (DESIGN §4.1)."""
         wanted = {}
         for block_id, fraction in dict(fractions).items():
-            (block_id,) = _ids([block_id], "block id")
+            (block_id,) = check.ids([block_id], "block id")
             wanted[block_id] = check.finite_number(fraction, f"unlock fraction of block {block_id}")
         at = check.now_or_clock(now)
 
@@ -410,7 +393,7 @@ class Ledger:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
         current unlocked budget (``Accounting.fits``; DESIGN §3.3); those that do not fit, or
         are no longer pending, stay as they are. Returns the granted ids."""
-        ids = _ids(pipeline_ids)
+        ids = check.ids(pipeline_ids)
         at = check.now_or_clock(now)
         if not ids:
             return []
@@ -466,8 +449,8 @@ class Ledger:
 
     def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None) -> None:
         """granted → running, recording where the job runs."""
-        (pipeline_id,) = _ids([pipeline_id])
-        text = _json_text(placement, "placement")
+        (pipeline_id,) = check.ids([pipeline_id])
+        text = check.json_text(placement, "placement")
         at = check.now_or_clock(now)
 
         def body() -> None:
@@ -485,13 +468,13 @@ class Ledger:
     ) -> None:
         """running (or granted) → completed: what the job spent (≤ its grant, per block, in
         every dimension) moves allocated → consumed, the rest allocated → unlocked."""
-        (pipeline_id,) = _ids([pipeline_id])
+        (pipeline_id,) = check.ids([pipeline_id])
         at = check.now_or_clock(now)
 
         def body() -> None:
             state, dataset_id, edges = self._pipeline_edges(pipeline_id, HOLDING_STATES, "complete")
             accounting = self._dataset_by_id(dataset_id).accounting
-            per_block = _spent_per_block(spent, [key for _, key, _ in edges], accounting)
+            per_block = check.spent_per_block(spent, [key for _, key, _ in edges], accounting)
             moves = Moves(self.db, at)
             moves.load(b for b, _, _ in edges)
             consumed = []
@@ -502,7 +485,7 @@ class Ledger:
                     labels = ", ".join(lbl for lbl, bad in zip(accounting.dimension_labels(), over) if bad)
                     raise LedgerError(f"pipeline {pipeline_id} spent more than its grant on block {key!r} at {labels}")
                 used = np.minimum(used, demand)
-                _settle(moves, pipeline_id, block_id, demand, used, kind="complete")
+                settle(moves, pipeline_id, block_id, demand, used, kind="complete")
                 consumed.append((pack(used), pipeline_id, block_id))
             self.db.conn.executemany("UPDATE demands SET consumed = ? WHERE pipeline_id = ? AND block_id = ?",
                                      consumed)
@@ -514,7 +497,7 @@ class Ledger:
     def fail(self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None) -> None:
         """→ failed. A job that touched data consumes its whole allocation (a partial model
         may already have leaked); one that did not releases it (DESIGN §4.4)."""
-        (pipeline_id,) = _ids([pipeline_id])
+        (pipeline_id,) = check.ids([pipeline_id])
         if not isinstance(message, str):
             raise LedgerError(f"failure message must be a string, got {message!r}")
         at = check.now_or_clock(now)
@@ -527,7 +510,7 @@ class Ledger:
                 consumed = []
                 for block_id, _, demand in edges:
                     used = demand if touched_data else np.zeros_like(demand)
-                    _settle(moves, pipeline_id, block_id, demand, used, kind="fail", reason=message)
+                    settle(moves, pipeline_id, block_id, demand, used, kind="fail", reason=message)
                     consumed.append((pack(used), pipeline_id, block_id))
                 self.db.conn.executemany(
                     "UPDATE demands SET consumed = ? WHERE pipeline_id = ? AND block_id = ?", consumed)
@@ -538,7 +521,7 @@ class Ledger:
 
     def cancel(self, pipeline_id: int, now: float | None = None) -> None:
         """pending → cancelled; granted (job not started) → cancelled, allocation released."""
-        (pipeline_id,) = _ids([pipeline_id])
+        (pipeline_id,) = check.ids([pipeline_id])
         at = check.now_or_clock(now)
 
         def body() -> None:
@@ -547,7 +530,7 @@ class Ledger:
             if state == "granted":
                 moves.load(b for b, _, _ in edges)
                 for block_id, _, demand in edges:
-                    _settle(moves, pipeline_id, block_id, demand, np.zeros_like(demand), kind="cancel")
+                    settle(moves, pipeline_id, block_id, demand, np.zeros_like(demand), kind="cancel")
             self._finish(moves, pipeline_id, dataset_id, state, "cancelled", "cancel")
             moves.flush()
 
@@ -556,7 +539,7 @@ class Ledger:
     def release(self, pipeline_id: int, reason: str, now: float | None = None) -> None:
         """Admin act: return a failed pipeline's consumed budget to unlocked, with a reason
         kept in the event log (DESIGN §4.4)."""
-        (pipeline_id,) = _ids([pipeline_id])
+        (pipeline_id,) = check.ids([pipeline_id])
         reason = check.name(reason, "release reason")
         at = check.now_or_clock(now)
 
@@ -668,10 +651,10 @@ class Ledger:
         where, params = ["1"], []
         if pipeline_id is not None:
             where.append("pipeline_id = ?")
-            params += _ids([pipeline_id])
+            params += check.ids([pipeline_id])
         if block_id is not None:
             where.append("block_id = ?")
-            params += _ids([block_id], "block id")
+            params += check.ids([block_id], "block id")
         found = self._read(lambda: self._sql(
             f"SELECT {rows.EVENT_COLUMNS} FROM events WHERE {' AND '.join(where)} ORDER BY id", params))
         return [rows.event(row) for row in found]
@@ -713,78 +696,3 @@ class Ledger:
         """Recompute every balance from the event log; check the identity and the safety
         invariant of every block, and every pipeline's holdings."""
         return self._read(lambda: audit_database(self.db))
-
-
-def _accounting(accounting: str, alphas: Sequence[float] | None) -> Accounting:
-    if accounting not in ("basic", "rdp"):
-        raise LedgerError(f"unknown accounting {accounting!r} (expected 'basic' or 'rdp')")
-    if accounting == "basic":
-        if alphas:
-            raise LedgerError("basic accounting takes no RDP orders")
-        return Accounting.basic()
-    try:
-        return Accounting.rdp(None if alphas is None else [float(a) for a in alphas])
-    except (TypeError, ValueError) as exc:
-        raise LedgerError(f"invalid RDP orders: {exc}") from exc
-
-
-def _request_demands(request: PipelineRequest, accounting: Accounting) -> dict[str, np.ndarray]:
-    """The per-block demand vectors of a request, validated."""
-    if request.mechanism is not None:
-        if not isinstance(request.mechanism, str):
-            raise LedgerError("mechanism must be a JSON string")
-        try:
-            json.loads(request.mechanism)
-        except ValueError as exc:
-            raise LedgerError(f"mechanism is not valid JSON: {exc}") from exc
-    keys = [check.name(k, "block key") for k in (request.block_keys or [])]
-    check.unique(keys, "block key")
-    if request.demand is not None and request.demands is not None:
-        raise LedgerError("give either demand (every block) or demands (per block), not both")
-    if request.demands is not None:
-        given = dict(request.demands)
-        if not keys:
-            keys = [check.name(k, "block key") for k in given]
-        if set(given) != set(keys):
-            raise LedgerError(f"demands are for blocks {sorted(given)}, but the request names {sorted(keys)}")
-        vectors = {k: check.vector(given[k], accounting.dims, f"demand on block {k!r}") for k in keys}
-    else:
-        if request.demand is not None:
-            demand = check.vector(request.demand, accounting.dims, "demand")
-        elif request.mechanism is not None:
-            try:
-                demand = demand_vector(parse_mechanism(request.mechanism), accounting)
-            except ValueError as exc:
-                raise LedgerError(f"invalid mechanism: {exc}") from exc
-            demand = check.vector(demand, accounting.dims, "mechanism demand")
-        else:
-            raise LedgerError("a pipeline needs a demand, per-block demands, or a mechanism")
-        vectors = {k: demand for k in keys}
-    if not vectors:
-        raise LedgerError(f"pipeline {request.name!r} requests no blocks")
-    return vectors
-
-
-def _spent_per_block(
-    spent: np.ndarray | Mapping[str, np.ndarray], keys: list[str], accounting: Accounting
-) -> dict[str, np.ndarray]:
-    if isinstance(spent, Mapping):
-        extra = set(spent) - set(keys)
-        if extra:
-            raise LedgerError(f"spent budget names blocks outside the grant: {sorted(extra)}")
-        missing = set(keys) - set(spent)
-        if missing:
-            raise LedgerError(f"spent budget is missing blocks {sorted(missing)}")
-        return {k: check.vector(spent[k], accounting.dims, f"spent budget on block {k!r}") for k in keys}
-    vector = check.vector(spent, accounting.dims, "spent budget")
-    return {k: vector for k in keys}
-
-
-def _settle(moves: Moves, pipeline_id: int, block_id: int, grant: np.ndarray, used: np.ndarray, *, kind: str,
-            reason: str | None = None) -> None:
-    """End an allocation: ``used`` allocated → consumed, the rest allocated → unlocked."""
-    if np.any(used > 0):
-        moves.move(block_id, "allocated", "consumed", used, kind=kind, pipeline_id=pipeline_id, reason=reason)
-    rest = grant - used
-    if np.any(rest > 0):
-        moves.move(block_id, "allocated", "unlocked", rest, kind=kind, pipeline_id=pipeline_id, reason=reason)

@@ -109,3 +109,15 @@ class Moves:
         if self.events:
             self.db.conn.executemany(INSERT_EVENT, self.events)
             self.events = []
+
+
+def settle(
+    moves: Moves, pipeline_id: int, block_id: int, grant: np.ndarray, used: np.ndarray, *, kind: str,
+    reason: str | None = None,
+) -> None:
+    """End an allocation: ``used`` allocated → consumed, the rest allocated → unlocked."""
+    if np.any(used > 0):
+        moves.move(block_id, "allocated", "consumed", used, kind=kind, pipeline_id=pipeline_id, reason=reason)
+    rest = grant - used
+    if np.any(rest > 0):
+        moves.move(block_id, "allocated", "unlocked", rest, kind=kind, pipeline_id=pipeline_id, reason=reason)

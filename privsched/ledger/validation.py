@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger.errors import LedgerError
+from privsched.ledger.models import PipelineRequest
 
 
 def name(value: object, what: str) -> str:
@@ -62,3 +67,90 @@ def now_or_clock(now: float | None) -> float:
     if now is None:
         return time.time()
     return finite_number(now, "now", low=-math.inf)
+
+
+def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
+    """Database ids given by a caller, as Python ints."""
+    out = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise LedgerError(f"{what} must be an integer, got {value!r}")
+        out.append(int(value))
+    return out
+
+
+def json_text(value: Any, what: str) -> str:
+    """A dict as JSON text (no NaN)."""
+    if not isinstance(value, dict):
+        raise LedgerError(f"{what} must be a dict, got {type(value).__name__}")
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(f"{what} is not JSON-serialisable: {exc}") from exc
+
+
+def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounting:
+    """The accounting mode a dataset asks for."""
+    if accounting not in ("basic", "rdp"):
+        raise LedgerError(f"unknown accounting {accounting!r} (expected 'basic' or 'rdp')")
+    if accounting == "basic":
+        if alphas:
+            raise LedgerError("basic accounting takes no RDP orders")
+        return Accounting.basic()
+    try:
+        return Accounting.rdp(None if alphas is None else [float(a) for a in alphas])
+    except (TypeError, ValueError) as exc:
+        raise LedgerError(f"invalid RDP orders: {exc}") from exc
+
+
+def request_demands(request: PipelineRequest, accounting: Accounting) -> dict[str, np.ndarray]:
+    """The per-block demand vectors of a request, validated."""
+    if request.mechanism is not None:
+        if not isinstance(request.mechanism, str):
+            raise LedgerError("mechanism must be a JSON string")
+        try:
+            json.loads(request.mechanism)
+        except ValueError as exc:
+            raise LedgerError(f"mechanism is not valid JSON: {exc}") from exc
+    keys = [name(k, "block key") for k in (request.block_keys or [])]
+    unique(keys, "block key")
+    if request.demand is not None and request.demands is not None:
+        raise LedgerError("give either demand (every block) or demands (per block), not both")
+    if request.demands is not None:
+        given = dict(request.demands)
+        if not keys:
+            keys = [name(k, "block key") for k in given]
+        if set(given) != set(keys):
+            raise LedgerError(f"demands are for blocks {sorted(given)}, but the request names {sorted(keys)}")
+        vectors = {k: vector(given[k], accounting.dims, f"demand on block {k!r}") for k in keys}
+    else:
+        if request.demand is not None:
+            demand = vector(request.demand, accounting.dims, "demand")
+        elif request.mechanism is not None:
+            try:
+                demand = demand_vector(parse_mechanism(request.mechanism), accounting)
+            except ValueError as exc:
+                raise LedgerError(f"invalid mechanism: {exc}") from exc
+            demand = vector(demand, accounting.dims, "mechanism demand")
+        else:
+            raise LedgerError("a pipeline needs a demand, per-block demands, or a mechanism")
+        vectors = {k: demand for k in keys}
+    if not vectors:
+        raise LedgerError(f"pipeline {request.name!r} requests no blocks")
+    return vectors
+
+
+def spent_per_block(
+    spent: np.ndarray | Mapping[str, np.ndarray], keys: list[str], accounting: Accounting
+) -> dict[str, np.ndarray]:
+    """What a job reports it spent, one vector per block of its grant."""
+    if isinstance(spent, Mapping):
+        extra = set(spent) - set(keys)
+        if extra:
+            raise LedgerError(f"spent budget names blocks outside the grant: {sorted(extra)}")
+        missing = set(keys) - set(spent)
+        if missing:
+            raise LedgerError(f"spent budget is missing blocks {sorted(missing)}")
+        return {k: vector(spent[k], accounting.dims, f"spent budget on block {k!r}") for k in keys}
+    same = vector(spent, accounting.dims, "spent budget")
+    return {k: same for k in keys}
