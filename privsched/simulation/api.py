@@ -84,9 +84,9 @@ def run(
     shortcuts: bool = True,
 ) -> SimulationResult:
     """Simulate ``spec`` over a compiled workload."""
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     state = Simulator(instance, spec, tick=tick, samples=samples, shortcuts=shortcuts).run()
-    runtime = time.perf_counter() - started
+    runtime, cpu = time.perf_counter() - started, time.process_time() - cpu
     acc = instance.accounting
     return SimulationResult(
         workload=label,
@@ -107,6 +107,7 @@ def run(
         ),
         passes=state.passes,
         runtime_s=runtime,
+        cpu_s=cpu,
     )
 
 

@@ -21,6 +21,7 @@ Timeouts are applied lazily before each pass (a timeout alone never enables a gr
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -101,10 +102,10 @@ class Simulator:
         self.edge_pipeline = instance.edge_pipeline
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
-        self.sorted_deadline = self.deadline[self.by_deadline]
+        self.sorted_deadline = self.deadline[self.by_deadline].tolist()
         self.reserved: np.ndarray | None = None  # (E, K), once the policy sets budget aside
         self.reserving: bool | None = None  # unknown until the first pass
-        self.watch = WatchLists(B, K, P, self.acc.is_rdp, self.live)
+        self.watch = WatchLists(B, K, self.acc.is_rdp, self.live, self.status, PENDING)
         self.carry = np.zeros(0, dtype=np.int64)
         self.pending = np.zeros(0, dtype=np.int64)  # pending pipelines, compacted lazily
         self.pending_upto = 0  # pipelines from here on are not yet in ``pending``
@@ -128,11 +129,12 @@ class Simulator:
             return slice(first, last), np.zeros(last - first, dtype=np.intp)
         return self.inst.edges_of(pipelines)
 
-    def _add_by_block(self, target: np.ndarray, blocks: np.ndarray, values: np.ndarray, sign: float = 1.0) -> None:
-        if len(blocks) == len(np.unique(blocks)):
-            target[blocks] += sign * values
+    def _add_by_block(self, target: np.ndarray, blocks: np.ndarray, values: np.ndarray, one: bool) -> None:
+        """``target[blocks] += values``; the blocks of ``one`` pipeline are distinct."""
+        if one:
+            target[blocks] += values
         else:
-            np.add.at(target, blocks, sign * values)
+            np.add.at(target, blocks, values)
 
     # -- candidates ----------------------------------------------------------------------------
 
@@ -140,15 +142,16 @@ class Simulator:
         """Pending pipelines that fit now: among those that arrived, the watchers of blocks
         that gained budget, and those that still fitted after the last pass."""
         found = [a for a in (arrived, self.carry) if a.size]
-        pending = self.status == PENDING
-        for j in dict.fromkeys(dirty):
-            watchers = self.watch.may_fit(j, self.unlocked[j], pending)
-            if watchers.size:
-                found.append(watchers)
+        if dirty:
+            blocks = self.watch.worth_scanning(np.unique(dirty), self.unlocked)
+            for j in blocks.tolist():
+                watchers = self.watch.may_fit(j, self.unlocked[j])
+                if watchers.size:
+                    found.append(watchers)
         if not found:
             return np.zeros(0, dtype=np.int64)
         candidates = found[0] if len(found) == 1 else np.unique(np.concatenate(found))
-        return self._check(candidates[pending[candidates]])
+        return self._check(candidates[self.status[candidates] == PENDING])
 
     def _check(self, pipelines: np.ndarray) -> np.ndarray:
         """The pipelines whose whole demand fits the unlocked budget; each of the others
@@ -162,6 +165,9 @@ class Simulator:
         if ok.all():
             return pipelines
         failing = np.flatnonzero(~ok)
+        if len(pipelines) == 1:
+            self.watch.watch(pipelines, blocks[failing[:1]], demand[failing[:1]])
+            return pipelines[:0]
         losers, first = np.unique(owner[failing], return_index=True)
         witness = failing[first]
         self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
@@ -191,7 +197,7 @@ class Simulator:
 
     def _expire(self, now: float) -> None:
         """Pending pipelines whose deadline is at or before ``now`` time out."""
-        stop = int(np.searchsorted(self.sorted_deadline, now, side="right"))
+        stop = bisect.bisect_right(self.sorted_deadline, now)
         if stop <= self.deadline_next:
             return
         due = self.by_deadline[self.deadline_next : stop]
@@ -249,19 +255,21 @@ class Simulator:
             self._grant(now, granted)
         return granted
 
-    def _grant(self, now: float, granted: np.ndarray) -> None:
-        """Charge the granted pipelines' demands and mark them granted."""
-        if self.status[granted].min() != PENDING or np.unique(granted).size != granted.size:
+    def _grant(self, now: float, granted: np.ndarray, checked: bool = False) -> None:
+        """Charge the granted pipelines' demands and mark them granted. Grants that do not
+        come ``checked`` (from the policy) are verified: pending, and within capacity."""
+        if not checked and (self.status[granted].min() != PENDING or np.unique(granted).size != granted.size):
             raise RuntimeError(f"policy {self.spec.name!r} granted a pipeline that is not pending")
         edges, _ = self._edges(granted)
         blocks = self.inst.edge_block[edges]
         demand = self.inst.edge_demand[edges]
+        one = len(granted) == 1
         if self.reserving:
             self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
         else:
-            self._add_by_block(self.unlocked, blocks, demand, -1.0)
-        self._add_by_block(self.consumed, blocks, demand)
-        if not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
+            self._add_by_block(self.unlocked, blocks, -demand, one)
+        self._add_by_block(self.consumed, blocks, demand, one)
+        if not checked and not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
             raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
@@ -284,7 +292,7 @@ class Simulator:
             # A best-effort pass in any order grants every pipeline that fits when the
             # fitting ones fit all together (in particular a lone one).
             self.passes += 1
-            self._grant(now, fitting)
+            self._grant(now, fitting, checked=True)
             return
         granted = self._pass(now, fitting if self.per_pipeline_order else self._pending(upto))
         self.carry = self._check(np.setdiff1d(fitting, granted, assume_unique=True))
@@ -309,13 +317,14 @@ class Simulator:
         horizon = self._horizon()
         sample_times = np.linspace(0.0, horizon, self.samples) if self.samples else np.zeros(0)
         sampled: list[np.ndarray] = []
+        block_times, arrival_times = inst.block_arrival.tolist(), inst.arrival.tolist()
         b_next = p_next = 0
         first_block = float(inst.block_arrival[0]) if B else 0.0
         ticks = 1  # index of the next tick on the grid first_block + k · tick
         now = 0.0
         while True:
-            t_block = inst.block_arrival[b_next] if b_next < B else math.inf
-            t_pipe = inst.arrival[p_next] if p_next < P else math.inf
+            t_block = block_times[b_next] if b_next < B else math.inf
+            t_pipe = arrival_times[p_next] if p_next < P else math.inf
             t_tick = math.inf
             if self.tick and (self.n_pending or p_next < P) and (b_next < B or np.any(self.locked[:b_next] > 0)):
                 t_tick = first_block + ticks * self.tick
@@ -326,7 +335,7 @@ class Simulator:
                 sampled.append(self.consumed.copy())
             dirty = []
             # 1. block arrivals
-            b_stop = int(np.searchsorted(inst.block_arrival, now, side="right"))
+            b_stop = bisect.bisect_right(block_times, now)
             if b_stop > b_next:
                 created = np.arange(b_next, b_stop)
                 if at_creation > 0:
@@ -344,7 +353,7 @@ class Simulator:
                 if first_block + ticks * self.tick <= now:
                     ticks += 1
             # 3. pipeline arrivals
-            p_stop = int(np.searchsorted(inst.arrival, now, side="right"))
+            p_stop = bisect.bisect_right(arrival_times, now)
             arrived = np.arange(p_next, p_stop)
             if p_stop > p_next:
                 dirty.extend(self._arrive(p_next, p_stop))

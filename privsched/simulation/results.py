@@ -43,7 +43,8 @@ class SimulationResult:
     sample_used: np.ndarray  # (S, B) share consumed over time
     block_wasted: np.ndarray  # (B,) share set aside for pipelines that timed out (round robin)
     passes: int = 0
-    runtime_s: float = 0.0
+    runtime_s: float = 0.0  # wall-clock time of the event loop
+    cpu_s: float = 0.0  # CPU time of the event loop (what contention on the machine does not inflate)
 
     @property
     def granted_mask(self) -> np.ndarray:
@@ -88,6 +89,7 @@ class SimulationResult:
             "mean_block_wasted": float(self.block_wasted.mean()) if self.block_wasted.size else 0.0,
             "passes": self.passes,
             "runtime_s": round(self.runtime_s, 4),
+            "cpu_s": round(self.cpu_s, 4),
         }
 
     def to_dict(self) -> dict:
@@ -129,6 +131,7 @@ class SimulationResult:
             ),
             passes=s["passes"],
             runtime_s=s["runtime_s"],
+            cpu_s=s["cpu_s"],
         )
 
     @classmethod

@@ -17,20 +17,24 @@ from privsched.budgets.accounting import RELATIVE_TOLERANCE
 class WatchLists:
     """Per block, the pipelines watching it with their demand on it (lazily compacted)."""
 
-    def __init__(self, n_blocks: int, dims: int, n_pipelines: int, rdp: bool, live: np.ndarray) -> None:
+    def __init__(self, n_blocks: int, dims: int, rdp: bool, live: np.ndarray, status: np.ndarray, pending: int) -> None:
         self.pipeline = [np.empty(8, dtype=np.int64) for _ in range(n_blocks)]
         self.stamp_of = [np.empty(8, dtype=np.int64) for _ in range(n_blocks)]
         self.demand = [np.empty((8, dims)) for _ in range(n_blocks)]
         self.count = [0] * n_blocks
         self.low = np.full((n_blocks, dims), np.inf)  # lower bound of the watchers' demands
-        self.stamp = np.zeros(n_pipelines, dtype=np.int64)  # an entry is current iff its stamp matches
+        self.stamp = np.zeros(len(status), dtype=np.int64)  # an entry is current iff its stamp matches
         self.rdp = rdp
         self.live = live
+        self.status, self.pending = status, pending  # the simulator's pipeline status codes
 
     def watch(self, pipelines: np.ndarray, blocks: np.ndarray, demand: np.ndarray) -> None:
         """Each of ``pipelines`` now watches the matching block, where it needs ``demand``."""
         self.stamp[pipelines] += 1
-        np.minimum.at(self.low, blocks, demand)
+        if len(blocks) == 1:
+            np.minimum(self.low[blocks[0]], demand[0], out=self.low[blocks[0]])
+        else:
+            np.minimum.at(self.low, blocks, demand)
         for p, j, s, row in zip(pipelines.tolist(), blocks.tolist(), self.stamp[pipelines].tolist(), demand):
             n = self.count[j]
             if n == len(self.pipeline[j]):
@@ -46,18 +50,26 @@ class WatchLists:
         ok = demand <= threshold
         return np.any(ok & live, axis=-1) if self.rdp else np.all(ok, axis=-1)
 
-    def may_fit(self, j: int, unlocked: np.ndarray, pending: np.ndarray) -> np.ndarray:
-        """Watchers of block j whose demand there may fit ``unlocked`` (a superset of those
-        that fit under :func:`~privsched.budgets.accounting.leq`)."""
+    @staticmethod
+    def _threshold(unlocked: np.ndarray) -> np.ndarray:
+        """Unlocked budget loosened so that ``<=`` accepts whatever ``leq`` accepts."""
+        return unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
+
+    def worth_scanning(self, blocks: np.ndarray, unlocked: np.ndarray) -> np.ndarray:
+        """The ``blocks`` where the lower bound of the watchers' demands fits (all at once)."""
+        ok = self._fits(self.low[blocks], self._threshold(unlocked[blocks]), self.live[blocks])
+        return blocks[ok]
+
+    def may_fit(self, j: int, unlocked: np.ndarray) -> np.ndarray:
+        """Pending watchers of block j whose demand there may fit ``unlocked`` (a superset of
+        those that fit under :func:`~privsched.budgets.accounting.leq`)."""
         n = self.count[j]
         if n == 0:
             return self.pipeline[j][:0]
-        threshold = unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
+        threshold = self._threshold(unlocked)
         live = self.live[j]
-        if not self._fits(self.low[j], threshold, live):
-            return self.pipeline[j][:0]
         pipeline, stamp, demand = self.pipeline[j][:n], self.stamp_of[j][:n], self.demand[j][:n]
-        current = pending[pipeline] & (stamp == self.stamp[pipeline])
+        current = (self.status[pipeline] == self.pending) & (stamp == self.stamp[pipeline])
         if not current.all():
             m = int(current.sum())
             pipeline[:m], stamp[:m], demand[:m] = pipeline[current], stamp[current], demand[current]
