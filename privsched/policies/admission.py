@@ -178,9 +178,11 @@ def _groups(blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _slices(blocks: np.ndarray) -> list[slice]:
     """About :data:`SLICE_ROWS` consecutive rows at a time, cut only where the block changes."""
+    if len(blocks) <= SLICE_ROWS:
+        return [slice(0, len(blocks))]
     cuts = np.searchsorted(blocks, blocks[SLICE_ROWS::SLICE_ROWS], side="left")
     bounds = np.unique(np.r_[0, cuts, len(blocks)])
-    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])] or [slice(0, 0)]
+    return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:
