@@ -23,8 +23,11 @@ METADATA = ("vocab_size", "n_categories")
 def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str, np.ndarray]:
     """Records of the given blocks (default: every granted block), concatenated.
 
-    Every key is checked against the grant before any file is opened."""
+    A key outside the grant raises :class:`BlockAccessError` before any block is touched."""
     keys = list(ctx.block_keys if keys is None else keys)
+    for key in keys:
+        if key not in ctx.blocks:
+            ctx.block_path(key)  # raises: the context is the one gate to block data
     return read_block_files([ctx.block_path(key) for key in keys])
 
 

@@ -68,7 +68,8 @@ class DPSGDJob(_Job):
 
 
 class StatisticJob(_Job):
-    """A DP statistic over one column of the granted blocks' records."""
+    """A DP statistic over the granted blocks' records: a count of records, or the sum,
+    mean or histogram of one column with each value clipped to ``bounds``."""
 
     kind: Literal["statistic"] = "statistic"
     query: Literal["count", "sum", "mean", "histogram"]
@@ -82,14 +83,14 @@ class StatisticJob(_Job):
     def _check(self) -> StatisticJob:
         if self.query != "count" and self.column is None:
             raise ValueError(f"a {self.query} needs a column")
-        if self.query in ("sum", "mean", "histogram") and self.bounds is None:
+        if self.query != "count" and self.bounds is None:
             raise ValueError(f"a {self.query} needs bounds [lo, hi] to clip contributions")
+        if self.query == "count" and self.bounds is not None:
+            raise ValueError("a count counts every record and takes no bounds")
         if self.bounds is not None:
             lo, hi = self.bounds
             if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
                 raise ValueError(f"bounds must be finite with lo < hi, got {list(self.bounds)}")
-            if self.column is None:
-                raise ValueError("bounds need a column")
         if (self.query == "histogram") != (self.bins is not None):
             raise ValueError("bins is required for a histogram and only for a histogram")
         return self

@@ -1,0 +1,126 @@
+"""Built-in job plans: what a DP-SGD or DP statistic job is charged, and bad parameters."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from opacus.accountants.utils import get_noise_multiplier
+
+from privsched.budgets import (
+    Accounting,
+    Composed,
+    EpsilonDelta,
+    Gaussian,
+    Laplace,
+    SubsampledGaussian,
+    demand_vector,
+    gaussian_sigma,
+    mechanism_json,
+    rdp_to_epsilon,
+)
+from privsched.jobs.builtin import BUILTIN_KINDS, plan_mechanism
+from privsched.trainers.models import INPUTS
+from privsched.trainers.plans import MODEL_NAMES, parse_job
+
+DPSGD = {"kind": "dpsgd", "model": "mlp", "sample_rate": 0.02, "epochs": 3, "lr": 0.1}
+
+
+def test_builtin_kinds_are_dpsgd_and_statistic():
+    assert BUILTIN_KINDS == ("dpsgd", "statistic")
+
+
+def test_every_planned_model_is_in_the_zoo():
+    assert set(MODEL_NAMES) == set(INPUTS)
+
+
+def test_dpsgd_plan_under_rdp_is_the_subsampled_gaussian_calibrated_by_opacus():
+    mechanism = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
+    assert isinstance(mechanism, SubsampledGaussian)
+    assert mechanism.steps == math.ceil(3 / 0.02) == 150
+    expected = get_noise_multiplier(
+        target_epsilon=1.0, target_delta=1e-6, sample_rate=0.02, steps=150, accountant="rdp", epsilon_tolerance=0.01
+    )
+    assert mechanism.noise_multiplier == pytest.approx(expected, rel=0.02)
+    curve = demand_vector(mechanism, Accounting.rdp())
+    epsilon, _ = rdp_to_epsilon(curve, Accounting.rdp().alphas, 1e-6)
+    assert epsilon <= 1.0 * 1.25  # the coarse default grid converts a little looser than Opacus' own
+
+
+def test_dpsgd_plan_under_basic_is_its_epsilon_delta():
+    assert plan_mechanism(DPSGD, 0.5, 1e-9, Accounting.basic()) == EpsilonDelta(epsilon=0.5, delta=1e-9)
+
+
+def test_laplace_count_has_scale_one_over_epsilon():
+    job = {"kind": "statistic", "query": "count"}
+    assert plan_mechanism(job, 0.1, 0.0, Accounting.basic()) == Laplace(scale=10.0, sensitivity=1.0)
+
+
+def test_clipped_sum_sensitivity_is_the_largest_bound_magnitude():
+    job = {"kind": "statistic", "query": "sum", "column": "rating", "bounds": [-3, 2]}
+    mechanism = plan_mechanism(job, 0.5, 0.0, Accounting.basic())
+    assert mechanism == Laplace(scale=6.0, sensitivity=3.0)
+    assert demand_vector(mechanism, Accounting.basic()) == pytest.approx([0.5, 0.0])
+
+
+def test_mean_splits_its_budget_between_a_sum_and_a_count():
+    job = {"kind": "statistic", "query": "mean", "column": "rating", "bounds": [1, 5], "mechanism": "gaussian"}
+    basic = plan_mechanism(job, 1.0, 1e-6, Accounting.basic())
+    assert basic == Composed(parts=[EpsilonDelta(epsilon=0.5, delta=5e-7)] * 2)
+    assert demand_vector(basic, Accounting.basic()) == pytest.approx([1.0, 1e-6])
+    rdp = plan_mechanism(job, 1.0, 1e-6, Accounting.rdp())
+    assert rdp == Composed(
+        parts=[
+            Gaussian(sigma=5 * gaussian_sigma(0.5, 5e-7), sensitivity=5.0),
+            Gaussian(sigma=gaussian_sigma(0.5, 5e-7), sensitivity=1.0),
+        ]
+    )
+
+
+def test_histogram_has_sensitivity_one():
+    job = {"kind": "statistic", "query": "histogram", "column": "rating", "bounds": [0, 5], "bins": 5}
+    assert plan_mechanism(job, 2.0, 0.0, Accounting.rdp()) == Laplace(scale=0.5, sensitivity=1.0)
+
+
+def test_a_charged_mechanism_in_place_of_the_noise_name_is_read_back():
+    job = {"kind": "statistic", "query": "count", "mechanism": "gaussian"}
+    charged = plan_mechanism(job, 1.0, 1e-6, Accounting.rdp())
+    params = {**job, "mechanism": mechanism_json(charged), "epsilon": 1.0, "delta": 1e-6}
+    assert parse_job(params) == parse_job(job)
+
+
+@pytest.mark.parametrize(
+    ("job", "epsilon", "delta", "message"),
+    [
+        ({"kind": "train"}, 1.0, 1e-6, "unknown built-in job kind"),
+        ({**DPSGD, "model": "bert"}, 1.0, 1e-6, "model"),
+        ({**DPSGD, "sample_rate": 0}, 1.0, 1e-6, "sample_rate"),
+        ({**DPSGD, "epochs": -1}, 1.0, 1e-6, "epochs"),
+        ({**DPSGD, "batch": 32}, 1.0, 1e-6, "batch"),
+        ({k: v for k, v in DPSGD.items() if k != "lr"}, 1.0, 1e-6, "lr"),
+        (DPSGD, 1.0, 0.0, "delta"),
+        (DPSGD, -1.0, 1e-6, "epsilon"),
+        ({"kind": "statistic", "query": "median", "column": "rating"}, 1.0, 0.0, "query"),
+        ({"kind": "statistic", "query": "sum", "column": "rating"}, 1.0, 0.0, "bounds"),
+        ({"kind": "statistic", "query": "sum", "column": "rating", "bounds": [5, 1]}, 1.0, 0.0, "lo < hi"),
+        ({"kind": "statistic", "query": "histogram", "column": "rating", "bounds": [0, 5]}, 1.0, 0.0, "bins"),
+        ({"kind": "statistic", "query": "count", "mechanism": "gaussian"}, 1.0, 0.0, "delta > 0"),
+        ({"kind": "statistic", "query": "count", "column": "rating", "bounds": [1, 5]}, 1.0, 0.0, "no bounds"),
+        ("count", 1.0, 0.0, "dict"),
+    ],
+)
+def test_bad_job_parameters_raise_a_one_line_value_error(job, epsilon, delta, message):
+    with pytest.raises(ValueError) as info:
+        plan_mechanism(job, epsilon, delta, Accounting.rdp())
+    text = str(info.value)
+    assert message in text
+    assert "\n" not in text
+
+
+def test_plans_are_deterministic():
+    first = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
+    assert np.array_equal(
+        demand_vector(first, Accounting.rdp()),
+        demand_vector(plan_mechanism(dict(DPSGD), 1.0, 1e-6, Accounting.rdp()), Accounting.rdp()),
+    )
