@@ -190,3 +190,22 @@ def test_mechanisms_without_a_pure_cost_are_refused_under_basic_accounting():
 def test_explicit_demand_of_the_wrong_length_is_refused():
     with pytest.raises(ValueError, match="values"):
         demand_vector(parse_mechanism({"kind": "explicit", "values": [1.0]}), Accounting.rdp())
+
+
+@fast
+@given(
+    q=st.floats(0.001, 1.0),
+    sigma=st.floats(0.5, 10.0),
+    steps=st.integers(1, 2000),
+    delta=st.floats(1e-10, 1e-3),
+)
+def test_rdp_to_epsilon_equals_opacus_get_privacy_spent(q, sigma, steps, delta):
+    from opacus.accountants.analysis.rdp import get_privacy_spent
+
+    curve = subsampled_gaussian_curve(q, sigma, steps, DEFAULT_ALPHAS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected, best = get_privacy_spent(orders=list(DEFAULT_ALPHAS), rdp=list(curve), delta=delta)
+    epsilon, order = rdp_to_epsilon(curve, DEFAULT_ALPHAS, delta)
+    assert epsilon == pytest.approx(float(expected), rel=1e-12, abs=1e-12)
+    assert order == float(best)

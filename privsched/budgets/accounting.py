@@ -28,11 +28,15 @@ RELATIVE_TOLERANCE = 1e-9
 
 
 def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Element-wise ``a <= b`` up to :data:`RELATIVE_TOLERANCE` of the larger magnitude."""
+    """Element-wise ``a <= b`` up to :data:`RELATIVE_TOLERANCE` of the larger magnitude.
+
+    The tolerance applies to finite values only: an infinite or NaN demand never fits.
+    """
     a = np.asarray(a, dtype=float)
     b = np.asarray(b, dtype=float)
-    scale = np.maximum(np.abs(a), np.abs(b))
-    return a <= b + RELATIVE_TOLERANCE * scale
+    with np.errstate(invalid="ignore"):
+        close = np.isfinite(a) & np.isfinite(b) & (a - b <= RELATIVE_TOLERANCE * np.maximum(np.abs(a), np.abs(b)))
+        return (a <= b) | close
 
 
 @dataclass(frozen=True)

@@ -65,11 +65,17 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 def rdp_to_epsilon(curve, alphas, delta: float) -> tuple[float, float]:
     """Smallest ε such that the curve implies (ε, δ)-DP, and the order that achieves it.
 
-    Uses Opacus' ``get_privacy_spent`` (the tight conversion of Balle et al. 2020).
+    The conversion of Balle et al. 2020 (Thm. 21), the one Opacus' ``get_privacy_spent``
+    uses: ε = min_α ε(α) + ln((α − 1)/α) − (ln δ + ln α)/(α − 1), floored at 0. Pure NumPy,
+    so reporting a curve never loads torch.
     """
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
-    from opacus.accountants.analysis.rdp import get_privacy_spent
-
-    eps, best = get_privacy_spent(orders=[float(a) for a in alphas], rdp=[float(c) for c in curve], delta=delta)
-    return float(eps), float(best)
+    a = _orders(alphas)
+    rdp = np.asarray(curve, dtype=float)
+    if rdp.shape != a.shape:
+        raise ValueError(f"curve has {rdp.size} values for {a.size} orders")
+    eps = rdp + np.log((a - 1) / a) - (math.log(delta) + np.log(a)) / (a - 1)
+    eps = np.where(np.isnan(eps), np.inf, eps)
+    best = int(np.argmin(eps))
+    return max(0.0, float(eps[best])), float(a[best])
