@@ -195,7 +195,7 @@ class RayExecutor(Executor):
                 entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
                 submission_id=job.submission_id,
                 runtime_env={"env_vars": _environment(launch.placement, encoded)},
-                metadata={"privsched_pipeline": str(launch.pipeline_id)},
+                metadata={"privsched_runs": str(launch.context.parent.parent), "privsched_pipeline": str(launch.pipeline_id)},
                 entrypoint_num_gpus=len(launch.placement.gpus) or None,
                 entrypoint_num_cpus=launch.placement.cpus or None,
                 entrypoint_memory=launch.placement.memory or None,

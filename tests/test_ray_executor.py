@@ -1,0 +1,333 @@
+"""The Ray executor, against a real one-machine Ray cluster with two fake GPUs.
+
+The cluster (``ray start --head``, its own temporary folder and ports) is started once for
+the module and its processes are stopped at the end. Jobs are user code from
+:mod:`tests.test_ray_jobs` and the built-in DP-SGD and statistic jobs on review blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privsched.client import Client, connect
+from privsched.jobs.runner import JobResult
+from privsched.ledger import LedgerError
+from privsched.service.executors import make_executor
+from privsched.service.executors.base import Launch
+from privsched.service.executors.ray import cluster_pool, node_refusal, submission_id
+from privsched.service.executors.ray_entry import decode_document, encode_document, parse_result, result_line
+from privsched.service.resources import Placement
+from privsched.service.rundirs import RunDirs
+from tests.conftest import REPO
+from workloads.reviews import write_blocks
+
+GPU_JOB = "tests.test_ray_jobs:reports_gpus"
+HANGING_JOB = "tests.test_ray_jobs:prints_then_hangs"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A Ray head node with 2 CPUs, 2 fake GPUs and 4 GB of task memory; its dashboard address."""
+    folder = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths must stay short
+    port, dashboard = _free_port(), _free_port()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "RAY_USAGE_STATS_ENABLED": "0"}
+    command = [
+        str(Path(bin_dir, "ray")), "start", "--head", "--num-cpus", "2", "--num-gpus", "2",
+        "--memory", str(4 * 10**9), "--object-store-memory", str(100 * 10**6), "--temp-dir", folder,
+        "--port", str(port), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+        "--include-dashboard", "true", "--ray-client-server-port", str(_free_port()),
+        "--dashboard-agent-listen-port", str(_free_port()), "--disable-usage-stats",
+    ]
+    head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    output, _ = head.communicate()
+    try:
+        assert head.returncode == 0, output
+        yield f"http://127.0.0.1:{dashboard}"
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGKILL):  # every process of this cluster, and only those
+            if _group_alive(head.pid):
+                os.killpg(head.pid, sig)
+            for _ in range(10):
+                if not _group_alive(head.pid):
+                    break
+                time.sleep(0.1)
+        subprocess.run(["rm", "-rf", folder], check=False)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    """A database whose RDP dataset ``reviews`` (ε_G = 10, δ_G = 1e-7, orders whose capacity is
+    positive) has two review blocks."""
+    paths = write_blocks(tmp_path / "blocks", days=2, per_day=60)
+    with connect(tmp_path / "p.db") as client:
+        client.create_dataset("reviews", epsilon=10.0, delta=1e-7, accounting="rdp", alphas=[3, 4, 5, 8, 16, 32, 64])
+        client.add_blocks("reviews", [(p.stem, str(p)) for p in paths])
+    return tmp_path / "p.db"
+
+
+def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **params: object) -> dict:
+    return {
+        "name": name, "dataset": "reviews", "blocks": {"last": blocks}, "epsilon": 0.5, "delta": 1e-9,
+        "resources": {"gpus": gpus, "cpus": 0.5},
+        "job": {"function": function, "pythonpath": [str(REPO)], "params": params},
+    }
+
+
+@contextmanager
+def serving(db: Path, address: str, policy: str = "fcfs", **options: object) -> Iterator[Callable[[], None]]:
+    """A scheduler serving ``db`` on the cluster in a thread. Yields ``check()``, which raises
+    if the scheduler stopped; on exit the scheduler is stopped and any error of its re-raised."""
+    stop, failed = threading.Event(), []
+
+    def run() -> None:
+        try:
+            with connect(db) as client:
+                client.serve(policy, executor="ray", ray_address=address, tick=0.2, stop=stop, **options)
+        except BaseException as exc:  # re-raised in the test
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def check() -> None:
+        if failed:
+            raise failed[0]
+        assert thread.is_alive(), "the scheduler stopped"
+
+    with connect(db) as client:
+        while client.runs.recorded_pool() is None:  # the scheduler has looked at the cluster
+            check()
+            time.sleep(0.05)
+    try:
+        yield check
+    finally:
+        stop.set()
+        thread.join()
+    if failed:
+        raise failed[0]
+
+
+def wait_until(condition: Callable[[], bool], check: Callable[[], None] = lambda: None) -> None:
+    while not condition():
+        check()
+        time.sleep(0.1)
+
+
+def running(process: subprocess.Popen) -> Callable[[], None]:
+    def check() -> None:
+        assert process.poll() is None, "the scheduler exited"
+
+    return check
+
+
+def ended(client: Client, *ids: int) -> Callable[[], bool]:
+    return lambda: all(client.run(i).done for i in ids)
+
+
+def ray_jobs(address: str, db: Path) -> list[str]:
+    """Pipeline ids of the Ray jobs submitted for ``db`` (one entry per Ray job)."""
+    from ray.job_submission import JobSubmissionClient
+
+    runs = str(RunDirs(db).root)
+    jobs = JobSubmissionClient(address).list_jobs()
+    return sorted(j.metadata["privsched_pipeline"] for j in jobs if (j.metadata or {}).get("privsched_runs") == runs)
+
+
+# -- without a cluster -------------------------------------------------------------------------
+
+
+def test_the_result_line_round_trips_and_the_last_one_counts():
+    first = JobResult(7, False, message="first attempt")
+    last = JobResult(7, True, {"b": [0.5]}, True, "", {"loss": 0.1})
+    logs = f"hello\n{result_line(first)}\nmore output\n{result_line(last)}\n"
+    assert parse_result(logs, 7) == last
+    assert parse_result("killed before it ended\n", 7) is None
+
+
+def test_a_result_line_of_another_pipeline_or_garbled_is_a_failure():
+    foreign = parse_result(result_line(JobResult(8, True, {"b": [0.0]})), 7)
+    assert (foreign.pipeline_id, foreign.completed, foreign.touched_data) == (7, False, True)
+    assert foreign.message == "job printed the result of another pipeline"
+    garbled = parse_result(result_line(JobResult(7, True))[:-5], 7)
+    assert not garbled.completed and garbled.message == "job printed a result that does not parse"
+
+
+def test_the_context_travels_compressed_and_intact():
+    document = '{"pipeline_id": 3, "blocks": [' + ", ".join(['{"grant": [0.25, 0.5]}'] * 500) + "]}"
+    encoded = encode_document(document)
+    assert decode_document(encoded) == document and len(encoded) < len(document) / 10
+
+
+def test_a_job_fits_only_on_a_single_node_that_holds_all_it_asks_for():
+    two_small = [{"GPU": 1.0, "CPU": 4.0, "memory": 8e9}, {"GPU": 1.0, "CPU": 4.0, "memory": 8e9}]
+    assert node_refusal(Placement(("0",), 2.0, 10**9), two_small) is None
+    refusal = node_refusal(Placement(("0", "1"), 2.0, 10**9), two_small)
+    assert refusal is not None and refusal.startswith("no node of the Ray cluster can hold 2 GPU(s)")
+    assert "largest node: 1 GPU(s), 4 CPU(s)" in refusal and "2 node(s) alive" in refusal
+    assert node_refusal(Placement((), 1.0, 9 * 10**9), two_small) is not None
+    assert cluster_pool(two_small).gpus == ("0", "1") and cluster_pool(two_small).cpus == 8.0
+
+
+def test_submission_ids_are_stable_per_database_pipeline_and_start(tmp_path: Path):
+    def launch(root: Path, pipeline_id: int, started_at: float) -> Launch:
+        folder = root / "runs" / "p" / str(pipeline_id)
+        return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
+                      Placement((), 1.0, 0), started_at)
+
+    same = submission_id(launch(tmp_path, 4, 1700000000.25))
+    assert same == submission_id(launch(tmp_path, 4, 1700000000.25)) and same.startswith("privsched-p-4-")
+    assert same != submission_id(launch(tmp_path, 4, 1700000000.5))  # a new start of pipeline 4
+    assert same != submission_id(launch(tmp_path / "elsewhere", 4, 1700000000.25))
+
+
+def test_a_ray_address_is_refused_for_the_local_executor():
+    with pytest.raises(ValueError, match="applies to the ray executor only"):
+        make_executor("local", "http://127.0.0.1:8265")
+
+
+def test_an_unreachable_cluster_is_a_one_line_error(tmp_db: Path):
+    with connect(tmp_db) as client, pytest.raises(ValueError, match="cannot reach a Ray cluster at http://127.0.0.1"):
+        client.serve(executor="ray", ray_address=f"http://127.0.0.1:{_free_port()}", until_idle=True)
+
+
+# -- on the cluster ----------------------------------------------------------------------------
+
+
+def test_dpf_granted_jobs_run_on_exactly_their_gpus_and_the_ledger_stays_consistent(ray_address: str, db: Path):
+    with serving(db, ray_address, "dpf-n", n=4) as check, connect(db) as client:
+        runs = client.submit_many([
+            user_job("one-a", GPU_JOB, gpus=1, seconds=3),
+            user_job("one-b", GPU_JOB, gpus=1, seconds=3),
+            user_job("both", GPU_JOB, gpus=2),
+            {"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1, "delta": 1e-9,
+             "job": {"kind": "statistic", "params": {"query": "count"}}},
+            {"name": "sgd", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8,
+             "job": {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}},
+        ])
+        wait_until(ended(client, *(r.id for r in runs)), check)
+        one_a, one_b, both, count, sgd = runs
+        assert [r.status for r in runs] == ["completed"] * 5, [r.message for r in runs]
+        assert {one_a.metrics["gpus"], one_b.metrics["gpus"]} == {"0", "1"}
+        assert one_a.metrics["started"] < one_b.metrics["ended"] and one_b.metrics["started"] < one_a.metrics["ended"]
+        assert sorted(both.metrics["gpus"].split(",")) == ["0", "1"]
+        assert f"pipeline {one_a.id} sees GPUs" in one_a.logs()
+        assert count.metrics["query"] == "count" and sgd.metrics["steps"] > 0
+        for run in runs:  # reported spending is at most the grant (half of it for user jobs)
+            for key, grant in run.grant.items():
+                assert np.all(run.consumed[key] <= grant + 1e-12)
+        np.testing.assert_allclose(one_a.consumed[one_a.info.block_keys[0]], one_a.grant[one_a.info.block_keys[0]] / 2)
+        assert client.audit().ok
+        assert ray_jobs(ray_address, db) == sorted(str(r.id) for r in runs)
+
+
+def test_jobs_stopped_killed_or_cancelled_fail_with_their_grant_consumed_and_the_scheduler_goes_on(
+    ray_address: str, db: Path, run_cli
+):
+    from ray.job_submission import JobSubmissionClient
+
+    env = {"PRIVSCHED_DB": str(db)}
+    with serving(db, ray_address) as check, connect(db) as client:
+        runs = client.submit_many([user_job(name, HANGING_JOB, blocks=1) for name in ("stopped", "killed", "cancelled")])
+        stopped, killed, cancelled = runs
+        # their output reaches their log files while they run
+        wait_until(lambda: all(f"pipeline {r.id} is reading" in client.logs(r.id) for r in runs), check)
+        assert [r.status for r in runs] == ["running"] * 3
+        assert run_cli("logs", cancelled.id, env=env).stdout.count(f"pipeline {cancelled.id} is reading") == 1
+        JobSubmissionClient(ray_address).stop_job(submission_id_of(client, stopped.id))
+        os.kill(int((client.runs.folder(killed.id) / "job.pid").read_text()), signal.SIGKILL)
+        assert run_cli("cancel", cancelled.id, env=env).stdout.strip() == f"pipeline {cancelled.id} cancelling"
+        wait_until(ended(client, *(r.id for r in runs)), check)
+        assert (stopped.status, stopped.message) == ("failed", "stopped on the Ray cluster")
+        assert killed.status == "failed" and "without reporting its result" in killed.message
+        assert (cancelled.status, cancelled.message) == ("failed", "cancelled by its user while running")
+        for run in runs:  # conservative: each had read its data
+            key = run.info.block_keys[0]
+            np.testing.assert_allclose(run.consumed[key], run.grant[key])
+        assert "executor=ray" in run_cli("status", cancelled.id, env=env).stdout
+        later = client.submit(user_job("later", GPU_JOB, blocks=1))
+        wait_until(ended(client, later.id), check)
+        assert later.status == "completed" and client.audit().ok
+
+
+def submission_id_of(client: Client, pipeline_id: int) -> str:
+    info = client.status(pipeline_id)
+    folder = client.runs.folder(pipeline_id)
+    return submission_id(Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
+                                Placement((), 0.0, 0), info.started_at))
+
+
+def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_them_again(
+    ray_address: str, db: Path, tmp_path: Path, run_cli
+):
+    env = {"PRIVSCHED_DB": str(db)}
+    trace = tmp_path / "trace.txt"
+    serve = ["serve", "--executor", "ray", "--ray-address", ray_address, "--tick", "200ms"]
+    first = subprocess.Popen([sys.executable, "-m", "privsched", *serve], cwd=tmp_path, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, env={**os.environ, **env, "PYTHONPATH": str(REPO)})
+    with connect(db) as client:
+        wait_until(lambda: client.runs.recorded_pool() is not None, running(first))
+        runs = client.submit_many([user_job(f"slow{i}", GPU_JOB, gpus=1, seconds=3, trace=str(trace)) for i in range(2)])
+        wait_until(lambda: trace.exists() and len(trace.read_text().splitlines()) == 2,
+                   running(first))
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        restarted = run_cli(*serve, "--until-idle", env=env)
+        assert restarted.returncode == 0, restarted.stderr
+        assert "was running before the restart" in restarted.stdout
+        assert [r.status for r in runs] == ["completed", "completed"]
+        assert sorted(trace.read_text().splitlines()) == [f"{r.id} started" for r in runs]
+        assert ray_jobs(ray_address, db) == [str(r.id) for r in runs]
+        assert client.audit().ok
+
+
+def test_a_request_larger_than_the_cluster_is_rejected_at_submission(ray_address: str, db: Path, run_cli, tmp_path):
+    env = {"PRIVSCHED_DB": str(db)}
+    with connect(db) as client:
+        client.run_until_idle(executor="ray", ray_address=ray_address)  # records the cluster's pool
+        with pytest.raises(LedgerError, match="the job asks for 3 GPU"):
+            client.submit(user_job("huge", GPU_JOB, gpus=3))
+    spec = tmp_path / "huge.json"
+    spec.write_text(json.dumps(user_job("huge", GPU_JOB, gpus=3)))
+    rejected = run_cli("submit", spec, env=env)
+    assert rejected.returncode == 1
+    assert rejected.stderr.strip() == "error: pipeline 'huge': the job asks for 3 GPU(s) but the pool has 2"
+
+
+def test_a_job_no_node_can_hold_fails_without_touching_data(ray_address: str, db: Path):
+    with serving(db, ray_address, gpus=4) as check, connect(db) as client:  # a pool larger than the cluster
+        run = client.submit(user_job("huge", GPU_JOB, gpus=3))
+        wait_until(ended(client, run.id), check)
+        assert run.status == "failed"
+        assert run.message.startswith("the job could not be started: no node of the Ray cluster can hold 3 GPU(s)")
+        assert all(not np.any(c) for c in run.consumed.values())  # released: the job never ran
+        assert ray_jobs(ray_address, db) == [] and client.audit().ok

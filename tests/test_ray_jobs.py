@@ -1,0 +1,41 @@
+"""User-code jobs the Ray executor tests run on the cluster as ``tests.test_ray_jobs:<name>``.
+
+This module holds no tests: Ray job processes import it, so it stays light (no torch).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from privsched.jobs.context import JobContext
+
+
+def _trace(ctx: JobContext, event: str) -> None:
+    """Append ``<pipeline id> <event>`` to the file ``ctx.params['trace']``, if given."""
+    if "trace" in ctx.params:
+        with open(ctx.params["trace"], "a") as trace:
+            trace.write(f"{ctx.pipeline_id} {event}\n")
+
+
+def reports_gpus(ctx: JobContext) -> None:
+    """Reads its blocks, says which GPUs it sees, holds them ``seconds``, spends half its grant
+    and records the GPUs and its running interval in its metrics."""
+    started = time.time()
+    _trace(ctx, "started")
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    print(f"pipeline {ctx.pipeline_id} sees GPUs {visible!r}", flush=True)
+    time.sleep(float(ctx.params.get("seconds", 0)))
+    ctx.report_metrics(gpus=visible, started=started, ended=time.time())
+    ctx.report_spent(ctx.budget / 2)
+
+
+def prints_then_hangs(ctx: JobContext) -> None:
+    """Reads its first block, writes its process id next to the pipeline, says so, and hangs."""
+    ctx.block_path(ctx.block_keys[0])
+    Path(ctx.workdir, "job.pid").write_text(str(os.getpid()))
+    print(f"pipeline {ctx.pipeline_id} is reading", flush=True)
+    time.sleep(3600)
