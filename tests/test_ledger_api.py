@@ -397,3 +397,19 @@ def test_overspending_a_grant_is_refused_and_changes_nothing(ledger, dump_db):
     with pytest.raises(LedgerError, match="outside the grant"):
         ledger.complete(pid, {"d1": [0.5, 0.0], "d2": [0.1, 0.0], "d3": [0.0, 0.0]})
     assert dump_db(ledger.path) == before
+
+
+def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negative(ledger):
+    from privsched.budgets import EpsilonDelta, demand_vector
+
+    ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
+    demand = demand_vector(EpsilonDelta(epsilon=1.0, delta=1e-9), ledger.get_dataset("reviews").accounting)
+    for _ in range(3):
+        pid = ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=demand), now=2)
+        assert ledger.grant([pid], now=2) == [pid]
+        ledger.mark_running(pid, {}, now=2)
+        ledger.complete(pid, demand / 2, now=3)
+    block = ledger.get_block("reviews", "r1")
+    assert block.unlocked[0] < 0 == block.capacity[0]
+    report = ledger.audit()
+    assert report.ok, report.violations
