@@ -4,12 +4,17 @@ Pipelines mix mechanisms whose RDP curves are cheapest, relative to a block's ca
 curve, at different orders α, so that which order a block ends up "using" matters:
 - Laplace (flat curve): best at large α (64 for ε ≥ 0.5);
 - Gaussian (linear curve): best around α = 5;
-- subsampled Gaussian (DP-SGD, q = 0.1, noise 0.8, many steps; steep): best at α = 3;
+- subsampled Gaussian (DP-SGD with strong amplification, q = 0.005, noise 0.6; very
+  steep): best at α = 3, by far the cheapest there, prohibitive at large α;
 - the composition of a Gaussian and a Laplace: in between (α ≈ 8).
-Each pipeline's size is its *best-order share*, ``min_α d(α) / capacity(α)``: 0.01
-(75 %) or 0.05 (25 %); the mechanism's parameter is solved to match it. Blocks hold
-ε_G = 10, δ_G = 1e-7 and arrive every 10 s (10 at time 0); pipelines arrive as a Poisson
-process and ask for the last 1 (p = 0.5), 2 or 5 blocks.
+Each pipeline's size is its *best-order share*, ``min_α d(α) / capacity(α)``, drawn per
+family (see :data:`SIZES`); the mechanism's parameter is solved to match it. DPF ranks by
+the *largest* share over orders, so it puts the DP-SGD plans last although a block filled
+at α = 3 holds many of them: the heterogeneity DPack exploits. Blocks hold ε_G = 10,
+δ_G = 1e-7 and arrive every 10 s (10 at time 0); pipelines arrive as a Poisson process and
+ask for the last 1 (p = 0.5), 2 or 5 blocks. By default they are submitted in batches at
+the end of each 10-second window (``batch``), as a periodic submitter would; ``batch=None``
+keeps the Poisson times.
 """
 
 from __future__ import annotations
@@ -26,9 +31,16 @@ from workloads.microbenchmarks import poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 FAMILIES = ("laplace", "gaussian", "subsampled", "composed")
-SIZES, SIZE_WEIGHTS = (0.01, 0.05), (0.75, 0.25)
+#: Best-order shares per family, drawn uniformly. DP-SGD plans are the cheapest at their best
+#: order and the most expensive at large orders: DPF's dominant share ranks them last.
+SIZES = {
+    "laplace": (0.005, 0.01, 0.02, 0.05),
+    "gaussian": (0.005, 0.01, 0.02, 0.05),
+    "subsampled": (0.0005, 0.001, 0.002, 0.005),
+    "composed": (0.005, 0.01, 0.02, 0.05),
+}
 BLOCK_COUNTS, BLOCK_WEIGHTS = (1, 2, 5), (0.5, 0.3, 0.2)
-SAMPLE_RATE, NOISE = 0.1, 0.8
+SAMPLE_RATE, NOISE = 0.005, 0.6  # one step: best order α = 3, ~20,000× dearer at α = 64
 
 
 def _capacity() -> np.ndarray:
@@ -73,6 +85,7 @@ def heterogeneous(
     block_interval: float = 10.0,
     timeout: float = 100.0,
     families: tuple[str, ...] = FAMILIES,
+    batch: float | None = 10.0,
 ) -> Trace:
     """Blocks every ``block_interval`` s; pipelines of mixed mechanisms at ``rate`` per second."""
     rng = np.random.default_rng(seed)
@@ -83,16 +96,18 @@ def heterogeneous(
         for j, t in enumerate(block_times.tolist())
     ]
     times = poisson_arrivals(rng, rate, duration)
+    if batch:
+        times = np.ceil(times / batch) * batch
     n = len(times)
     family = rng.integers(len(families), size=n)
-    size = rng.choice(len(SIZES), size=n, p=SIZE_WEIGHTS)
+    size = rng.integers(4, size=n)
     last = rng.choice(BLOCK_COUNTS, size=n, p=BLOCK_WEIGHTS)
     pipelines = [
         {
             "id": f"p{i}",
             "arrival": t,
             "blocks": {"last": int(last[i])},
-            "mechanism": mechanism(families[family[i]], SIZES[size[i]]),
+            "mechanism": mechanism(families[family[i]], SIZES[families[family[i]]][size[i]]),
             "timeout": timeout,
             "class": families[family[i]],
         }

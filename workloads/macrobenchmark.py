@@ -5,11 +5,13 @@ One block per day (ε_G = 10, δ_G = 1e-7); pipelines arrive as a Poisson proces
 time out after 5 block periods.
 - 75 % mice: DP statistics, Laplace with ε ∈ {0.01, 0.05, 0.1}. A statistic's error
   shrinks like 1/(ε n), so it takes the fewest blocks reaching its target accuracy:
-  ``ceil(target / ε)`` blocks with ``target`` ∈ {0.05, 0.1, 0.2} (1 to 20 blocks).
+  ``ceil(target / ε)`` blocks with ``target`` ∈ {0.02, 0.05, 0.1} (1 to 10 blocks; total
+  demand ε × blocks ≤ 0.1, what the paper saw basic composition still grant).
 - 25 % elephants: DP-SGD models (linear, feed-forward, LSTM, small BERT), (ε, δ = 1e-9)
   with ε ∈ {0.5, 1, 5}; bigger models need more data, and more at smaller ε:
-  ``ceil(base / ε)`` blocks (1 to 500). Under RDP a model's demand is the subsampled
-  Gaussian of its training plan, its noise calibrated under RDP to (ε, δ) (DESIGN §3.4).
+  ``ceil(base / ε)`` blocks, base 1, 2, 5, 50 (1 to 100 blocks, at most 500). Under RDP a
+  model's demand is the subsampled Gaussian of its training plan, its noise calibrated
+  under RDP to (ε, δ) (DESIGN §3.4).
 Time is in seconds; a block period is one day by default.
 """
 
@@ -28,17 +30,17 @@ from workloads.microbenchmarks import poisson_arrivals
 DAY = 86_400.0
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 MICE_EPSILONS = (0.01, 0.05, 0.1)
-MICE_TARGETS = (0.05, 0.1, 0.2)
+MICE_TARGETS = (0.02, 0.05, 0.1)
 ELEPHANT_EPSILONS = (0.5, 1.0, 5.0)
 ELEPHANT_DELTA = 1e-9
 MAX_BLOCKS = 500
 
 #: DP-SGD plans: (model, blocks needed at ε = 1, Poisson sampling rate, epochs).
 MODELS = (
-    ("linear", 5, 0.01, 5),
-    ("feedforward", 10, 0.01, 10),
-    ("lstm", 25, 0.005, 10),
-    ("bert", 100, 0.002, 3),
+    ("linear", 1, 0.01, 5),
+    ("feedforward", 2, 0.01, 10),
+    ("lstm", 5, 0.005, 10),
+    ("bert", 50, 0.002, 3),
 )
 
 
