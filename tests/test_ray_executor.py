@@ -1,7 +1,7 @@
 """The Ray executor, against a real one-machine Ray cluster with two fake GPUs.
 
-The cluster (``ray start --head``, its own temporary folder and ports) is started once for
-the module and its processes are stopped at the end. Jobs are user code from
+The cluster (:func:`~privsched.service.executors.ray_local.local_cluster`) is started once
+for the module and its processes are stopped at the end. Jobs are user code from
 :mod:`tests.test_ray_jobs` and the built-in DP-SGD and statistic jobs on review blocks.
 """
 
@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,6 +27,7 @@ from privsched.ledger import LedgerError
 from privsched.service.executors import make_executor
 from privsched.service.executors.base import Launch
 from privsched.service.executors.ray import cluster_pool, node_refusal, submission_id
+from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_entry import decode_document, encode_document, parse_result, result_line
 from privsched.service.resources import Placement
 from privsched.service.rundirs import RunDirs
@@ -39,49 +38,11 @@ GPU_JOB = "tests.test_ray_jobs:reports_gpus"
 HANGING_JOB = "tests.test_ray_jobs:prints_then_hangs"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 @pytest.fixture(scope="module")
 def ray_address() -> Iterator[str]:
-    """A Ray head node with 2 CPUs, 2 fake GPUs and 4 GB of task memory; its dashboard address."""
-    folder = tempfile.mkdtemp(prefix="rayt", dir="/tmp")  # short: Ray's socket paths must stay short
-    port, dashboard = _free_port(), _free_port()
-    bin_dir = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "RAY_USAGE_STATS_ENABLED": "0"}
-    command = [
-        str(Path(bin_dir, "ray")), "start", "--head", "--num-cpus", "2", "--num-gpus", "2",
-        "--memory", str(4 * 10**9), "--object-store-memory", str(100 * 10**6), "--temp-dir", folder,
-        "--port", str(port), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-        "--include-dashboard", "true", "--ray-client-server-port", str(_free_port()),
-        "--dashboard-agent-listen-port", str(_free_port()), "--disable-usage-stats",
-    ]
-    head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    output, _ = head.communicate()
-    try:
-        assert head.returncode == 0, output
-        yield f"http://127.0.0.1:{dashboard}"
-    finally:
-        for sig in (signal.SIGTERM, signal.SIGKILL):  # every process of this cluster, and only those
-            if _group_alive(head.pid):
-                os.killpg(head.pid, sig)
-            for _ in range(10):
-                if not _group_alive(head.pid):
-                    break
-                time.sleep(0.1)
-        subprocess.run(["rm", "-rf", folder], check=False)
+    """A Ray head with 2 CPUs, 2 fake GPUs and 4 GB of task memory; its dashboard address."""
+    with local_cluster(cpus=2, gpus=2, memory=4 * 10**9) as address:
+        yield address
 
 
 @pytest.fixture
@@ -217,7 +178,7 @@ def test_a_ray_address_is_refused_for_the_local_executor():
 
 def test_an_unreachable_cluster_is_a_one_line_error(tmp_db: Path):
     with connect(tmp_db) as client, pytest.raises(ValueError, match="cannot reach a Ray cluster at http://127.0.0.1"):
-        client.serve(executor="ray", ray_address=f"http://127.0.0.1:{_free_port()}", until_idle=True)
+        client.serve(executor="ray", ray_address=f"http://127.0.0.1:{free_port()}", until_idle=True)
 
 
 # -- on the cluster ----------------------------------------------------------------------------

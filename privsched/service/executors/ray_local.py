@@ -1,0 +1,74 @@
+"""A throwaway one-machine Ray cluster, to try the Ray executor, test it and benchmark it.
+
+:func:`local_cluster` runs ``ray start --head`` with declared resources (GPUs may be fake:
+Ray then hands out their ids without any device behind them), in its own temporary folder
+and on free ports, so it never meets another cluster of the machine. It yields the dashboard
+address the executor takes. On exit it ends the processes of that cluster only (its
+process group; job commands die with their supervisors) and removes its folder. Its jobs
+start this interpreter as ``python``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop_group(pgid: int, grace: float = 1.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if _group_alive(pgid):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + grace
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
+@contextmanager
+def local_cluster(cpus: float = 2, gpus: int = 0, memory: int = 4 * 10**9) -> Iterator[str]:
+    """A Ray head on this machine with ``cpus`` CPUs, ``gpus`` GPUs and ``memory`` bytes of
+    task memory; yields its dashboard address (``http://127.0.0.1:PORT``). ``RuntimeError``
+    if it does not start."""
+    folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay short
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "RAY_USAGE_STATS_ENABLED": "0"}
+    dashboard = free_port()
+    command = [
+        str(Path(bin_dir, "ray")), "start", "--head", "--num-cpus", f"{cpus:g}", "--num-gpus", str(gpus),
+        "--memory", str(memory), "--object-store-memory", str(100 * 10**6), "--temp-dir", folder,
+        "--port", str(free_port()), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
+        "--include-dashboard", "true", "--ray-client-server-port", str(free_port()),
+        "--dashboard-agent-listen-port", str(free_port()), "--disable-usage-stats",
+    ]
+    head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    output, _ = head.communicate()
+    try:
+        if head.returncode != 0:
+            raise RuntimeError(f"ray start failed: {output.strip().splitlines()[-1:]}")
+        yield f"http://127.0.0.1:{dashboard}"
+    finally:
+        _stop_group(head.pid)
+        shutil.rmtree(folder, ignore_errors=True)
