@@ -413,3 +413,18 @@ def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negat
     assert block.unlocked[0] < 0 == block.capacity[0]
     report = ledger.audit()
     assert report.ok, report.violations
+
+
+def test_audit_passes_when_settling_in_another_order_leaves_rounding_residue_at_dead_orders(ledger):
+    from privsched.budgets import EpsilonDelta, demand_vector
+
+    ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
+    accounting = ledger.get_dataset("reviews").accounting
+    demands = [demand_vector(EpsilonDelta(epsilon=e, delta=1e-9), accounting) for e in (0.1, 0.5, 1.0)]
+    ids = [ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=d), now=2) for d in demands]
+    assert ledger.grant(ids, now=2) == ids
+    for i in (2, 0, 1):
+        ledger.mark_running(ids[i], {}, now=3)
+        ledger.complete(ids[i], demands[i], now=4)
+    report = ledger.audit()
+    assert report.ok, report.violations

@@ -124,7 +124,7 @@ def _check_block(
         out.append(f"{label}: capacity != locked + unlocked + allocated + consumed at {_dims(labels, bad)}")
     signed = ("locked", "allocated", "consumed") if accounting.is_rdp else BUCKETS
     for bucket in signed:
-        bad = ~_nonnegative(stored[bucket], capacity)
+        bad = ~_nonnegative(stored[bucket], magnitude)
         if bad.any():
             out.append(f"{label}: negative {bucket} at {_dims(labels, bad)}")
     given = stored["allocated"] + stored["consumed"]
