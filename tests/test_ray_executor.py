@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from privsched.client import Client, connect
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import LedgerError
 from privsched.service.executors import make_executor
 from privsched.service.executors.base import Launch
-from privsched.service.executors.ray import cluster_pool, node_refusal, submission_id
+from privsched.service.executors.ray import RayExecutor, cluster_pool, node_refusal, submission_id
 from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_entry import decode_document, encode_document, parse_result, result_line
 from privsched.service.resources import Placement
@@ -62,6 +62,13 @@ def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **para
         "resources": {"gpus": gpus, "cpus": 0.5},
         "job": {"function": function, "pythonpath": [str(REPO)], "params": params},
     }
+
+
+def launch_in(runs_root: Path, pipeline_id: int, started_at: float) -> Launch:
+    """The launch of a pipeline whose run folders live under ``runs_root`` (no GPU)."""
+    folder = runs_root / str(pipeline_id)
+    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
+                  Placement((), 1.0, 0), started_at)
 
 
 @contextmanager
@@ -160,15 +167,11 @@ def test_a_job_fits_only_on_a_single_node_that_holds_all_it_asks_for():
 
 
 def test_submission_ids_are_stable_per_database_pipeline_and_start(tmp_path: Path):
-    def launch(root: Path, pipeline_id: int, started_at: float) -> Launch:
-        folder = root / "runs" / "p" / str(pipeline_id)
-        return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                      Placement((), 1.0, 0), started_at)
-
-    same = submission_id(launch(tmp_path, 4, 1700000000.25))
-    assert same == submission_id(launch(tmp_path, 4, 1700000000.25)) and same.startswith("privsched-p-4-")
-    assert same != submission_id(launch(tmp_path, 4, 1700000000.5))  # a new start of pipeline 4
-    assert same != submission_id(launch(tmp_path / "elsewhere", 4, 1700000000.25))
+    runs = tmp_path / "runs" / "p"
+    same = submission_id(launch_in(runs, 4, 1700000000.25))
+    assert same == submission_id(launch_in(runs, 4, 1700000000.25)) and same.startswith("privsched-p-4-")
+    assert same != submission_id(launch_in(runs, 4, 1700000000.5))  # a new start of pipeline 4
+    assert same != submission_id(launch_in(tmp_path / "elsewhere" / "runs" / "p", 4, 1700000000.25))
 
 
 def test_a_ray_address_is_refused_for_the_local_executor():
@@ -211,13 +214,14 @@ def test_dpf_granted_jobs_run_on_exactly_their_gpus_and_the_ledger_stays_consist
         assert ray_jobs(ray_address, db) == sorted(str(r.id) for r in runs)
 
 
-def test_jobs_stopped_killed_or_cancelled_fail_with_their_grant_consumed_and_the_scheduler_goes_on(
+def test_jobs_timed_out_stopped_killed_or_cancelled_fail_with_their_grant_consumed_and_the_scheduler_goes_on(
     ray_address: str, db: Path, run_cli
 ):
     from ray.job_submission import JobSubmissionClient
 
     env = {"PRIVSCHED_DB": str(db)}
     with serving(db, ray_address) as check, connect(db) as client:
+        expired = client.submit({**user_job("expired", HANGING_JOB, blocks=1), "max_runtime": "3s"})
         runs = client.submit_many([user_job(name, HANGING_JOB, blocks=1) for name in ("stopped", "killed", "cancelled")])
         stopped, killed, cancelled = runs
         # their output reaches their log files while they run
@@ -227,11 +231,12 @@ def test_jobs_stopped_killed_or_cancelled_fail_with_their_grant_consumed_and_the
         JobSubmissionClient(ray_address).stop_job(submission_id_of(client, stopped.id))
         os.kill(int((client.runs.folder(killed.id) / "job.pid").read_text()), signal.SIGKILL)
         assert run_cli("cancel", cancelled.id, env=env).stdout.strip() == f"pipeline {cancelled.id} cancelling"
-        wait_until(ended(client, *(r.id for r in runs)), check)
+        wait_until(ended(client, expired.id, *(r.id for r in runs)), check)
+        assert (expired.status, expired.message) == ("failed", "killed after exceeding its max_runtime of 3 s")
         assert (stopped.status, stopped.message) == ("failed", "stopped on the Ray cluster")
         assert killed.status == "failed" and "without reporting its result" in killed.message
         assert (cancelled.status, cancelled.message) == ("failed", "cancelled by its user while running")
-        for run in runs:  # conservative: each had read its data
+        for run in (expired, *runs):  # conservative: each may have read its data
             key = run.info.block_keys[0]
             np.testing.assert_allclose(run.consumed[key], run.grant[key])
         assert "executor=ray" in run_cli("status", cancelled.id, env=env).stdout
@@ -241,10 +246,7 @@ def test_jobs_stopped_killed_or_cancelled_fail_with_their_grant_consumed_and_the
 
 
 def submission_id_of(client: Client, pipeline_id: int) -> str:
-    info = client.status(pipeline_id)
-    folder = client.runs.folder(pipeline_id)
-    return submission_id(Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                                Placement((), 0.0, 0), info.started_at))
+    return submission_id(launch_in(client.runs.root, pipeline_id, client.status(pipeline_id).started_at))
 
 
 def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_them_again(
@@ -292,3 +294,16 @@ def test_a_job_no_node_can_hold_fails_without_touching_data(ray_address: str, db
         assert run.message.startswith("the job could not be started: no node of the Ray cluster can hold 3 GPU(s)")
         assert all(not np.any(c) for c in run.consumed.values())  # released: the job never ran
         assert ray_jobs(ray_address, db) == [] and client.audit().ok
+
+
+def test_a_job_the_cluster_does_not_know_is_settled_from_its_result_file_or_failed(ray_address: str, tmp_path: Path):
+    executor = RayExecutor(ray_address)
+    done, lost = launch_in(tmp_path, 1, 1.0), launch_in(tmp_path, 2, 1.0)  # never submitted to this cluster
+    done.result.parent.mkdir(parents=True)
+    write_atomic(done.result, JobResult(1, True, {"b0": [0.25]}).to_json())  # read before a scheduler crash
+    assert executor.attach(done) is False and executor.attach(lost) is False
+    results = {r.pipeline_id: r for r in executor.poll(time.time())}
+    assert results[1].completed and results[1].spent == {"b0": [0.25]}
+    assert (results[2].completed, results[2].touched_data) == (False, True)
+    assert results[2].message == "job vanished from the Ray cluster without writing its result"
+    assert executor.running() == set()

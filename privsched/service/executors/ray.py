@@ -54,12 +54,18 @@ NEVER_STARTED = frozenset(
 )
 #: Largest encoded context a submission carries (an environment variable's limit is 128 KiB).
 MAX_CONTEXT_BYTES = 120 * 1024
+#: Polls after which a job that ended with unreadable output is settled without it (failed).
+UNREADABLE_POLLS = 20
 #: What a request to the cluster raises when it cannot answer (requests' errors are OSErrors).
 _CLUSTER_ERRORS = (OSError, RuntimeError)
 
 
 class UnplaceableJob(OSError):
     """A job no node of the cluster can ever hold (or whose context is too large to send)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def submission_id(launch: Launch) -> str:
@@ -114,6 +120,7 @@ class _Job:
     stop_reason: str | None = None
     stop_sent: bool = False
     logs_at: float = 0.0
+    unread: int = 0  # polls that found the job ended but could not read its output
 
 
 class RayExecutor(Executor):
@@ -137,7 +144,7 @@ class RayExecutor(Executor):
             self.client = JobSubmissionClient(address)
         except (OSError, RuntimeError, ValueError) as exc:
             where = address or os.environ.get("RAY_ADDRESS") or "this machine"
-            raise ValueError(f"cannot reach a Ray cluster at {where}: {str(exc).splitlines()[0]}") from None
+            raise ValueError(f"cannot reach a Ray cluster at {where}: {_first_line(exc)}") from None
         self.address = self.client.get_address()
         self.python = python
         self.refresh = refresh
@@ -148,20 +155,28 @@ class RayExecutor(Executor):
     # -- the cluster --------------------------------------------------------------------------
 
     def nodes(self) -> list[dict[str, float]]:
-        """Total resources of each alive node."""
+        """Total resources of each alive node; one of ``_CLUSTER_ERRORS`` if the cluster
+        does not answer."""
         from ray.util.state import list_nodes
+        from ray.util.state.exception import RayStateApiException
 
-        alive = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], limit=10_000)
+        try:
+            alive = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], limit=10_000)
+        except RayStateApiException as exc:
+            raise RuntimeError(str(exc)) from None
         return [dict(node.resources_total) for node in alive]
 
     def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
         """The cluster's pool (all alive nodes together), with any of its sizes overridden."""
-        make_pool(gpus or 0, cpus or 1.0, memory or 0)  # validates the overrides
-        whole = cluster_pool(self.nodes())
+        declared = make_pool(0 if gpus is None else gpus, 1.0 if cpus is None else cpus, 0 if memory is None else memory)
+        try:
+            whole = cluster_pool(self.nodes())
+        except _CLUSTER_ERRORS as exc:
+            raise ValueError(f"cannot list the nodes of the Ray cluster at {self.address}: {_first_line(exc)}") from None
         return Pool(
-            whole.gpus if gpus is None else tuple(str(i) for i in range(gpus)),
-            whole.cpus if cpus is None else float(cpus),
-            whole.memory if memory is None else int(memory),
+            whole.gpus if gpus is None else declared.gpus,
+            whole.cpus if cpus is None else declared.cpus,
+            whole.memory if memory is None else declared.memory,
         )
 
     def _info(self, job: _Job) -> Any | None:
@@ -180,7 +195,7 @@ class RayExecutor(Executor):
         try:
             nodes = self.nodes()
         except _CLUSTER_ERRORS as exc:
-            raise OSError(f"cannot reach the Ray cluster at {self.address}: {str(exc).splitlines()[0]}") from None
+            raise OSError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}") from None
         refusal = node_refusal(launch.placement, nodes)
         if refusal is not None:
             raise UnplaceableJob(refusal)
@@ -195,7 +210,8 @@ class RayExecutor(Executor):
                 entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
                 submission_id=job.submission_id,
                 runtime_env={"env_vars": _environment(launch.placement, encoded)},
-                metadata={"privsched_runs": str(launch.context.parent.parent), "privsched_pipeline": str(launch.pipeline_id)},
+                metadata={"privsched_runs": str(launch.context.parent.parent),
+                          "privsched_pipeline": str(launch.pipeline_id)},
                 entrypoint_num_gpus=len(launch.placement.gpus) or None,
                 entrypoint_num_cpus=launch.placement.cpus or None,
                 entrypoint_memory=launch.placement.memory or None,
@@ -207,7 +223,7 @@ class RayExecutor(Executor):
             except _CLUSTER_ERRORS:
                 known = True  # cannot tell: watched, and failed conservatively if it never shows up
             if not known:
-                raise OSError(f"Ray refused the job: {str(exc).splitlines()[0]}") from None
+                raise OSError(f"Ray refused the job: {_first_line(exc)}") from None
         self._jobs[launch.pipeline_id] = job
 
     def attach(self, launch: Launch) -> bool:
@@ -251,8 +267,11 @@ class RayExecutor(Executor):
                 self._watch(job, now)
                 continue
             logs = self._copy_logs(job)
-            if logs is None:
-                continue  # its output could not be read yet: try again later
+            if logs is None:  # try again later; after a while, settle it without its output
+                job.unread += 1
+                if job.unread < UNREADABLE_POLLS:
+                    continue
+                logs = ""
             del self._jobs[pipeline_id]
             results.append(self._outcome(job, info, logs))
         return results
