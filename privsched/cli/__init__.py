@@ -28,11 +28,7 @@ _COMMAND_MODULES = (
 )
 
 for _name in _COMMAND_MODULES:
-    try:
-        importlib.import_module(_name)
-    except ModuleNotFoundError as exc:  # a command group not built yet
-        if exc.name != _name:
-            raise
+    importlib.import_module(_name)
 
 
 def main() -> None:
