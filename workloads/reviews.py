@@ -123,49 +123,49 @@ MICE_QUERIES = (
 
 
 def pipeline_mix(
-    days: int, per_day: int, seed: int = 0, dataset: str = "reviews", timeout_days: float = 5.0
+    days: int, per_day: int, seed: int = 0, dataset: str = "reviews", block_period: float = 86400.0,
+    timeout_periods: float = 5.0,
 ) -> list[dict]:
-    """Pipelines arriving as a Poisson process of ``per_day`` per day for ``days`` days.
+    """Pipelines arriving as a Poisson process of ``per_day`` per block period for ``days``.
 
-    Each is ``{"name", "dataset", "arrival" (days), "timeout" (days), "blocks": {"last": k},
-    "epsilon", "delta", "job"}`` where ``job`` is a built-in job of
-    :mod:`privsched.jobs.builtin`. Mice (75 %) ask for 1–10 recent blocks, elephants for
+    Each entry is ``{"arrival": seconds, "pipeline": spec}`` where ``spec`` is a
+    :class:`privsched.spec.PipelineSpec` mapping whose job is a built-in job of
+    :mod:`privsched.jobs.builtin`; a pipeline times out after ``timeout_periods`` block
+    periods. Mice (75 %) ask for 1–10 recent blocks, elephants for
     ``ELEPHANT_BLOCKS[model] / ε`` (1 to 500)."""
-    if days < 1 or per_day <= 0:
-        raise ValueError("need at least one day and a positive arrival rate")
+    if days < 1 or per_day <= 0 or block_period <= 0:
+        raise ValueError("need at least one day, a positive arrival rate and block period")
     rng = np.random.default_rng(seed)
     count = rng.poisson(per_day * days)
-    arrivals = np.sort(rng.uniform(0, days, count))
+    arrivals = np.sort(rng.uniform(0, days * block_period, count))
     models = list(ELEPHANT_BLOCKS)
     pipelines = []
     for i, arrival in enumerate(arrivals):
         if rng.random() < 0.75:
             epsilon = float(rng.choice(MICE_EPSILONS))
-            job = {"kind": "statistic", "mechanism": "laplace", **MICE_QUERIES[rng.integers(len(MICE_QUERIES))]}
+            kind, params = "statistic", {"mechanism": "laplace", **MICE_QUERIES[rng.integers(len(MICE_QUERIES))]}
             blocks, delta, label = int(rng.integers(1, 11)), 0.0, "mouse"
         else:
             epsilon = float(rng.choice(ELEPHANT_EPSILONS))
             model = models[rng.integers(len(models))]
-            job = {"kind": "dpsgd", "model": model, **ELEPHANT_TRAINING[model], "seed": i}
+            kind, params = "dpsgd", {"model": model, **ELEPHANT_TRAINING[model], "seed": i}
             blocks = int(np.clip(round(ELEPHANT_BLOCKS[model] / epsilon), 1, 500))
             delta, label = ELEPHANT_DELTA, "elephant"
-        pipelines.append(
-            {
-                "name": f"{label}-{i:05d}",
-                "dataset": dataset,
-                "arrival": float(arrival),
-                "timeout": timeout_days,
-                "blocks": {"last": blocks},
-                "epsilon": epsilon,
-                "delta": delta,
-                "job": job,
-            }
-        )
+        spec = {
+            "name": f"{label}-{i:05d}",
+            "dataset": dataset,
+            "blocks": {"last": blocks},
+            "epsilon": epsilon,
+            "delta": delta,
+            "job": {"kind": kind, "params": params},
+            "timeout": timeout_periods * block_period,
+        }
+        pipelines.append({"arrival": float(arrival), "pipeline": spec})
     return pipelines
 
 
 def write_pipelines(path: str | Path, pipelines: list[dict]) -> Path:
-    """Save pipelines as JSON lines, one pipeline per line."""
+    """Save :func:`pipeline_mix` entries as JSON lines, one pipeline per line."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(p) + "\n" for p in pipelines))

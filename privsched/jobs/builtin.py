@@ -43,15 +43,15 @@ def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounti
 def run_builtin(ctx: JobContext) -> None:
     """Run the built-in job in ``ctx.params`` and report metrics and the budget spent.
 
-    ``ctx.params`` is the job dict plus ``epsilon``, ``delta`` and, when the ledger charged
-    it, ``mechanism``; a charged mechanism that differs from the job's plan is an error.
+    ``ctx.params`` is the job dict plus ``epsilon``, ``delta`` (None reads as 0) and, when
+    the ledger charged it, ``mechanism``; a charged mechanism that differs from the job's plan is an error.
     """
     params = ctx.params
     spec = parse_job(params)
     _, charged = split_params(params)
-    if "epsilon" not in params or "delta" not in params:
-        raise ValueError("a built-in job needs the epsilon and delta it was planned with")
-    epsilon, delta = float(params["epsilon"]), float(params["delta"])
+    if params.get("epsilon") is None:
+        raise ValueError("a built-in job needs the epsilon (and delta) it was planned with")
+    epsilon, delta = float(params["epsilon"]), float(params.get("delta") or 0.0)
     validate_epsilon_delta(epsilon, delta)
     if isinstance(spec, DPSGDJob):
         sigma = calibrate_noise(spec.sample_rate, spec.steps, epsilon, delta)
