@@ -14,6 +14,16 @@ import numpy as np
 from privsched.simulation.results import SimulationResult
 
 
+#: Line styles that keep overlapping curves (DPack on DPF) visible.
+_STYLES = (
+    {"marker": "o", "ms": 5, "ls": "-"},
+    {"marker": "x", "ms": 7, "ls": "--"},
+    {"marker": "s", "ms": 4, "ls": ":"},
+    {"marker": "^", "ms": 5, "ls": "-."},
+    {"marker": "d", "ms": 5, "ls": "-"},
+)
+
+
 def _pyplot():
     import matplotlib
 
@@ -98,10 +108,12 @@ def granted_vs_parameter(rows: Sequence[dict], workload: str, path: Path) -> Pat
     rows = [r for r in rows if r["workload"] == workload]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, key, label in ((axes[0], "n", "N (pipelines per fair share)"), (axes[1], "lifetime", "T, data lifetime (s)")):
+        ax.set_xscale("log")
         policies = sorted({r["policy"] for r in rows if r.get(key) is not None})
-        for policy in policies:
+        for i, policy in enumerate(policies):
             mine = sorted((r for r in rows if r["policy"] == policy and r.get(key) is not None), key=lambda r: r[key])
-            ax.plot([r[key] for r in mine], [r["granted"] for r in mine], marker="o", ms=3, label=policy)
+            ax.plot([r[key] for r in mine], [r["granted"] for r in mine], label=policy,
+                    **_STYLES[i % len(_STYLES)])
         for r in rows:
             if r.get("n") is None and r.get("lifetime") is None:
                 ax.axhline(r["granted"], ls="--", lw=1, color="gray")
