@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -44,9 +45,9 @@ SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
 
 
 def connect(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
-    """Open (and by default create) a privsched database: ``path``, else ``$PRIVSCHED_DB``,
-    else ``privsched.db`` in the current folder."""
-    return Client(path or os.environ.get("PRIVSCHED_DB") or "privsched.db", create=create)
+    """A client of a privsched database (created on first use unless ``create=False``):
+    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder."""
+    return Client(Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db").resolve(), create=create)
 
 
 def _block_spec(block: BlockLike) -> BlockSpec:
@@ -177,13 +178,21 @@ class Client:
     """A connection to one privsched database. Thread-compatible: use one per thread."""
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
-        self.ledger = Ledger(path, create=create)
         self.path = Path(path)
         self.runs = RunDirs(path)
+        self._create = create
         self._pool: Pool | None = None
 
+    @cached_property
+    def ledger(self) -> Ledger:
+        """The database, opened on first use: a module that connects at import time and
+        defines pipeline functions can be imported by job processes (locally or on a cluster
+        node) without touching the database."""
+        return Ledger(self.path, create=self._create)
+
     def close(self) -> None:
-        self.ledger.close()
+        if "ledger" in self.__dict__:
+            self.ledger.close()
 
     def __enter__(self) -> Client:
         return self
