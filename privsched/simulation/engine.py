@@ -4,19 +4,22 @@ At every instant the events are applied in the order block arrivals, unlocks (pe
 ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one allocation
 pass calls ``spec.policy.allocate(snapshot)``, the very code the live scheduler calls.
 
-Speed comes from never doing a pass that cannot grant anything, and from keeping the
-pending state in arrays updated incrementally:
-- Budget never comes back on a timeout and a pass only spends, so after a pass no pending
-  pipeline fits (a best-effort pass grants every pipeline that fits at its turn). Only a
-  pipeline that arrived, or one whose blocks gained budget, can fit at the next instant;
-  per block, a lower bound of its pending demands rules most blocks out in O(K).
-  A policy that grants only pipelines that fit therefore grants nothing at an instant where
-  none fits, and that pass is skipped. Passes are never skipped for policies that set
-  budget aside between passes (round robin's ``Allocation.reserved``).
-- Policies whose order is a key of each pipeline alone (FCFS, DPF) are given only the
-  pipelines that fit now: the others cannot be granted in this pass and do not change the
-  order of the rest, so the grants are the same as with every pending pipeline.
-Timeouts are applied lazily before each pass (a timeout alone never enables a grant).
+Every admission is a best-effort pass (DESIGN §4.2), and budget only comes back at the
+next unlock, so the loop skips work that cannot change any decision:
+- After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
+  arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
+  among the pending ones without looking at the others. When none fits, the pass would
+  grant nothing and is skipped.
+- When the pipelines that fit also fit all together, any best-effort pass grants them all,
+  whatever its order: they are granted without calling the policy (still counted as a pass).
+- Policies whose order is a key of each pipeline alone (FCFS, DPF) see only the pipelines
+  that fit: the others cannot be granted in this pass and do not change the order of the
+  rest. Other policies (DPack) see every pending pipeline.
+- Timeouts are applied before each pass rather than at instants of their own: a timeout
+  alone never enables a grant.
+Policies that set budget aside between passes (round robin, ``Allocation.reserved``) get a
+full pass at every instant. ``shortcuts=False`` turns all of this off (one full pass at
+every instant); the tests check that both give the same grants at the same times.
 """
 
 from __future__ import annotations
@@ -29,13 +32,13 @@ import numpy as np
 
 from privsched.policies.base import Allocation, PolicySpec, Snapshot
 from privsched.simulation.instance import Instance
-from privsched.simulation.watch import WatchLists
+from privsched.simulation.watch import BlockMembers, WatchLists
 
 NOT_ARRIVED, PENDING, GRANTED, TIMED_OUT = 0, 1, 2, 3
 STATUS_NAMES = ("not_arrived", "pending", "granted", "timed_out")
 
-#: Per-time unlocking happens on a grid of ``lifetime / TICKS_PER_LIFETIME`` by default.
-TICKS_PER_LIFETIME = 100
+#: Default per-time unlock period: 1 s, clipped so that a block unlocks in 10 to 100 ticks.
+DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 
 
 def order_is_per_pipeline(spec: PolicySpec) -> bool:
@@ -52,14 +55,11 @@ class RunState:
 
     status: np.ndarray  # (P,) codes, see STATUS_NAMES
     grant_time: np.ndarray  # (P,) nan unless granted
-    end_time: np.ndarray  # (P,) grant or timeout time, nan while pending
     consumed: np.ndarray  # (B, K) granted budget (the simulator's jobs spend all they get)
     wasted: np.ndarray  # (B, K) budget set aside for pipelines that timed out
-    unlocked: np.ndarray  # (B, K) left unlocked at the end
     sample_times: np.ndarray  # (S,)
     sample_consumed: np.ndarray  # (S, B, K) consumed budget at each sample time
     passes: int  # allocation passes run
-    clock: float  # time of the last instant processed
 
 
 class Simulator:
@@ -79,7 +79,8 @@ class Simulator:
         self.acc = instance.accounting
         per_time = spec.unlock.on_tick(1.0) > 0
         if tick is None and per_time:
-            tick = (1.0 / spec.unlock.on_tick(1.0)) / TICKS_PER_LIFETIME
+            lifetime = 1.0 / spec.unlock.on_tick(1.0)
+            tick = min(max(DEFAULT_TICK, lifetime / MAX_TICKS), lifetime / MIN_TICKS)
         if tick is not None and not (tick > 0 and math.isfinite(tick)):
             raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
         self.tick = tick if per_time else None
@@ -98,7 +99,6 @@ class Simulator:
         self.unlocked_through = instance.block_arrival.copy()
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
-        self.end_time = np.full(P, np.nan)
         self.edge_pipeline = instance.edge_pipeline
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
@@ -106,6 +106,7 @@ class Simulator:
         self.reserved: np.ndarray | None = None  # (E, K), once the policy sets budget aside
         self.reserving: bool | None = None  # unknown until the first pass
         self.watch = WatchLists(B, K, self.acc.is_rdp, self.live, self.status, PENDING)
+        self.members: BlockMembers | None = None  # for policies that set budget aside
         self.carry = np.zeros(0, dtype=np.int64)
         self.pending = np.zeros(0, dtype=np.int64)  # pending pipelines, compacted lazily
         self.pending_upto = 0  # pipelines from here on are not yet in ``pending``
@@ -206,7 +207,6 @@ class Simulator:
         if not due.size:
             return
         self.status[due] = TIMED_OUT
-        self.end_time[due] = self.deadline[due]
         self.n_pending -= len(due)
         if self.reserved is not None:
             edges, _ = self.inst.edges_of(due)
@@ -273,16 +273,21 @@ class Simulator:
             raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
-        self.end_time[granted] = now
         self.n_pending -= granted.size
 
     def _allocate(self, now: float, arrived: np.ndarray, dirty: list[int], upto: int) -> None:
         """The allocation pass of one instant (see the module docstring for what is skipped)."""
-        if not self.shortcuts or self.reserving is not False:
+        if self.shortcuts and self.reserving:
+            self._water_fill_pass(now, arrived, dirty)
+            return
+        if not self.shortcuts or self.reserving is None:
             if self.n_pending:
                 self._pass(now, self._pending(upto))
                 if self.shortcuts and self.reserving is False:  # the first pass told: start watching
                     self.carry = self._check(self._pending(upto))
+                elif self.shortcuts:  # the policy sets budget aside: track who asks for each block
+                    self.members = BlockMembers(self.inst.n_blocks, self.status, PENDING)
+                    self._members_add(self._pending(upto))
             return
         fitting = self._fitting(arrived, dirty)
         self.carry = fitting[:0]
@@ -297,7 +302,23 @@ class Simulator:
         granted = self._pass(now, fitting if self.per_pipeline_order else self._pending(upto))
         self.carry = self._check(np.setdiff1d(fitting, granted, assume_unique=True))
 
+    def _members_add(self, pipelines: np.ndarray) -> None:
+        edges, owner = self.inst.edges_of(pipelines)
+        self.members.add(pipelines[owner], self.inst.edge_block[edges])
+
+    def _water_fill_pass(self, now: float, arrived: np.ndarray, dirty: list[int]) -> None:
+        """A pass of a policy that sets budget aside, over the pipelines it can change: those
+        that arrived and those asking for a block that gained budget. After a water-filling
+        pass every other block has nothing left to give, or nobody left to fill."""
+        self._members_add(arrived)
+        found = [arrived] + [self.members.of(j) for j in dict.fromkeys(dirty)]
+        pipelines = np.unique(np.concatenate(found))
+        pipelines = pipelines[self.status[pipelines] == PENDING]
+        if pipelines.size:
+            self._pass(now, pipelines)
+
     def _fit_together(self, pipelines: np.ndarray) -> bool:
+        """Whether the pipelines' summed demands fit the unlocked budget on every block."""
         if len(pipelines) == 1:
             return True
         edges, _ = self.inst.edges_of(pipelines)
@@ -368,14 +389,11 @@ class Simulator:
         return RunState(
             status=self.status,
             grant_time=self.grant_time,
-            end_time=self.end_time,
             consumed=self.consumed,
             wasted=self.wasted,
-            unlocked=self.unlocked,
             sample_times=sample_times,
             sample_consumed=np.array(sampled).reshape(len(sample_times), B, self.acc.dims),
             passes=self.passes,
-            clock=now,
         )
 
     def _horizon(self) -> float:

@@ -77,3 +77,32 @@ class WatchLists:
             self.count[j] = m
         self.low[j] = demand.min(axis=0) if len(pipeline) else np.inf
         return pipeline[self._fits(demand, threshold, live)]
+
+
+class BlockMembers:
+    """Per block, the pending pipelines that ask for it (lazily compacted): the pipelines a
+    water-filling pass can change when the block gains budget."""
+
+    def __init__(self, n_blocks: int, status: np.ndarray, pending: int) -> None:
+        self.pipeline = [np.empty(8, dtype=np.int64) for _ in range(n_blocks)]
+        self.count = [0] * n_blocks
+        self.status, self.pending = status, pending
+
+    def add(self, pipelines: np.ndarray, blocks: np.ndarray) -> None:
+        for p, j in zip(pipelines.tolist(), blocks.tolist()):
+            n = self.count[j]
+            if n == len(self.pipeline[j]):
+                self.pipeline[j] = np.resize(self.pipeline[j], 2 * n)
+            self.pipeline[j][n] = p
+            self.count[j] = n + 1
+
+    def of(self, j: int) -> np.ndarray:
+        """The pending pipelines asking for block j."""
+        pipeline = self.pipeline[j][: self.count[j]]
+        current = self.status[pipeline] == self.pending
+        if not current.all():
+            m = int(current.sum())
+            pipeline[:m] = pipeline[current]
+            pipeline = pipeline[:m]
+            self.count[j] = m
+        return pipeline
