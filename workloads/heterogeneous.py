@@ -27,7 +27,7 @@ from privsched.budgets.accounting import DEFAULT_ALPHAS
 from privsched.budgets.capacity import rdp_capacity
 from privsched.budgets.curves import gaussian_curve, laplace_curve, subsampled_gaussian_curve
 from privsched.simulation.trace import Trace, parse_trace
-from workloads.microbenchmarks import poisson_arrivals
+from workloads.microbenchmarks import periodic_blocks, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 FAMILIES = ("laplace", "gaussian", "subsampled", "composed")
@@ -89,12 +89,7 @@ def heterogeneous(
 ) -> Trace:
     """Blocks every ``block_interval`` s; pipelines of mixed mechanisms at ``rate`` per second."""
     rng = np.random.default_rng(seed)
-    later = np.arange(block_interval, duration, block_interval)
-    block_times = np.concatenate([np.zeros(initial_blocks), later])
-    blocks = [
-        {"id": f"b{j}", "arrival": float(t), "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}
-        for j, t in enumerate(block_times.tolist())
-    ]
+    blocks = periodic_blocks(initial_blocks, block_interval, duration, BLOCK_EPSILON, BLOCK_DELTA)
     times = poisson_arrivals(rng, rate, duration)
     if batch:
         times = np.ceil(times / batch) * batch

@@ -36,6 +36,14 @@ def poisson_arrivals(rng: np.random.Generator, rate: float, duration: float) -> 
     return np.sort(rng.uniform(0.0, duration, rng.poisson(rate * duration)))
 
 
+def periodic_blocks(initial: int, interval: float, duration: float, epsilon: float, delta: float) -> list[dict]:
+    """``initial`` blocks at time 0, then one every ``interval`` seconds before ``duration``."""
+    times = np.concatenate([np.zeros(initial), np.arange(interval, duration, interval)])
+    return [
+        {"id": f"b{j}", "arrival": float(t), "epsilon": epsilon, "delta": delta} for j, t in enumerate(times.tolist())
+    ]
+
+
 def _document(accounting: str, blocks: list[dict], pipelines: list[dict]) -> Trace:
     data: dict = {"accounting": accounting, "blocks": blocks, "pipelines": pipelines}
     return parse_trace(data)
@@ -90,12 +98,7 @@ def multi_block(
     """Blocks arriving every ``block_interval`` s; each pipeline wants the last 1 or ``many`` blocks."""
     rate = MULTI_RATE.get(accounting, 12.8) if rate is None else rate
     rng = np.random.default_rng(seed)
-    later = np.arange(block_interval, duration, block_interval)
-    block_times = np.concatenate([np.zeros(initial_blocks), later])
-    blocks = [
-        {"id": f"b{j}", "arrival": float(t), "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}
-        for j, t in enumerate(block_times.tolist())
-    ]
+    blocks = periodic_blocks(initial_blocks, block_interval, duration, BLOCK_EPSILON, BLOCK_DELTA)
     times = poisson_arrivals(rng, rate, duration)
     last = np.where(rng.random(len(times)) < p_one, 1, many).tolist()
     return _document(accounting, blocks, _pipelines(rng, times, lambda i: {"last": last[i]}, timeout))
