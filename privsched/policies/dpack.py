@@ -11,86 +11,38 @@ there is no order to choose and the cost of a block is its binding dimension,
 ``max(d_ε / unlocked_ε, d_δ / unlocked_δ)``: the area heuristic. A block with no budget
 left (``unlocked ≤ 0``) is an infinite cost for any pipeline that needs some of it.
 
-Only the blocks touched by the last ``k`` grants change between two recomputations, so
-counts and costs are refreshed for those blocks alone.
+A pass costs about O((P + grants × blocks per pipeline) × log P), not a full recount and
+re-sort every ``k`` grants:
+
+- Best orders are counted with Fenwick trees, and only on the blocks the last ``k`` grants
+  touched (:mod:`privsched.policies.packing`).
+- Efficiencies are evaluated lazily. Within a pass unlocked budget only shrinks, so while
+  a block keeps its best order every cost ``d / unlocked`` on it can only grow: an
+  efficiency computed in an earlier round is an upper bound on the efficiency now.
+  Candidates wait in a heap keyed by that bound. A round pops the most promising ones,
+  re-evaluates the stale ones, and walks those that still beat the bound of everything
+  left in the heap, in exact order, until ``k`` grants. When a block's best order changes,
+  costs on it may fall, so the pipelines on it are re-evaluated at once.
 """
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.budgets.accounting import RELATIVE_TOLERANCE
 from privsched.policies.admission import EdgeTable, spans
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
-
-
-class _BlockIndex:
-    """Rows of an (E, …) table grouped by block: block j owns ``[first_j, first_j + size_j)``."""
-
-    def __init__(self, blocks: np.ndarray, n_blocks: int) -> None:
-        self.size = np.bincount(blocks, minlength=n_blocks)
-        self.first = np.cumsum(self.size) - self.size
-        self.by_block = np.argsort(blocks, kind="stable")
-
-    def rows(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of ``blocks``, and the position in ``blocks`` of each row."""
-        return spans(self.first[blocks], self.size[blocks])
-
-
-class _Packing:
-    """Smallest-first packing counts per block and live order, kept up to date as grants land."""
-
-    def __init__(self, table: EdgeTable, index: _BlockIndex) -> None:
-        self.columns = np.flatnonzero(table.live.any(axis=0))
-        demand = table.demand[:, self.columns]
-        n_edges = len(demand)
-        # Sort each column by (block, demand): rank the demand first, then sort an integer key.
-        rank = np.empty(demand.shape, dtype=np.int64)
-        np.put_along_axis(rank, np.argsort(demand, axis=0), np.arange(n_edges)[:, None], axis=0)
-        sorted_edges = np.argsort(table.block[:, None].astype(np.int64) * max(n_edges, 1) + rank, axis=0)
-        self.row_of = np.empty_like(sorted_edges)
-        np.put_along_axis(self.row_of, sorted_edges, np.arange(n_edges)[:, None], axis=0)
-        self.demand = np.take_along_axis(demand, sorted_edges, axis=0)  # zeroed once granted
-        self.waiting = np.ones(demand.shape, dtype=bool)
-        self.index = index
-        self.live = table.live[:, self.columns]
-        self.best = np.zeros(table.n_blocks, dtype=np.intp)
-
-    def remove(self, edges: np.ndarray) -> None:
-        """Granted edges no longer count as pending."""
-        rows, columns = self.row_of[edges], np.arange(len(self.columns))
-        self.waiting[rows, columns] = False
-        self.demand[rows, columns] = 0.0
-
-    def refresh(self, blocks: np.ndarray, available: np.ndarray) -> None:
-        """Recount ``blocks`` (each with at least one edge) against ``available``; update their α*."""
-        if not blocks.size or not self.columns.size:
-            return  # without a live order nothing fits anywhere: α* is irrelevant
-        rows, position = self.index.rows(blocks)
-        running = np.cumsum(self.demand[rows], axis=0)
-        first = np.cumsum(self.index.size[blocks]) - self.index.size[blocks]
-        before = np.vstack([np.zeros((1, running.shape[1])), running[first[1:] - 1]])
-        # A sum s ≥ 0 passes ``leq(s, budget)`` iff budget ≥ 0 and s ≤ budget / (1 − tolerance).
-        budget = available[blocks][:, self.columns]
-        limit = np.where(budget >= 0, budget / (1 - RELATIVE_TOLERANCE), -1.0) + before
-        packed = self.waiting[rows] & (running <= limit[position])
-        counts = np.add.reduceat(packed.view(np.int8), first, axis=0, dtype=np.int32)
-        counts[~self.live[blocks]] = -1
-        self.best[blocks] = self.columns[np.argmax(counts, axis=1)]
+from privsched.policies.packing import Packing
 
 
 def best_orders(snapshot: Snapshot) -> np.ndarray:
     """α*_j of every block of an RDP snapshot, as indices into ``accounting.alphas``."""
     if not snapshot.accounting.is_rdp:
         raise ValueError("best orders exist only under rdp accounting")
-    table = EdgeTable.of(snapshot)
-    index = _BlockIndex(table.block, table.n_blocks)
-    packing = _Packing(table, index)
-    packing.refresh(np.flatnonzero(index.size), np.asarray(snapshot.unlocked, dtype=float))
-    return packing.best
+    return Packing(EdgeTable.of(snapshot), np.asarray(snapshot.unlocked, dtype=float)).best
 
 
 def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best: np.ndarray | None) -> np.ndarray:
@@ -106,6 +58,96 @@ def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best
     return np.where(demand > 0, ratio, 0.0).max(axis=1)
 
 
+class _Ranking:
+    """Candidates in descending efficiency, evaluated lazily (see the module docstring).
+
+    A heap entry is ``(urgency, arrival rank, pipeline, version)`` where urgency is minus
+    the efficiency as of round ``fresh[pipeline]``, a lower bound on the urgency now;
+    entries whose version is not the pipeline's current one are stale copies and skipped.
+    """
+
+    def __init__(self, snapshot: Snapshot, table: EdgeTable, best: np.ndarray | None) -> None:
+        n = snapshot.n_pipelines
+        self.table, self.best = table, best
+        self.weight = np.asarray(snapshot.weight, dtype=float)
+        self.tie = arrival_rank(snapshot)
+        self.pipeline = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
+        self.by_block = np.argsort(table.block, kind="stable")
+        self.block_size = np.bincount(table.block, minlength=table.n_blocks)
+        self.urgency = np.zeros(n)
+        self.key = np.zeros(n)  # the urgency in each queued pipeline's heap entry
+        self.fresh = np.full(n, -1)
+        self.queued = np.zeros(n, dtype=bool)
+        self.version = [0] * n
+        self.round = 0
+        self.heap: list[tuple[float, int, int, int]] = []
+
+    def evaluate(self, pipelines: np.ndarray, available: np.ndarray) -> None:
+        """Urgency (minus the efficiency) of ``pipelines`` against ``available``, as of this round."""
+        count = self.table.count[pipelines]
+        edges, _ = self.table.gather(pipelines)
+        cost = np.zeros(len(pipelines))
+        some = count > 0
+        if edges.size:
+            edge_cost = _edge_costs(self.table, available, edges, self.best)
+            cost[some] = np.add.reduceat(edge_cost, (np.cumsum(count) - count)[some])
+        weight = self.weight[pipelines]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            urgency = np.where(weight > 0, -weight / cost, 0.0)
+        self.urgency[pipelines] = np.where(np.isnan(urgency), np.inf, urgency)  # NaN sorts last
+        self.fresh[pipelines] = self.round
+
+    def push(self, pipelines: np.ndarray) -> None:
+        self.queued[pipelines] = True
+        self.key[pipelines] = self.urgency[pipelines]
+        ids = pipelines.tolist()
+        entries = zip(self.urgency[pipelines].tolist(), self.tie[pipelines].tolist(), ids,
+                      [self.version[p] for p in ids])
+        for entry in entries:
+            heapq.heappush(self.heap, entry)
+
+    def start(self, candidates: np.ndarray, available: np.ndarray) -> None:
+        self.evaluate(candidates, available)
+        self.queued[candidates] = True
+        self.key[candidates] = self.urgency[candidates]
+        self.heap = list(zip(self.urgency[candidates].tolist(), self.tie[candidates].tolist(),
+                             candidates.tolist(), [0] * len(candidates)))
+        heapq.heapify(self.heap)
+
+    def pop(self, size: int) -> np.ndarray:
+        """Up to ``size`` queued pipelines with the smallest keys, taken out of the queue."""
+        heap, version, taken = self.heap, self.version, []
+        while heap and len(taken) < size:
+            _, _, p, v = heapq.heappop(heap)
+            if v == version[p]:
+                taken.append(p)
+        popped = np.array(taken, dtype=np.intp)
+        self.queued[popped] = False
+        return popped
+
+    def bound(self) -> tuple[float, int] | None:
+        """The smallest key still queued (nothing queued can come before it), or None."""
+        heap, version = self.heap, self.version
+        while heap and heap[0][3] != version[heap[0][2]]:
+            heapq.heappop(heap)
+        return heap[0][:2] if heap else None
+
+    def next_round(self, changed: np.ndarray, available: np.ndarray) -> None:
+        """Start a round: re-evaluate the queued pipelines on blocks whose α* changed."""
+        self.round += 1
+        if not changed.size:
+            return
+        edges = self.by_block[spans(np.cumsum(self.block_size)[changed] - self.block_size[changed],
+                                    self.block_size[changed])[0]]
+        touched = np.unique(self.pipeline[edges])
+        touched = touched[self.queued[touched]]
+        self.evaluate(touched, available)
+        lower = touched[self.urgency[touched] < self.key[touched]]  # the queued key is no longer a bound
+        for p in lower.tolist():
+            self.version[p] += 1
+        self.push(lower)
+
+
 @dataclass(frozen=True)
 class DPack:
     """Admits pending pipelines in descending efficiency, refreshing it every ``k`` grants."""
@@ -119,58 +161,51 @@ class DPack:
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
         table = EdgeTable.of(snapshot)
-        n = snapshot.n_pipelines
         available = np.array(snapshot.unlocked, dtype=float)
-        everyone = np.arange(n)
-        candidate = table.fits_alone(available, everyone)
-        index = _BlockIndex(table.block, table.n_blocks)
-        packing = _Packing(table, index) if snapshot.accounting.is_rdp else None
-        tie = arrival_rank(snapshot)
-        weight = np.asarray(snapshot.weight, dtype=float)
-        requesting = np.flatnonzero(table.count)
-        edge_cost = np.zeros(len(table.block))
-        touched = np.flatnonzero(index.size)
+        packing = Packing(table, available) if snapshot.accounting.is_rdp else None
+        ranking = _Ranking(snapshot, table, packing.best if packing else None)
+        ranking.start(np.flatnonzero(table.fits_alone(available, np.arange(snapshot.n_pipelines))), available)
         granted: list[np.ndarray] = []
-        while candidate.any():
-            if packing is not None:
-                packing.refresh(touched, available)
-            edges = index.by_block[index.rows(touched)[0]]
-            edge_cost[edges] = _edge_costs(table, available, edges, packing.best if packing else None)
-            cost = np.zeros(n)
-            if requesting.size:
-                cost[requesting] = np.add.reduceat(edge_cost, table.start[requesting])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                urgency = np.where(weight > 0, -weight / cost, 0.0)  # minus the efficiency
-            chosen, rejected = self._next_grants(table, available, candidate, urgency, tie)
+        while ranking.bound() is not None:
+            chosen, available = self._round(table, ranking, available)
             granted.append(chosen)
-            candidate[chosen] = False
-            candidate[rejected] = False
-            chosen_edges, _ = table.gather(chosen)
-            available = table.charge(available, chosen)
-            if packing is not None:
-                packing.remove(chosen_edges)
-            touched = np.unique(table.block[chosen_edges])
+            changed = np.zeros(0, dtype=np.intp)
+            if packing is not None and chosen.size:
+                edges, _ = table.gather(chosen)
+                packing.remove(edges)
+                changed = packing.refresh(np.unique(table.block[edges]), available)
+            ranking.next_round(changed, available)
         return Allocation(granted=np.concatenate(granted) if granted else np.zeros(0, dtype=np.intp))
 
-    def _next_grants(
-        self, table: EdgeTable, available: np.ndarray, candidate: np.ndarray, urgency: np.ndarray, tie: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``k`` grants of a best-effort walk in descending efficiency, and the
-        candidates it rejected before the last of them (they cannot fit later in the pass)."""
-        pool = np.flatnonzero(candidate)
-        top = 4 * self.k
-        while True:
-            if top < pool.size:
-                threshold = np.partition(urgency[pool], top - 1)[top - 1]
-                head = pool[urgency[pool] <= threshold]
+    def _round(self, table: EdgeTable, ranking: _Ranking, available: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The next ``k`` grants of the best-effort walk in descending efficiency as of the
+        round's start, and the budget they leave. Candidates the walk rejects on the way are
+        dropped (budget only shrinks, so they never fit later in the pass)."""
+        basis, need, size = available, self.k, 4 * self.k
+        chosen: list[np.ndarray] = []
+        while need and ranking.bound() is not None:
+            batch = ranking.pop(size)
+            ranking.evaluate(batch[ranking.fresh[batch] < ranking.round], basis)
+            urgency, tie = ranking.urgency[batch], ranking.tie[batch]
+            order = np.lexsort((tie, urgency))
+            batch, urgency, tie = batch[order], urgency[order], tie[order]
+            bound = ranking.bound()
+            # Exact keys below every bound left in the heap come first, in this order.
+            ahead = len(batch) if bound is None else np.count_nonzero(
+                (urgency < bound[0]) | ((urgency == bound[0]) & (tie < bound[1])))
+            certain, rest = batch[:ahead], batch[ahead:]
+            if certain.size:
+                mask = table.walk(available, certain)
+                hits = np.flatnonzero(mask)
+                if hits.size >= need:
+                    settled = hits[need - 1] + 1
+                    rest = np.r_[certain[settled:], rest]
+                    certain, mask = certain[:settled], mask[:settled]
+                grants = certain[mask]
+                chosen.append(grants)
+                available = table.charge(available, grants)
+                need -= grants.size
             else:
-                head = pool
-            order = head[np.lexsort((tie[head], urgency[head]))]
-            mask = table.walk(available, order)
-            if mask.sum() >= self.k or head.size == pool.size:
-                break
-            top *= 4
-        hits = np.flatnonzero(mask)
-        settled = hits[self.k - 1] + 1 if hits.size >= self.k else len(order)
-        chosen = order[hits[: self.k]]
-        return chosen, order[:settled][~mask[:settled]]
+                size *= 2
+            ranking.push(rest)
+        return (np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.intp)), available
