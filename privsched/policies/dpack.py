@@ -27,15 +27,15 @@ re-sort every ``k`` grants:
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.admission import EdgeTable, spans
+from privsched.policies.admission import SLICE_ROWS, EdgeTable, spans
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 from privsched.policies.packing import Packing
+from privsched.policies.run_queue import RunQueue
 
 
 def best_orders(snapshot: Snapshot) -> np.ndarray:
@@ -58,12 +58,20 @@ def _edge_costs(table: EdgeTable, available: np.ndarray, edges: np.ndarray, best
     return np.where(demand > 0, ratio, 0.0).max(axis=1)
 
 
+def _fitting_alone(table: EdgeTable, available: np.ndarray) -> np.ndarray:
+    """The pipelines whose whole demand fits ``available`` on its own, tested about
+    :data:`SLICE_ROWS` edges at a time so that the temporaries stay small."""
+    n_edges = len(table.block)
+    cuts = np.unique(np.r_[0, np.searchsorted(table.start, np.arange(0, n_edges, SLICE_ROWS)), len(table.start)])
+    parts = [np.arange(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
+    return np.concatenate([part[table.fits_alone(available, part)] for part in parts] or [np.zeros(0, dtype=np.intp)])
+
+
 class _Ranking:
     """Candidates in descending efficiency, evaluated lazily (see the module docstring).
 
-    A heap entry is ``(urgency, arrival rank, pipeline, version)`` where urgency is minus
-    the efficiency as of round ``fresh[pipeline]``, a lower bound on the urgency now;
-    entries whose version is not the pipeline's current one are stale copies and skipped.
+    Each candidate waits in a :class:`RunQueue` under its urgency (minus its efficiency) as
+    of round ``fresh[pipeline]``, a lower bound on its urgency now, ties by arrival rank.
     """
 
     def __init__(self, snapshot: Snapshot, table: EdgeTable, best: np.ndarray | None) -> None:
@@ -75,12 +83,9 @@ class _Ranking:
         self.by_block = np.argsort(table.block, kind="stable")
         self.block_size = np.bincount(table.block, minlength=table.n_blocks)
         self.urgency = np.zeros(n)
-        self.key = np.zeros(n)  # the urgency in each queued pipeline's heap entry
         self.fresh = np.full(n, -1)
-        self.queued = np.zeros(n, dtype=bool)
-        self.version = [0] * n
         self.round = 0
-        self.heap: list[tuple[float, int, int, int]] = []
+        self.queue = RunQueue(n)
 
     def evaluate(self, pipelines: np.ndarray, available: np.ndarray) -> None:
         """Urgency (minus the efficiency) of ``pipelines`` against ``available``, as of this round."""
@@ -98,54 +103,20 @@ class _Ranking:
         self.fresh[pipelines] = self.round
 
     def push(self, pipelines: np.ndarray) -> None:
-        self.queued[pipelines] = True
-        self.key[pipelines] = self.urgency[pipelines]
-        ids = pipelines.tolist()
-        entries = zip(self.urgency[pipelines].tolist(), self.tie[pipelines].tolist(), ids,
-                      [self.version[p] for p in ids])
-        for entry in entries:
-            heapq.heappush(self.heap, entry)
-
-    def start(self, candidates: np.ndarray, available: np.ndarray) -> None:
-        self.evaluate(candidates, available)
-        self.queued[candidates] = True
-        self.key[candidates] = self.urgency[candidates]
-        self.heap = list(zip(self.urgency[candidates].tolist(), self.tie[candidates].tolist(),
-                             candidates.tolist(), [0] * len(candidates)))
-        heapq.heapify(self.heap)
-
-    def pop(self, size: int) -> np.ndarray:
-        """Up to ``size`` queued pipelines with the smallest keys, taken out of the queue."""
-        heap, version, taken = self.heap, self.version, []
-        while heap and len(taken) < size:
-            _, _, p, v = heapq.heappop(heap)
-            if v == version[p]:
-                taken.append(p)
-        popped = np.array(taken, dtype=np.intp)
-        self.queued[popped] = False
-        return popped
-
-    def bound(self) -> tuple[float, int] | None:
-        """The smallest key still queued (nothing queued can come before it), or None."""
-        heap, version = self.heap, self.version
-        while heap and heap[0][3] != version[heap[0][2]]:
-            heapq.heappop(heap)
-        return heap[0][:2] if heap else None
+        self.queue.push(pipelines, self.urgency[pipelines], self.tie[pipelines])
 
     def next_round(self, changed: np.ndarray, available: np.ndarray) -> None:
-        """Start a round: re-evaluate the queued pipelines on blocks whose α* changed."""
+        """Start a round; the queued pipelines on blocks whose α* changed are re-evaluated,
+        and re-queued where their queued key is no longer a lower bound."""
         self.round += 1
         if not changed.size:
             return
-        edges = self.by_block[spans(np.cumsum(self.block_size)[changed] - self.block_size[changed],
-                                    self.block_size[changed])[0]]
+        start = np.cumsum(self.block_size) - self.block_size
+        edges = self.by_block[spans(start[changed], self.block_size[changed])[0]]
         touched = np.unique(self.pipeline[edges])
-        touched = touched[self.queued[touched]]
+        touched = touched[self.queue.queued[touched]]
         self.evaluate(touched, available)
-        lower = touched[self.urgency[touched] < self.key[touched]]  # the queued key is no longer a bound
-        for p in lower.tolist():
-            self.version[p] += 1
-        self.push(lower)
+        self.push(touched[self.urgency[touched] < self.queue.key[touched]])
 
 
 @dataclass(frozen=True)
@@ -164,9 +135,11 @@ class DPack:
         available = np.array(snapshot.unlocked, dtype=float)
         packing = Packing(table, available) if snapshot.accounting.is_rdp else None
         ranking = _Ranking(snapshot, table, packing.best if packing else None)
-        ranking.start(np.flatnonzero(table.fits_alone(available, np.arange(snapshot.n_pipelines))), available)
+        candidates = _fitting_alone(table, available)
+        ranking.evaluate(candidates, available)
+        ranking.push(candidates)
         granted: list[np.ndarray] = []
-        while ranking.bound() is not None:
+        while len(ranking.queue):
             chosen, available = self._round(table, ranking, available)
             granted.append(chosen)
             changed = np.zeros(0, dtype=np.intp)
@@ -181,31 +154,35 @@ class DPack:
         """The next ``k`` grants of the best-effort walk in descending efficiency as of the
         round's start, and the budget they leave. Candidates the walk rejects on the way are
         dropped (budget only shrinks, so they never fit later in the pass)."""
-        basis, need, size = available, self.k, 4 * self.k
+        basis, need, size = available, self.k, 2 * self.k
+        pool = np.zeros(0, dtype=np.intp)  # taken from the queue, evaluated, not walked yet
         chosen: list[np.ndarray] = []
-        while need and ranking.bound() is not None:
-            batch = ranking.pop(size)
-            ranking.evaluate(batch[ranking.fresh[batch] < ranking.round], basis)
-            urgency, tie = ranking.urgency[batch], ranking.tie[batch]
-            order = np.lexsort((tie, urgency))
-            batch, urgency, tie = batch[order], urgency[order], tie[order]
-            bound = ranking.bound()
-            # Exact keys below every bound left in the heap come first, in this order.
-            ahead = len(batch) if bound is None else np.count_nonzero(
+        while need:
+            bound = None
+            if len(ranking.queue):
+                batch, bound = ranking.queue.pop(size)
+                ranking.evaluate(batch[ranking.fresh[batch] < ranking.round], basis)
+                pool = np.r_[pool, batch]
+            if not pool.size:
+                break
+            pool = pool[np.lexsort((ranking.tie[pool], ranking.urgency[pool]))]
+            # Exact keys below every bound left in the queue come first, in this order.
+            urgency, tie = ranking.urgency[pool], ranking.tie[pool]
+            ahead = pool.size if bound is None else np.count_nonzero(
                 (urgency < bound[0]) | ((urgency == bound[0]) & (tie < bound[1])))
-            certain, rest = batch[:ahead], batch[ahead:]
-            if certain.size:
-                mask = table.walk(available, certain)
-                hits = np.flatnonzero(mask)
-                if hits.size >= need:
-                    settled = hits[need - 1] + 1
-                    rest = np.r_[certain[settled:], rest]
-                    certain, mask = certain[:settled], mask[:settled]
-                grants = certain[mask]
-                chosen.append(grants)
-                available = table.charge(available, grants)
-                need -= grants.size
-            else:
-                size *= 2
-            ranking.push(rest)
+            if ahead < need and bound is not None:
+                size *= 2  # too few to make k grants: take more before walking
+                continue
+            certain, pool = pool[:ahead], pool[ahead:]
+            mask = table.walk(available, certain)
+            hits = np.flatnonzero(mask)
+            if hits.size >= need:
+                settled = hits[need - 1] + 1
+                pool = np.r_[certain[settled:], pool]
+                certain, mask = certain[:settled], mask[:settled]
+            grants = certain[mask]
+            chosen.append(grants)
+            available = table.charge(available, grants)
+            need -= grants.size
+        ranking.push(pool)
         return (np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.intp)), available

@@ -41,10 +41,10 @@ class Packing:
         self.best = np.zeros(table.n_blocks, dtype=np.intp)
         demand = table.demand[:, self.columns]
         n_edges = len(demand)
-        # Sort each column by (block, demand): rank the demands, then sort an integer key.
-        rank = np.empty(demand.shape, dtype=np.int64)
-        np.put_along_axis(rank, np.argsort(demand, axis=0), np.arange(n_edges)[:, None], axis=0)
-        sorted_edges = np.argsort(table.block[:, None].astype(np.int64) * max(n_edges, 1) + rank, axis=0)
+        # Sort each column by demand, then stably by block (a radix sort when labels fit 16 bits).
+        by_demand = np.argsort(demand, axis=0)
+        labels = table.block.astype(np.uint16 if table.n_blocks <= 1 << 16 else np.intp)[by_demand]
+        sorted_edges = np.take_along_axis(by_demand, np.argsort(labels, axis=0, kind="stable"), axis=0)
         #: Row of each edge's demand in the trees, per column.
         self.row_of = np.empty_like(sorted_edges)
         np.put_along_axis(self.row_of, sorted_edges, np.arange(n_edges)[:, None], axis=0)
