@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,47 @@ def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Exampl
     return data, data.subset(train_idx), data.subset(held_idx)
 
 
+class PoissonBatches:
+    """Poisson-sampled batches (Abadi et al. 2016, the sampled Gaussian mechanism): at every
+    step each record joins the batch independently with probability q.
+
+    The draw is the one Opacus' ``UniformWithReplacementSampler`` makes (one uniform number
+    per record, kept when below q), gathered on whole tensors rather than record by record.
+    An epoch is ``int(1/q)`` steps, Opacus' convention; a batch may be empty."""
+
+    def __init__(self, data: TensorDataset, sample_rate: float, generator: torch.Generator) -> None:
+        self.tensors = data.tensors
+        self.sample_rate = sample_rate
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return int(1 / self.sample_rate)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        n = len(self.tensors[0])
+        for _ in range(len(self)):
+            index = (torch.rand(n, generator=self.generator) < self.sample_rate).nonzero().flatten()
+            yield tuple(t.index_select(0, index) for t in self.tensors)
+
+
+class ShuffledBatches:
+    """Non-private epochs: a seeded permutation of the records cut into batches of
+    ``batch_size`` (the last one shorter), as ``DataLoader(shuffle=True)`` yields them."""
+
+    def __init__(self, data: TensorDataset, batch_size: int, generator: torch.Generator) -> None:
+        self.tensors = data.tensors
+        self.batch_size = batch_size
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.tensors[0]) / self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
+        order = torch.randperm(len(self.tensors[0]), generator=self.generator)
+        for index in order.split(self.batch_size):
+            yield tuple(t.index_select(0, index) for t in self.tensors)
+
+
 def spent_budget(history: list[tuple[float, float, int]], accounting: Accounting, delta: float) -> np.ndarray:
     """Budget of the steps an Opacus RDP accountant recorded as (σ, q, steps) entries.
 
@@ -137,13 +179,13 @@ def make_optimizer(model: nn.Module, job: DPSGDJob) -> torch.optim.Optimizer:
 
 @dataclass
 class Trainer:
-    """A model ready to train: the (possibly Opacus-wrapped) module, optimizer, loss, loader."""
+    """A model ready to train: the (possibly Opacus-wrapped) module, optimizer, loss, batches."""
 
     model: nn.Module  # the plain model, whose state_dict is saved
     module: nn.Module
     optimizer: torch.optim.Optimizer
     criterion: nn.Module
-    loader: DataLoader
+    batches: PoissonBatches | ShuffledBatches
     device: torch.device
     ghost: bool = False
     engine: object | None = None
@@ -171,15 +213,15 @@ def private_trainer(
 ) -> Trainer:
     """Wrap a model with Opacus ``make_private`` and explicit noise σ.
 
-    The loader samples each record independently with probability q (Poisson, Opacus
-    ``DPDataLoader``) and the accountant is stepped with that same q, whatever the loader's
-    nominal length, so that the accountant's record is exactly ``(σ, q, steps taken)``."""
+    Batches sample each record independently with probability q (:class:`PoissonBatches`)
+    and the accountant is stepped with that same q, whatever the nominal loader handed to
+    ``make_private`` says, so that the accountant's record is exactly ``(σ, q, steps taken)``.
+    Noise is scaled by the expected batch size q·n."""
     from opacus import PrivacyEngine
-    from opacus.data_loader import DPDataLoader
 
     model.to(device)
-    generator = torch.Generator().manual_seed(job.seed)
-    loader = DPDataLoader(train, sample_rate=job.sample_rate, generator=generator)
+    expected_batch_size = max(1, round(job.sample_rate * len(train)))
+    loader = DataLoader(train, batch_size=expected_batch_size)  # read by make_private, never iterated
     criterion = nn.CrossEntropyLoss()
     with warnings.catch_warnings():
         for message in _QUIET:
@@ -192,36 +234,37 @@ def private_trainer(
             data_loader=loader,
             noise_multiplier=sigma,
             max_grad_norm=job.max_grad_norm,
-            poisson_sampling=False,  # the loader already samples at rate q
+            poisson_sampling=False,  # PoissonBatches sample at rate q
             grad_sample_mode=mode,
         )
     if mode == "ghost":
-        module, optimizer, criterion, loader = wrapped
+        module, optimizer, criterion, _ = wrapped
     else:
-        module, optimizer, loader = wrapped
-    optimizer.expected_batch_size = max(1, round(job.sample_rate * len(train)))
+        module, optimizer, _ = wrapped
+    optimizer.expected_batch_size = expected_batch_size
     optimizer.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    return Trainer(model, module, optimizer, criterion, loader, device, ghost=mode == "ghost", engine=engine)
+    batches = PoissonBatches(train, job.sample_rate, torch.Generator().manual_seed(job.seed))
+    return Trainer(model, module, optimizer, criterion, batches, device, ghost=mode == "ghost", engine=engine)
 
 
 def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device) -> Trainer:
     """The same model, optimiser and expected batch size q·n without privacy (shuffled batches)."""
     model.to(device)
     batch_size = max(1, round(job.sample_rate * len(train)))
-    loader = DataLoader(train, batch_size=batch_size, shuffle=True, generator=torch.Generator().manual_seed(job.seed))
-    return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), loader, device)
+    batches = ShuffledBatches(train, batch_size, torch.Generator().manual_seed(job.seed))
+    return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), batches, device)
 
 
 def fit(trainer: Trainer, steps: int, heldout: TensorDataset | None = None, patience: int | None = None) -> tuple[int, bool]:
-    """Take up to ``steps`` steps, in epochs of the loader's length; with ``patience``, stop
-    once the held-out loss has not improved for that many epochs. Returns (steps taken,
-    whether it stopped early)."""
+    """Take up to ``steps`` steps, in epochs of ``len(trainer.batches)`` steps; with
+    ``patience``, stop once the held-out loss has not improved for that many epochs.
+    Returns (steps taken, whether it stopped early)."""
     taken, best, stale = 0, math.inf, 0
     with warnings.catch_warnings():
         for message in _QUIET:
             warnings.filterwarnings("ignore", message=message)
         while taken < steps:
-            for inputs, labels in trainer.loader:
+            for inputs, labels in trainer.batches:
                 if taken == steps:
                     break
                 trainer.step(inputs, labels)

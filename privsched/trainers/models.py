@@ -4,8 +4,10 @@ linear model, a feed-forward network, an LSTM and a small BERT on Amazon Reviews
 - ``logreg``: logistic regression on bag-of-words features.
 - ``mlp``: one hidden layer on bag-of-words features.
 - ``cnn``: token embeddings, a width-3 1-D convolution, max-pooling over time.
-- ``text``: embedding-bag classifier, the mean of the review's token embeddings (built on
-  ``nn.Embedding`` so that Opacus' ghost clipping applies to it).
+- ``text``: embedding-bag classifier, the mean of the review's token embeddings and a
+  linear head. The mean is taken as a product with the review's token frequencies, so the
+  embedding table is an ``nn.Linear`` whose per-sample gradient norms ghost clipping
+  computes in closed form.
 - ``lstm``: token embeddings and an Opacus ``DPLSTM``, mean-pooled over the review.
 
 ``logreg``, ``mlp`` and ``text`` contain only layers with ghost-clipping norms (linear,
@@ -58,14 +60,32 @@ class TextCNN(nn.Module):
         return self.out(h.amax(dim=2))
 
 
+def token_frequencies(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Each review's token frequencies (n, vocab_size): counts of its non-padding tokens
+    divided by their number, so that ``frequencies @ E`` is the mean of its embeddings."""
+    mask = (tokens > 0).to(torch.float32)
+    weights = mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return torch.zeros(len(tokens), vocab_size).scatter_add_(1, tokens.long(), weights)
+
+
 class EmbeddingBagClassifier(nn.Module):
+    """Mean of token embeddings, then a linear head (an ``EmbeddingBag(mode="mean")``
+    classifier with padding id 0 left out).
+
+    The embedding table is the weight of ``nn.Linear(vocab_size, embed_dim, bias=False)``
+    applied to token frequencies f: one review's gradient is ``g fᵀ``, whose norm
+    ``‖g‖·‖f‖`` is what Opacus' ghost clipping computes for a linear layer (Li et al. 2022),
+    with no per-token gathering. Its columns start N(0, 1) like ``nn.Embedding`` rows."""
+
     def __init__(self, vocab_size: int, n_classes: int, embed_dim: int) -> None:
         super().__init__()
-        self.embedding = nn.Embedding(vocab_size, embed_dim, padding_idx=0)
+        self.vocab_size = vocab_size
+        self.embedding = nn.Linear(vocab_size, embed_dim, bias=False)
+        nn.init.normal_(self.embedding.weight)
         self.out = nn.Linear(embed_dim, n_classes)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.out(_masked_mean(self.embedding(tokens), tokens))
+        return self.out(self.embedding(token_frequencies(tokens, self.vocab_size)))
 
 
 class LSTMClassifier(nn.Module):
