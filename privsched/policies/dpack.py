@@ -89,6 +89,8 @@ class _Ranking:
 
     def evaluate(self, pipelines: np.ndarray, available: np.ndarray) -> None:
         """Urgency (minus the efficiency) of ``pipelines`` against ``available``, as of this round."""
+        if not pipelines.size:
+            return
         count = self.table.count[pipelines]
         edges, _ = self.table.gather(pipelines)
         cost = np.zeros(len(pipelines))
@@ -142,8 +144,10 @@ class DPack:
         while len(ranking.queue):
             chosen, available = self._round(table, ranking, available)
             granted.append(chosen)
+            if not len(ranking.queue):
+                break  # the pass is over: nothing to refresh
             changed = np.zeros(0, dtype=np.intp)
-            if packing is not None and chosen.size:
+            if packing is not None:
                 edges, _ = table.gather(chosen)
                 packing.remove(edges)
                 changed = packing.refresh(np.unique(table.block[edges]), available)
