@@ -117,7 +117,8 @@ class Accounting:
         capacity = np.asarray(capacity, dtype=float)
         live = self.live(capacity) & (capacity > 0)
         safe = np.where(live, capacity, 1.0)
-        return np.where(live, demand / safe, 0.0)
+        with np.errstate(over="ignore"):  # a huge demand on a tiny capacity: an infinite share
+            return np.where(live, demand / safe, 0.0)
 
     def dimension_labels(self) -> list[str]:
         """Human-readable names of the dimensions, for tables and logs."""
