@@ -6,7 +6,9 @@ capacity rule, each at a different stage of unlocking, and pipelines asking for 
 so blocks differ in their best order. Demands shrink as the queue grows (scale
 ``4 × blocks / pipelines``), so every size is oversubscribed alike and about half the queue
 is granted in the pass. A naive per-pipeline loop over the same DPF order (the reference
-walk of the tests) runs in the same process as the baseline.
+walk of the tests) runs in the same process as the baseline. The last column is DPack's
+growth exponent between consecutive sizes, ``log(t₂/t₁) / log(n₂/n₁)`` on CPU time: 1 is
+linear, 2 quadratic.
 
 Run from the repository root: ``.venv/bin/python benchmarks/policies.py [--quick]``.
 """
@@ -14,6 +16,7 @@ Run from the repository root: ``.venv/bin/python benchmarks/policies.py [--quick
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import sys
 import time
@@ -86,11 +89,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the 1k and 10k sizes")
     args = parser.parse_args()
-    sizes = (1_000, 10_000) if args.quick else (1_000, 10_000, 100_000)
+    sizes = (1_000, 10_000) if args.quick else (1_000, 3_000, 10_000, 30_000, 100_000)
     policies = {name: make_policy(name, n=100).policy for name in ("fcfs", "dpf-n", "dpack")}
     print("| pending | edges | granted FCFS / DPF / DPack | FCFS ms | DPF ms | DPack ms | naive DPF loop ms "
-          "| DPack/DPF | naive/DPF |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+          "| DPack/DPF | naive/DPF | DPack growth |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    previous: tuple[int, float] | None = None
     for n in sizes:
         snapshot = synthetic_snapshot(n, 1_000)
         repeats = 5 if n < 100_000 else 1
@@ -100,11 +104,13 @@ def main() -> None:
         cell = {name: f"{wall:.0f} ({cpu:.0f})" for name, (wall, cpu, _) in results.items()}
         granted = " / ".join(f"{len(results[name][2].granted):,}" for name in policies)
         dpf_cpu, dpack_cpu = results["dpf-n"][1], results["dpack"][1]
+        growth = f"n^{math.log(dpack_cpu / previous[1]) / math.log(n / previous[0]):.2f}" if previous else ""
+        previous = (n, dpack_cpu)
         print(
             f"| {n:,} | {len(snapshot.edge_block):,} | {granted} | {cell['fcfs']} | {cell['dpf-n']} | {cell['dpack']} "
-            f"| {naive_wall:.0f} ({naive_cpu:.0f}) | {dpack_cpu / dpf_cpu:.1f}× | {naive_cpu / dpf_cpu:.1f}× |"
+            f"| {naive_wall:.0f} ({naive_cpu:.0f}) | {dpack_cpu / dpf_cpu:.1f}× | {naive_cpu / dpf_cpu:.1f}× | {growth} |"
         )
-    print("\nTimes: median wall-clock ms (process CPU ms in parentheses); ratios use CPU time.")
+    print("\nTimes: median wall-clock ms (process CPU ms in parentheses); ratios and growth use CPU time.")
 
 
 if __name__ == "__main__":

@@ -11,18 +11,19 @@ there is no order to choose and the cost of a block is its binding dimension,
 ``max(d_ε / unlocked_ε, d_δ / unlocked_δ)``: the area heuristic. A block with no budget
 left (``unlocked ≤ 0``) is an infinite cost for any pipeline that needs some of it.
 
-A pass costs about O((P + grants × blocks per pipeline) × log P), not a full recount and
-re-sort every ``k`` grants:
+A round of ``k`` grants costs about what it changes (the blocks its grants touch and the
+candidates near the top), not a recount and re-sort of everything:
 
 - Best orders are counted with Fenwick trees, and only on the blocks the last ``k`` grants
   touched (:mod:`privsched.policies.packing`).
 - Efficiencies are evaluated lazily. Within a pass unlocked budget only shrinks, so while
   a block keeps its best order every cost ``d / unlocked`` on it can only grow: an
   efficiency computed in an earlier round is an upper bound on the efficiency now.
-  Candidates wait in a heap keyed by that bound. A round pops the most promising ones,
-  re-evaluates the stale ones, and walks those that still beat the bound of everything
-  left in the heap, in exact order, until ``k`` grants. When a block's best order changes,
-  costs on it may fall, so the pipelines on it are re-evaluated at once.
+  Candidates wait in a :class:`~privsched.policies.run_queue.RunQueue` keyed by that
+  bound. A round takes the most promising ones, re-evaluates the stale ones, and walks
+  those that still beat the bound of everything left in the queue, in exact order, until
+  ``k`` grants. When a block's best order changes, costs on it may fall, so the queued
+  pipelines on it are re-evaluated at once (and re-queued where their key fell).
 """
 
 from __future__ import annotations
