@@ -30,9 +30,9 @@ MICRO = [
     (["multi-block-rdp"], ["fcfs", "dpf-n", "dpf-t"],
      [100, 1000, 2500, 5000, 7500, 10000, 14514, 20000, 30000, 50000], [1, 5, 10, 20, 30, 60, 100, 150, 200, 300]),
 ]
-#: DPack on the 70,000-pipeline RDP workload costs about a minute a run (its passes see every
-#: pending pipeline), so it gets a part of its own with fewer values.
-MICRO_DPACK_RDP = [(["multi-block-rdp"], ["dpf-n", "dpack-n", "dpf-t", "dpack-t"], [5000, 14514, 30000], [10, 60])]
+#: DPack on the 70,000-pipeline RDP workload costs one to two minutes a run (its passes see
+#: every pending pipeline), so it runs apart, at DPF's best N and T of the sweep above.
+MICRO_DPACK_RDP = [(["multi-block-rdp"], ["dpack-n", "dpack-t"], [7500], [150])]
 MACRO = [(["macro", "macro-rdp"], ["fcfs", "dpf-n", "dpack-n"], [1, 100, 200, 300, 400, 500], [])]
 HETEROGENEOUS = [(["heterogeneous"], ["fcfs", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
                   [25, 50, 100, 200, 300, 400, 600, 1000, 2000, 4000], [5, 10, 20, 30, 60, 100, 150, 200, 300, 500])]
@@ -42,9 +42,10 @@ OFFLINE = [
     ("heterogeneous, seed 0", "heterogeneous", {"seed": 0, "duration": 1.0, "rate": 300.0, "initial_blocks": 3}),
     ("heterogeneous, seed 1", "heterogeneous", {"seed": 1, "duration": 1.0, "rate": 300.0, "initial_blocks": 3}),
     ("heterogeneous, 5 blocks", "heterogeneous", {"seed": 2, "duration": 2.0, "rate": 200.0, "initial_blocks": 5}),
+    ("single-block", "single-block", {"seed": 0}),
     ("multi-block, 10 s", "multi-block", {"seed": 0, "duration": 10.0}),
-    ("multi-block-rdp, 1 s", "multi-block-rdp", {"seed": 0, "duration": 1.0}),
-    ("macro-rdp, 3 days", "macro-rdp", {"seed": 0, "days": 3, "pipelines_per_day": 100}),
+    ("single-block-rdp, 20 s at 300/s", "single-block-rdp", {"seed": 0, "duration": 20.0, "rate": 300.0}),
+    ("macro-rdp, 2 days", "macro-rdp", {"seed": 0, "days": 2, "pipelines_per_day": 300}),
 ]
 
 
