@@ -1,5 +1,6 @@
 """DP-SGD jobs: they stay within their grant, report what Opacus' accountant counts for
-the steps they took, read only granted blocks, and learn something at ε = 1."""
+the steps they took, read only granted blocks, and learn something at ε = 1; their batches
+are Opacus' Poisson samples, and the text model's per-sample norms come from ghost clipping."""
 
 from __future__ import annotations
 
@@ -12,15 +13,29 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
+from opacus.grad_sample import GradSampleModuleFastGradientClipping
+from opacus.utils.uniform_sampler import UniformWithReplacementSampler
+from torch import nn
+from torch.utils.data import TensorDataset
 
 from privsched.budgets import Accounting, demand_vector, leq, mechanism_json, subsampled_gaussian_curve
 from privsched.jobs.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 from privsched.trainers.data import load_blocks
-from privsched.trainers.models import build_model
+from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches
+from privsched.trainers.models import build_model, ghost_clipping_applies
 from workloads.reviews import write_blocks
 
 DELTA = 1e-6
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Jobs run with one torch thread per CPU they were placed on (one by default)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +154,55 @@ def test_dpsgd_logreg_beats_chance_clearly_at_epsilon_one(large_blocks, tmp_path
     run_builtin(ctx)
     assert ctx.metrics["steps"] == 100
     assert ctx.metrics["heldout_accuracy"] > 0.7
+
+
+def test_poisson_batches_are_the_batches_opacus_samples_at_rate_q():
+    records = TensorDataset(torch.arange(300), torch.arange(300) % 2)
+    ours = PoissonBatches(records, 0.07, torch.Generator().manual_seed(5))
+    sampler = UniformWithReplacementSampler(num_samples=300, sample_rate=0.07, generator=torch.Generator().manual_seed(5))
+    epoch = list(ours)
+    assert len(epoch) == len(ours) == 14  # int(1/q) steps per epoch
+    assert [inputs.tolist() for inputs, _ in epoch] == list(sampler)
+    assert all(torch.equal(labels, inputs % 2) for inputs, labels in epoch)
+    assert [inputs.tolist() for inputs, _ in ours] != [inputs.tolist() for inputs, _ in epoch]  # fresh draws
+
+
+def test_shuffled_batches_cover_every_record_once_per_epoch():
+    records = TensorDataset(torch.arange(103), torch.arange(103) * 2)
+    batches = list(ShuffledBatches(records, 20, torch.Generator().manual_seed(1)))
+    assert [len(labels) for _, labels in batches] == [20] * 5 + [3]
+    assert sorted(torch.cat([inputs for inputs, _ in batches]).tolist()) == list(range(103))
+    assert all(torch.equal(labels, inputs * 2) for inputs, labels in batches)
+
+
+def test_the_text_model_is_a_mean_of_token_embeddings_without_padding():
+    torch.manual_seed(0)
+    model = build_model("text", 50, 3, embed_dim=8)
+    tokens = torch.randint(1, 50, (6, 10))
+    tokens[:, 7:] = 0
+    tokens[2, 3:] = 0
+    tokens[4] = 0
+    bag = nn.EmbeddingBag(50, 8, mode="mean", padding_idx=0)
+    with torch.no_grad():
+        bag.weight.copy_(model.embedding.weight.T)
+    assert torch.allclose(model(tokens), model.out(bag(tokens)), atol=1e-6)
+
+
+@pytest.mark.parametrize("model_name", ["logreg", "mlp", "text"])
+def test_ghost_clipping_computes_the_exact_per_sample_norms_of_the_default_models(model_name):
+    torch.manual_seed(1)
+    model = build_model(model_name, 40, 2, embed_dim=6, hidden=5)
+    assert ghost_clipping_applies(model)  # every trainable layer has a norm sampler: no fallback
+    tokens = torch.randint(1, 40, (7, 9))
+    tokens[:, 6:] = 0
+    inputs = tokens if model_name == "text" else torch.zeros(7, 40).scatter_(1, tokens, 1.0)
+    labels = torch.randint(0, 2, (7,))
+    expected = []
+    for i in range(7):
+        loss = nn.functional.cross_entropy(model(inputs[i : i + 1]), labels[i : i + 1])
+        grads = torch.autograd.grad(loss, list(model.parameters()))
+        expected.append(torch.sqrt(sum((g**2).sum() for g in grads)))
+    ghost = GradSampleModuleFastGradientClipping(model, max_grad_norm=1.0, use_ghost_clipping=True)
+    nn.functional.cross_entropy(ghost(inputs), labels).backward()
+    assert torch.allclose(ghost.get_norm_sample(), torch.stack(expected), rtol=1e-4)
+    assert all(getattr(p, "grad_sample", None) is None for p in model.parameters())

@@ -193,7 +193,7 @@ class Trainer:
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
         """One optimiser step. An empty Poisson batch under ghost clipping is a noise-only
         step (the noisy sum of zero clipped gradients), which Opacus' hooks mode also takes."""
-        self.optimizer.zero_grad()
+        self.optimizer.zero_grad(set_to_none=True)
         if self.ghost and len(labels) == 0:
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
