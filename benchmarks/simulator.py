@@ -53,7 +53,7 @@ def main() -> None:
         label = f"{policy} {' '.join(f'{k}={v}' for k, v in params.items())}" + ("" if shortcuts else " (no shortcuts)")
         published_text = f"> {published:g}" if published >= 600 else f"{published:g}"
         print(f"| {workload} | {label.strip()} | {instance.n_pipelines} | {results[0].granted} | {generation:.2f} | "
-              f"{wall:.2f} | {cpu:.2f} | {published_text} | {published / cpu:.0f}× | "
+              f"{wall:.2f} | {cpu:.2f} | {published_text} | {published / cpu:.1f}× | "
               f"{'' if target is None else format(target, 'g')} |", flush=True)
 
 
