@@ -1,24 +1,40 @@
-"""A DPack-style heterogeneous RDP workload (Tholoniat et al., EuroSys'25 §6; DESIGN §5.3).
+"""DPack's heterogeneous RDP workload (Tholoniat et al., EuroSys'25, §6; DESIGN §5.3).
 
-Pipelines mix mechanisms whose RDP curves are cheapest, relative to a block's capacity
-curve, at different orders α, so that which order a block ends up "using" matters:
-- Laplace (flat curve): best at large α (64 for ε ≥ 0.5);
-- Gaussian (linear curve): best around α = 5;
-- subsampled Gaussian (DP-SGD with strong amplification, q = 0.005, noise 0.6; very
-  steep): best at α = 3, by far the cheapest there, prohibitive at large α;
-- the composition of a Gaussian and a Laplace: in between (α ≈ 8).
-Each pipeline's size is its *best-order share*, ``min_α d(α) / capacity(α)``, drawn per
-family (see :data:`SIZES`); the mechanism's parameter is solved to match it. DPF ranks by
-the *largest* share over orders, so it puts the DP-SGD plans last although a block filled
-at α = 3 holds many of them: the heterogeneity DPack exploits. Blocks hold ε_G = 10,
-δ_G = 1e-7 and arrive every 10 s (10 at time 0); pipelines arrive as a Poisson process and
-ask for the last 1 (p = 0.5), 2 or 5 blocks. By default they are submitted in batches at
-the end of each 10-second window (``batch``), as a periodic submitter would; ``batch=None``
-keeps the Poisson times.
+The paper evaluates DPack on workloads whose tasks mix DP mechanisms, so that blocks have
+different best orders α, and sweeps how heterogeneous those best orders are. We follow the
+paper's construction, as published with its artifact (``privacypacking/utils/zoo.py`` and
+``generate_curves.py``, and the Alibaba-DP methodology of its §6.1):
+
+1. A *curve zoo* of real mechanisms: Gaussian (σ on a geometric grid 0.01–10), Laplace
+   (scale on the same grid), DP-FTRL (a Gaussian composed ⌈ln n⌉ times for datasets of
+   n = 10³…10⁸ records), compositions Laplace + Gaussian and Laplace + Laplace, and DP-SGD
+   (Poisson-subsampled Gaussian: q ∈ {0.001…0.5}, noise ∈ {0.1…2}, 1 to 200 epochs of 1/q
+   steps). The paper's subsampled Laplace has no RDP curve in :mod:`privsched.budgets`
+   and is left out.
+2. Each curve is normalised by the block's capacity curve (ε_G = 10, δ_G = 1e-7, the
+   paper's block); its size is ``ε_min = min_α d(α)/capacity(α)`` and its best order the
+   α that attains it. Curves with ε_min outside (0.01, 1) are dropped.
+3. A task first draws the *bin* of its best order from a discrete Gaussian over the
+   positions of the orders in the grid, centred on α = 5, of standard deviation
+   ``alpha_std`` (the paper's σ_α, its heterogeneity knob: 0 puts every task's best order
+   at α = 5; ``inf`` draws the bins uniformly), then a curve uniformly within the bin.
+4. It asks for the most recent k blocks, k drawn from a discrete normal over
+   1..``max_blocks`` of mean ``blocks_mean`` and deviation ``blocks_std`` (σ_blocks; 0 makes
+   every task ask for ``blocks_mean`` blocks). Every task has weight 1.
+5. Online: blocks arrive every ``block_interval`` seconds (``initial_blocks`` at time 0),
+   on average ``tasks_per_block`` tasks per block period arrive as a Poisson process, and
+   they are submitted in batches at the end of each ``batch`` window, as the paper's
+   scheduler runs in batches every scheduling period. Tasks never time out unless
+   ``timeout`` is given (the paper's tasks wait until the end).
+
+The paper's artifact also reshapes curves to set the mean and spread of ε_min per bin; we
+keep the zoo's real mechanisms (so every demand is a mechanism a job could run) and their
+own sizes instead.
 """
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numpy as np
@@ -30,82 +46,143 @@ from privsched.simulation.trace import Trace, parse_trace
 from workloads.microbenchmarks import periodic_blocks, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
-FAMILIES = ("laplace", "gaussian", "subsampled", "composed")
-#: Best-order shares per family, drawn uniformly. DP-SGD plans are the cheapest at their best
-#: order and the most expensive at large orders: DPF's dominant share ranks them last.
-SIZES = {
-    "laplace": (0.005, 0.01, 0.02, 0.05),
-    "gaussian": (0.005, 0.01, 0.02, 0.05),
-    "subsampled": (0.0005, 0.001, 0.002, 0.005),
-    "composed": (0.005, 0.01, 0.02, 0.05),
-}
-BLOCK_COUNTS, BLOCK_WEIGHTS = (1, 2, 5), (0.5, 0.3, 0.2)
-SAMPLE_RATE, NOISE = 0.005, 0.6  # one step: best order α = 3, ~20,000× dearer at α = 64
+#: Normalised sizes a zoo curve may have (exclusive bounds), as in the paper's artifact.
+SIZE_RANGE = (0.01, 1.0)
+#: The order the best-order distribution is centred on.
+CENTER_ALPHA = 5.0
+FAMILIES = ("gaussian", "laplace", "dp-ftrl", "laplace+gaussian", "laplace+laplace", "dp-sgd")
+
+_NOISE_GRID = np.geomspace(0.01, 10, 100)
+_COMPOSITION_GRID = (0.05, 0.1, 0.5, 1, 2, 3, 4, 5)
 
 
-def _capacity() -> np.ndarray:
-    return rdp_capacity(BLOCK_EPSILON, BLOCK_DELTA, DEFAULT_ALPHAS)
+def _gaussian(sigma: float) -> dict:
+    return {"kind": "gaussian", "sigma": float(sigma)}
 
 
-def best_share(curve: np.ndarray) -> float:
-    """``min`` over live orders of ``d(α) / capacity(α)`` on a default block."""
-    cap = _capacity()
-    live = cap > 0
-    return float(np.min(curve[live] / cap[live]))
+def _laplace(scale: float) -> dict:
+    return {"kind": "laplace", "scale": float(scale)}
 
 
-@lru_cache(maxsize=None)
-def mechanism(family: str, share: float) -> dict:
-    """The description of a ``family`` mechanism whose best-order share is ``share``."""
+def _candidates() -> list[tuple[str, dict, np.ndarray]]:
+    """Every (family, mechanism, curve) of the zoo before filtering."""
     alphas = DEFAULT_ALPHAS
-    if family == "gaussian":
-        # d(α) = α / (2σ²): the share scales as 1/σ².
-        return {"kind": "gaussian", "sigma": float(np.sqrt(best_share(gaussian_curve(1.0, alphas)) / share))}
-    if family == "subsampled":
-        one_step = best_share(subsampled_gaussian_curve(SAMPLE_RATE, NOISE, 1, alphas))
-        steps = max(1, round(share / one_step))
-        return {"kind": "subsampled_gaussian", "sample_rate": SAMPLE_RATE, "noise_multiplier": NOISE, "steps": steps}
-    if family == "laplace":
-        low, high = 1e-4, 20.0  # ε = 1 / scale; the share grows with ε
-        for _ in range(60):
-            mid = (low + high) / 2
-            low, high = (mid, high) if best_share(laplace_curve(1 / mid, alphas)) < share else (low, mid)
-        return {"kind": "laplace", "scale": 1 / high}
-    if family == "composed":
-        return {"kind": "composed", "parts": [mechanism("gaussian", share / 2), mechanism("laplace", share / 2)]}
-    raise ValueError(f"unknown mechanism family {family!r} (expected one of: {', '.join(FAMILIES)})")
+    zoo = [("gaussian", _gaussian(s), gaussian_curve(s, alphas)) for s in _NOISE_GRID]
+    zoo += [("laplace", _laplace(b), laplace_curve(b, alphas)) for b in _NOISE_GRID]
+    for sigma in np.geomspace(0.01, 10, 10):
+        for records in np.geomspace(1e3, 1e8, 10):
+            rounds = math.ceil(math.log(records))
+            zoo.append(("dp-ftrl", {"kind": "composed", "parts": [_gaussian(sigma)] * rounds},
+                        rounds * gaussian_curve(sigma, alphas)))
+    for b in _COMPOSITION_GRID:
+        for other in _COMPOSITION_GRID:
+            zoo.append(("laplace+gaussian", {"kind": "composed", "parts": [_laplace(b), _gaussian(other)]},
+                        laplace_curve(b, alphas) + gaussian_curve(other, alphas)))
+            zoo.append(("laplace+laplace", {"kind": "composed", "parts": [_laplace(b), _laplace(other)]},
+                        laplace_curve(b, alphas) + laplace_curve(other, alphas)))
+    for epochs in (1, 10, 100, 200):
+        for q in (0.001, 0.01, 0.05, 0.1, 0.2, 0.5):
+            for noise in (0.1, 0.5, 1, 2):
+                steps = round(epochs / q)
+                plan = {"kind": "subsampled_gaussian", "sample_rate": q, "noise_multiplier": noise, "steps": steps}
+                zoo.append(("dp-sgd", plan, subsampled_gaussian_curve(q, noise, steps, alphas)))
+    return zoo
+
+
+def normalized(curve: np.ndarray) -> np.ndarray:
+    """``d(α) / capacity(α)`` at every order live on the paper's block (dead orders: inf)."""
+    capacity = rdp_capacity(BLOCK_EPSILON, BLOCK_DELTA, DEFAULT_ALPHAS)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(capacity > 0, np.asarray(curve, dtype=float) / np.where(capacity > 0, capacity, 1), np.inf)
+
+
+@lru_cache(maxsize=1)
+def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarray]:
+    """The filtered zoo: families, mechanisms, each curve's best order (index into the
+    default grid) and its size ε_min, in a fixed order."""
+    families, mechanisms, best, size = [], [], [], []
+    for family, mechanism, curve in _candidates():
+        share = normalized(curve)
+        if not np.all(np.isfinite(curve)):
+            continue
+        k = int(np.argmin(share))
+        if SIZE_RANGE[0] < share[k] < SIZE_RANGE[1]:
+            families.append(family)
+            mechanisms.append(mechanism)
+            best.append(k)
+            size.append(float(share[k]))
+    return tuple(families), tuple(mechanisms), np.array(best), np.array(size)
+
+
+def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
+    """Probability of each best-order bin (positions in the order grid): a discrete Gaussian
+    centred on α = 5 of deviation ``alpha_std`` positions, over the bins the zoo fills."""
+    if not alpha_std >= 0:
+        raise ValueError(f"alpha_std must be non-negative, got {alpha_std!r}")
+    center = list(DEFAULT_ALPHAS).index(CENTER_ALPHA)
+    if alpha_std == 0:
+        weight = (bins == center).astype(float)
+    elif math.isinf(alpha_std):
+        weight = np.ones(len(bins))
+    else:
+        weight = np.exp(-((bins - center) ** 2) / (2 * alpha_std**2))
+    return weight / weight.sum()
+
+
+def block_count_probabilities(blocks_mean: float, blocks_std: float, max_blocks: int) -> np.ndarray:
+    """P(k blocks) for k = 1..max_blocks: a normal density of the given mean and deviation,
+    evaluated at each k and normalised (a point mass at round(mean) when the deviation is 0)."""
+    if isinstance(max_blocks, bool) or not isinstance(max_blocks, int) or max_blocks < 1:
+        raise ValueError(f"max_blocks must be a positive integer, got {max_blocks!r}")
+    if not blocks_std >= 0 or not 1 <= blocks_mean <= max_blocks:
+        raise ValueError(f"need 1 <= blocks_mean <= max_blocks and blocks_std >= 0, got {blocks_mean!r}, {blocks_std!r}")
+    k = np.arange(1, max_blocks + 1)
+    if blocks_std == 0:
+        weight = (k == round(blocks_mean)).astype(float)
+    else:
+        weight = np.exp(-((k - blocks_mean) ** 2) / (2 * blocks_std**2))
+    return weight / weight.sum()
 
 
 def heterogeneous(
     *,
     seed: int = 0,
     duration: float = 300.0,
-    rate: float = 20.0,
+    rate: float | None = None,
+    tasks_per_block: float = 100.0,
     initial_blocks: int = 10,
     block_interval: float = 10.0,
-    timeout: float = 100.0,
-    families: tuple[str, ...] = FAMILIES,
+    alpha_std: float = math.inf,
+    blocks_mean: float = 1.0,
+    blocks_std: float = 5.0,
+    max_blocks: int = 10,
+    timeout: float | None = None,
     batch: float | None = 10.0,
 ) -> Trace:
-    """Blocks every ``block_interval`` s; pipelines of mixed mechanisms at ``rate`` per second."""
+    """Blocks every ``block_interval`` s; tasks drawn from the curve zoo (see the module
+    docstring) at ``rate`` per second (default: ``tasks_per_block`` per block period)."""
+    rate = tasks_per_block / block_interval if rate is None else rate
+    families, mechanisms, best, _ = curve_zoo()
+    bins = np.unique(best)
+    p_bin = bin_probabilities(alpha_std, bins)
+    p_blocks = block_count_probabilities(blocks_mean, blocks_std, max_blocks)
+    members = [np.flatnonzero(best == b) for b in bins]
+
     rng = np.random.default_rng(seed)
     blocks = periodic_blocks(initial_blocks, block_interval, duration, BLOCK_EPSILON, BLOCK_DELTA)
     times = poisson_arrivals(rng, rate, duration)
     if batch:
         times = np.ceil(times / batch) * batch
     n = len(times)
-    family = rng.integers(len(families), size=n)
-    size = rng.integers(4, size=n)
-    last = rng.choice(BLOCK_COUNTS, size=n, p=BLOCK_WEIGHTS)
-    pipelines = [
-        {
-            "id": f"p{i}",
-            "arrival": t,
-            "blocks": {"last": int(last[i])},
-            "mechanism": mechanism(families[family[i]], SIZES[families[family[i]]][size[i]]),
-            "timeout": timeout,
-            "class": families[family[i]],
-        }
-        for i, t in enumerate(times.tolist())
-    ]
+    chosen_bin = rng.choice(len(bins), size=n, p=p_bin)
+    pick = rng.random(n)
+    curve = [int(members[b][int(u * len(members[b]))]) for b, u in zip(chosen_bin.tolist(), pick.tolist())]
+    last = rng.choice(np.arange(1, max_blocks + 1), size=n, p=p_blocks)
+    pipelines = []
+    for i, t in enumerate(times.tolist()):
+        entry = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])},
+                 "mechanism": mechanisms[curve[i]], "class": families[curve[i]]}
+        if timeout is not None:
+            entry["timeout"] = timeout
+        pipelines.append(entry)
     return parse_trace({"accounting": "rdp", "blocks": blocks, "pipelines": pipelines})
