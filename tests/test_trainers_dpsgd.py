@@ -188,6 +188,7 @@ def test_the_text_model_is_a_mean_of_token_embeddings_without_padding():
     assert torch.allclose(model(tokens), model.out(bag(tokens)), atol=1e-6)
 
 
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 @pytest.mark.parametrize("model_name", ["logreg", "mlp", "text"])
 def test_ghost_clipping_computes_the_exact_per_sample_norms_of_the_default_models(model_name):
     torch.manual_seed(1)

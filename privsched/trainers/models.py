@@ -65,7 +65,7 @@ def token_frequencies(tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
     divided by their number, so that ``frequencies @ E`` is the mean of its embeddings."""
     mask = (tokens > 0).to(torch.float32)
     weights = mask / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
-    return torch.zeros(len(tokens), vocab_size).scatter_add_(1, tokens.long(), weights)
+    return torch.zeros(len(tokens), vocab_size, device=tokens.device).scatter_add_(1, tokens.long(), weights)
 
 
 class EmbeddingBagClassifier(nn.Module):
