@@ -8,7 +8,7 @@ combined with any unlock rule. Nothing here performs I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
@@ -63,6 +63,31 @@ class Policy(Protocol):
     name: str
 
     def allocate(self, snapshot: Snapshot) -> Allocation: ...
+
+
+class PerPipelineOrder(Protocol):
+    """A policy whose order is a key of each pipeline alone (its demands, the capacities of
+    its blocks, its arrival and id), and that admits best-effort in that order.
+
+    The order of any subset of pipelines is then the order of the whole set restricted to
+    the subset, so a caller may rank every pipeline once and sort any pending subset by
+    that rank: ``allocate(s)`` grants what a best-effort pass over ``order(s)`` grants.
+    Such a policy sets ``per_pipeline_order = True``.
+    """
+
+    name: str
+    per_pipeline_order: ClassVar[bool]
+
+    def allocate(self, snapshot: Snapshot) -> Allocation: ...
+
+    def order(self, snapshot: Snapshot) -> np.ndarray:
+        """The snapshot's pipeline indices in the policy's order."""
+        ...
+
+
+def orders_per_pipeline(policy: Policy) -> bool:
+    """Whether ``policy`` declares itself a :class:`PerPipelineOrder`."""
+    return getattr(policy, "per_pipeline_order", False) is True
 
 
 class UnlockRule(Protocol):

@@ -10,6 +10,7 @@ order; then id.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -64,6 +65,12 @@ class DominantPrivateBlockFairness:
     """Orders pending pipelines by dominant share and admits best-effort."""
 
     name: str = "dpf"
+    per_pipeline_order: ClassVar[bool] = True
+
+    def order(self, snapshot: Snapshot) -> np.ndarray:
+        """Pending pipelines in DPF order (a :class:`~privsched.policies.base.PerPipelineOrder`:
+        the dominant share and its tie-breaks are keys of each pipeline alone)."""
+        return dpf_order(snapshot)
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return Allocation(granted=admit_in_order(snapshot, dpf_order(snapshot)))
+        return Allocation(granted=admit_in_order(snapshot, self.order(snapshot)))

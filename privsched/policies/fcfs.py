@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,6 +25,11 @@ class FirstComeFirstServed:
     """Orders pending pipelines by arrival (ties by id) and admits best-effort."""
 
     name: str = "fcfs"
+    per_pipeline_order: ClassVar[bool] = True
+
+    def order(self, snapshot: Snapshot) -> np.ndarray:
+        """Pending pipelines in arrival order (a :class:`~privsched.policies.base.PerPipelineOrder`)."""
+        return np.argsort(arrival_rank(snapshot))
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return Allocation(granted=admit_in_order(snapshot, np.argsort(arrival_rank(snapshot))))
+        return Allocation(granted=admit_in_order(snapshot, self.order(snapshot)))

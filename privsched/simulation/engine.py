@@ -12,9 +12,11 @@ next unlock, so the loop skips work that cannot change any decision:
   grant nothing and is skipped.
 - When the pipelines that fit also fit all together, any best-effort pass grants them all,
   whatever its order: they are granted without calling the policy (still counted as a pass).
-- Policies whose order is a key of each pipeline alone (FCFS, DPF) see only the pipelines
-  that fit: the others cannot be granted in this pass and do not change the order of the
-  rest. Other policies (DPack) see every pending pipeline.
+- Policies whose order is a key of each pipeline alone (FCFS, DPF: ``PerPipelineOrder``)
+  rank every pipeline of the workload once, with their own ``order``. A pass then sorts the
+  pipelines that fit by that rank (the others cannot be granted in this pass and do not
+  change the order of the rest) and walks them best-effort: grant the first, re-check the
+  rest against what is left, repeat. Other policies (DPack) see every pending pipeline.
 - Timeouts are applied before each pass rather than at instants of their own: a timeout
   alone never enables a grant.
 Policies that set budget aside between passes (round robin, ``Allocation.reserved``) get a
@@ -30,9 +32,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.base import Allocation, PolicySpec, Snapshot
+from privsched.policies.admission import admit_in_order
+from privsched.policies.base import Allocation, PolicySpec, Snapshot, orders_per_pipeline
 from privsched.simulation.instance import Instance
-from privsched.simulation.watch import BlockMembers, WatchLists
+from privsched.simulation.watch import BlockMembers, WatchLists, fits
 
 NOT_ARRIVED, PENDING, GRANTED, TIMED_OUT = 0, 1, 2, 3
 STATUS_NAMES = ("not_arrived", "pending", "granted", "timed_out")
@@ -40,13 +43,9 @@ STATUS_NAMES = ("not_arrived", "pending", "granted", "timed_out")
 #: Default per-time unlock period: 1 s, clipped so that a block unlocks in 10 to 100 ticks.
 DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 
-
-def order_is_per_pipeline(spec: PolicySpec) -> bool:
-    """Whether the policy orders pipelines by a key of each pipeline alone (FCFS, DPF), so
-    that removing pipelines which cannot be granted leaves its grants unchanged."""
-    from privsched.policies import DominantPrivateBlockFairness, FirstComeFirstServed
-
-    return isinstance(spec.policy, (FirstComeFirstServed, DominantPrivateBlockFairness))
+#: A per-pipeline-order pass grants this many pipelines one at a time, re-checking the rest
+#: after each, then walks what still fits at once (:func:`~privsched.policies.admission.admit_in_order`).
+GREEDY_GRANTS = 4
 
 
 @dataclass
@@ -86,7 +85,6 @@ class Simulator:
         self.tick = tick if per_time else None
         self.samples = samples
         self.shortcuts = shortcuts
-        self.per_pipeline_order = order_is_per_pipeline(spec)
         self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
 
         B, K, P = instance.n_blocks, self.acc.dims, instance.n_pipelines
@@ -100,11 +98,17 @@ class Simulator:
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
         self.edge_pipeline = instance.edge_pipeline
+        self.edge_span, self.block_span = _spans(instance)
+        self.arrival_unlock = self.unlock_per_arrival * self.cap  # (B, K) per arriving pipeline
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
         self.sorted_deadline = self.deadline[self.by_deadline].tolist()
         self.reserved: np.ndarray | None = None  # (E, K), once the policy sets budget aside
         self.reserving: bool | None = None  # unknown until the first pass
+        self.rank: np.ndarray | None = None  # (P,) position in the policy's order, if per pipeline
+        if shortcuts and orders_per_pipeline(spec.policy):
+            self.rank = self._rank_all()
+            self.reserving = False  # a best-effort pass sets nothing aside
         self.watch = WatchLists(B, K, self.acc.is_rdp, self.live, self.status, PENDING)
         self.members: BlockMembers | None = None  # for policies that set budget aside
         self.carry = np.zeros(0, dtype=np.int64)
@@ -113,6 +117,25 @@ class Simulator:
         self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
         self.n_pending = 0
         self.passes = 0
+
+    def _rank_all(self) -> np.ndarray:
+        """Each pipeline's position in the policy's order over the whole workload: sorting
+        any subset by it gives the policy's order of that subset (``PerPipelineOrder``)."""
+        inst = self.inst
+        everyone = Snapshot(
+            accounting=self.acc,
+            capacity=self.cap,
+            unlocked=np.zeros_like(self.cap),
+            pipeline_ids=inst.pipeline_ids,
+            arrival=inst.arrival,
+            weight=inst.weight,
+            edge_pipeline=inst.edge_pipeline,
+            edge_block=inst.edge_block,
+            edge_demand=inst.edge_demand,
+        )
+        rank = np.empty(inst.n_pipelines, dtype=np.int64)
+        rank[self.spec.policy.order(everyone)] = np.arange(inst.n_pipelines)
+        return rank
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -125,26 +148,18 @@ class Simulator:
     def _edges(self, pipelines: np.ndarray) -> tuple[np.ndarray | slice, np.ndarray]:
         """Edges of ``pipelines`` and each edge's position among them (a slice for one pipeline)."""
         if len(pipelines) == 1:
-            i = int(pipelines[0])
-            first, last = self.inst.edge_start[i], self.inst.edge_start[i + 1]
-            return slice(first, last), np.zeros(last - first, dtype=np.intp)
+            edges = self.edge_span[int(pipelines[0])]
+            return edges, np.zeros(edges.stop - edges.start, dtype=np.intp)
         return self.inst.edges_of(pipelines)
-
-    def _add_by_block(self, target: np.ndarray, blocks: np.ndarray, values: np.ndarray, one: bool) -> None:
-        """``target[blocks] += values``; the blocks of ``one`` pipeline are distinct."""
-        if one:
-            target[blocks] += values
-        else:
-            np.add.at(target, blocks, values)
 
     # -- candidates ----------------------------------------------------------------------------
 
-    def _fitting(self, arrived: np.ndarray, dirty: list[int]) -> np.ndarray:
+    def _fitting(self, arrived: np.ndarray, dirty: list[np.ndarray]) -> np.ndarray:
         """Pending pipelines that fit now: among those that arrived, the watchers of blocks
         that gained budget, and those that still fitted after the last pass."""
         found = [a for a in (arrived, self.carry) if a.size]
         if dirty:
-            blocks = self.watch.worth_scanning(np.unique(dirty), self.unlocked)
+            blocks = self.watch.worth_scanning(_distinct(dirty), self.unlocked)
             for j in blocks.tolist():
                 watchers = self.watch.may_fit(j, self.unlocked[j])
                 if watchers.size:
@@ -157,44 +172,51 @@ class Simulator:
     def _check(self, pipelines: np.ndarray) -> np.ndarray:
         """The pipelines whose whole demand fits the unlocked budget; each of the others
         watches the first of its blocks where it does not fit."""
+        if len(pipelines) == 1:
+            i = int(pipelines[0])
+            edges, blocks = self.edge_span[i], self.block_span[i]
+            demand = self.inst.edge_demand[edges]
+            ok = fits(self.acc, demand, self.unlocked[blocks], self.live[blocks])
+            if ok.all():
+                return pipelines
+            witness = int(np.argmin(ok))
+            self.watch.watch(pipelines, self.inst.edge_block[edges][witness : witness + 1], demand[witness : witness + 1])
+            return pipelines[:0]
         if not len(pipelines):
             return pipelines
-        edges, owner = self._edges(pipelines)
+        edges, owner = self.inst.edges_of(pipelines)
         blocks = self.inst.edge_block[edges]
         demand = self.inst.edge_demand[edges]
-        ok = self.acc.fits(demand, self.unlocked[blocks], self.live[blocks])
+        ok = fits(self.acc, demand, self.unlocked[blocks], self.live[blocks])
         if ok.all():
             return pipelines
         failing = np.flatnonzero(~ok)
-        if len(pipelines) == 1:
-            self.watch.watch(pipelines, blocks[failing[:1]], demand[failing[:1]])
-            return pipelines[:0]
-        losers, first = np.unique(owner[failing], return_index=True)
-        witness = failing[first]
+        failing_owner = owner[failing]  # ascending: edges are grouped by pipeline
+        first = np.flatnonzero(np.r_[True, failing_owner[1:] != failing_owner[:-1]])
+        losers, witness = failing_owner[first], failing[first]
         self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
-        fits = np.ones(len(pipelines), dtype=bool)
-        fits[losers] = False
-        return pipelines[fits]
+        keep = np.ones(len(pipelines), dtype=bool)
+        keep[losers] = False
+        return pipelines[keep]
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _arrive(self, first: int, last: int) -> list[int]:
+    def _arrive(self, first: int, last: int) -> np.ndarray | None:
         """Pipelines first..last-1 arrive (per-arrival unlock on their blocks); returns the
-        blocks that gained budget."""
-        edges = slice(self.inst.edge_start[first], self.inst.edge_start[last])
-        blocks = self.inst.edge_block[edges]
+        (distinct) blocks that gained budget, if any."""
         self.status[first:last] = PENDING
         self.n_pending += last - first
-        fraction = self.unlock_per_arrival
-        if not fraction > 0:
-            return []
+        if not self.unlock_per_arrival > 0:
+            return None
         if last - first > 1:
+            blocks = self.inst.edge_block[self.edge_span[first].start : self.edge_span[last - 1].stop]
             touched = np.unique(blocks)
             count = np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
-            self._unlock(touched, count[:, None] * fraction * self.cap[touched])
-            return touched.tolist()
-        self._unlock(blocks, fraction * self.cap[blocks])  # one pipeline: distinct blocks
-        return blocks.tolist()
+            self._unlock(touched, count[:, None] * self.arrival_unlock[touched])
+            return touched
+        blocks = self.block_span[first]  # one pipeline: distinct blocks
+        self._unlock(blocks, self.arrival_unlock[blocks])
+        return self.inst.edge_block[self.edge_span[first]]
 
     def _expire(self, now: float) -> None:
         """Pending pipelines whose deadline is at or before ``now`` time out."""
@@ -260,22 +282,29 @@ class Simulator:
         come ``checked`` (from the policy) are verified: pending, and within capacity."""
         if not checked and (self.status[granted].min() != PENDING or np.unique(granted).size != granted.size):
             raise RuntimeError(f"policy {self.spec.name!r} granted a pipeline that is not pending")
-        edges, _ = self._edges(granted)
-        blocks = self.inst.edge_block[edges]
-        demand = self.inst.edge_demand[edges]
-        one = len(granted) == 1
+        if len(granted) == 1:  # distinct blocks
+            i = int(granted[0])
+            edges, blocks = self.edge_span[i], self.block_span[i]
+            demand = self.inst.edge_demand[edges]
+            if not self.reserving:
+                self.unlocked[blocks] -= demand
+            self.consumed[blocks] += demand
+        else:
+            edges, _ = self.inst.edges_of(granted)
+            blocks = self.inst.edge_block[edges]
+            demand = self.inst.edge_demand[edges]
+            if not self.reserving:
+                np.subtract.at(self.unlocked, blocks, demand)
+            np.add.at(self.consumed, blocks, demand)
         if self.reserving:
             self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
-        else:
-            self._add_by_block(self.unlocked, blocks, -demand, one)
-        self._add_by_block(self.consumed, blocks, demand, one)
         if not checked and not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
             raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
         self.n_pending -= granted.size
 
-    def _allocate(self, now: float, arrived: np.ndarray, dirty: list[int], upto: int) -> None:
+    def _allocate(self, now: float, arrived: np.ndarray, dirty: list[np.ndarray], upto: int) -> None:
         """The allocation pass of one instant (see the module docstring for what is skipped)."""
         if self.shortcuts and self.reserving:
             self._water_fill_pass(now, arrived, dirty)
@@ -293,25 +322,59 @@ class Simulator:
         self.carry = fitting[:0]
         if fitting.size == 0:
             return
+        if self.rank is not None:
+            self._ranked_pass(now, fitting)
+            return
         if self._fit_together(fitting):
             # A best-effort pass in any order grants every pipeline that fits when the
             # fitting ones fit all together (in particular a lone one).
             self.passes += 1
             self._grant(now, fitting, checked=True)
             return
-        granted = self._pass(now, fitting if self.per_pipeline_order else self._pending(upto))
+        granted = self._pass(now, self._pending(upto))
         self.carry = self._check(np.setdiff1d(fitting, granted, assume_unique=True))
+
+    def _ranked_pass(self, now: float, fitting: np.ndarray) -> None:
+        """The best-effort pass of a policy whose order is per pipeline, over the pipelines
+        that fit (the others cannot be granted and do not change the order of the rest), in
+        its order: the first one is granted, the rest are checked against what is left
+        (those that no longer fit never will in this pass, and start watching), and so on.
+        After a few grants the rest is walked at once."""
+        self.passes += 1
+        order = fitting[np.argsort(self.rank[fitting])] if len(fitting) > 1 else fitting
+        for _ in range(GREEDY_GRANTS):
+            self._grant(now, order[:1], checked=True)
+            order = self._check(order[1:])
+            if not order.size:
+                return
+        edges, owner = self.inst.edges_of(order)
+        snapshot = Snapshot(
+            accounting=self.acc,
+            capacity=self.cap,
+            unlocked=self.unlocked,
+            pipeline_ids=self.inst.pipeline_ids[order],
+            arrival=self.inst.arrival[order],
+            weight=self.inst.weight[order],
+            edge_pipeline=owner,
+            edge_block=self.inst.edge_block[edges],
+            edge_demand=self.inst.edge_demand[edges],
+            clock=now,
+        )
+        walked = np.zeros(len(order), dtype=bool)
+        walked[admit_in_order(snapshot, np.arange(len(order)))] = True
+        self._grant(now, order[walked], checked=True)
+        self._check(order[~walked])
 
     def _members_add(self, pipelines: np.ndarray) -> None:
         edges, owner = self.inst.edges_of(pipelines)
         self.members.add(pipelines[owner], self.inst.edge_block[edges])
 
-    def _water_fill_pass(self, now: float, arrived: np.ndarray, dirty: list[int]) -> None:
+    def _water_fill_pass(self, now: float, arrived: np.ndarray, dirty: list[np.ndarray]) -> None:
         """A pass of a policy that sets budget aside, over the pipelines it can change: those
         that arrived and those asking for a block that gained budget. After a water-filling
         pass every other block has nothing left to give, or nobody left to fill."""
         self._members_add(arrived)
-        found = [arrived] + [self.members.of(j) for j in dict.fromkeys(dirty)]
+        found = [arrived] + [self.members.of(j) for j in (_distinct(dirty).tolist() if dirty else [])]
         pipelines = np.unique(np.concatenate(found))
         pipelines = pipelines[self.status[pipelines] == PENDING]
         if pipelines.size:
@@ -326,7 +389,7 @@ class Simulator:
         total = np.zeros_like(self.unlocked)
         np.add.at(total, blocks, self.inst.edge_demand[edges])
         touched = np.unique(blocks)
-        return bool(np.all(self.acc.fits(total[touched], self.unlocked[touched], self.live[touched])))
+        return bool(np.all(fits(self.acc, total[touched], self.unlocked[touched], self.live[touched])))
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -354,7 +417,7 @@ class Simulator:
                 break
             while len(sampled) < len(sample_times) and sample_times[len(sampled)] < now:
                 sampled.append(self.consumed.copy())
-            dirty = []
+            dirty: list[np.ndarray] = []
             # 1. block arrivals
             b_stop = bisect.bisect_right(block_times, now)
             if b_stop > b_next:
@@ -369,7 +432,7 @@ class Simulator:
                 fraction = np.array([unlock.on_tick(float(e)) for e in elapsed])
                 self._unlock(existing, fraction[:, None] * self.cap[existing])
                 self.unlocked_through[existing] = now
-                dirty.extend(existing.tolist())
+                dirty.append(existing)
                 ticks = math.floor((now - first_block) / self.tick) + 1
                 if first_block + ticks * self.tick <= now:
                     ticks += 1
@@ -377,7 +440,9 @@ class Simulator:
             p_stop = bisect.bisect_right(arrival_times, now)
             arrived = np.arange(p_next, p_stop)
             if p_stop > p_next:
-                dirty.extend(self._arrive(p_next, p_stop))
+                gained = self._arrive(p_next, p_stop)
+                if gained is not None:
+                    dirty.append(gained)
                 p_next = p_stop
             # 4. timeouts
             self._expire(now)
@@ -402,3 +467,25 @@ class Simulator:
         finite = self.deadline[np.isfinite(self.deadline)]
         ends.append(finite.max(initial=0.0))
         return float(max(ends))
+
+
+def _distinct(arrays: list[np.ndarray]) -> np.ndarray:
+    """The distinct entries of a non-empty list of arrays that each hold distinct entries."""
+    return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
+
+
+def _spans(instance: Instance) -> tuple[list[slice], list[slice | np.ndarray]]:
+    """Per pipeline, its edges as a slice, and its blocks as a slice when they are consecutive
+    and ascending (views instead of gathers for the one-pipeline paths), else as an array."""
+    starts = instance.edge_start.tolist()
+    edges = [slice(a, b) for a, b in zip(starts[:-1], starts[1:])]
+    block = instance.edge_block
+    gaps = np.r_[0, np.cumsum(np.diff(block) != 1)]  # gaps[e]: breaks among edges 0..e
+    first = block[np.minimum(instance.edge_start[:-1], max(len(block) - 1, 0))].tolist() if len(block) else []
+    blocks: list[slice | np.ndarray] = []
+    for i, (a, b) in enumerate(zip(starts[:-1], starts[1:])):
+        if b > a and gaps[b - 1] == gaps[a]:
+            blocks.append(slice(first[i], first[i] + b - a))
+        else:
+            blocks.append(block[a:b])
+    return edges, blocks

@@ -11,7 +11,34 @@ from __future__ import annotations
 
 import numpy as np
 
-from privsched.budgets.accounting import RELATIVE_TOLERANCE
+from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+
+
+def loosened(unlocked: np.ndarray) -> np.ndarray:
+    """Unlocked budget loosened so that ``<=`` accepts whatever ``leq`` accepts."""
+    return unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
+
+
+def _fits_under(rdp: bool, demand: np.ndarray, threshold: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Whether each demand fits ``threshold`` under plain ``<=`` (reduces the last axis)."""
+    ok = demand <= threshold
+    return np.logical_or.reduce(ok & live, axis=-1) if rdp else np.logical_and.reduce(ok, axis=-1)
+
+
+def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Exactly ``accounting.fits(demand, available, live)`` for (rows, K) arrays, at the cost
+    of one or two comparisons for most rows: a row that fits under ``<=`` fits under ``leq``,
+    and one that does not fit under ``<=`` against :func:`loosened` budget does not either;
+    only the rows in between are tested with ``leq``."""
+    rdp = accounting.is_rdp
+    sure = _fits_under(rdp, demand, available, live)
+    if sure.all():
+        return sure
+    rest = np.flatnonzero(~sure)
+    maybe = rest[_fits_under(rdp, demand[rest], loosened(available[rest]), live[rest])]
+    if maybe.size:
+        sure[maybe] = accounting.fits(demand[maybe], available[maybe], live[maybe])
+    return sure
 
 
 class WatchLists:
@@ -29,35 +56,36 @@ class WatchLists:
         self.status, self.pending = status, pending  # the simulator's pipeline status codes
 
     def watch(self, pipelines: np.ndarray, blocks: np.ndarray, demand: np.ndarray) -> None:
-        """Each of ``pipelines`` now watches the matching block, where it needs ``demand``."""
+        """Each of ``pipelines`` (distinct) now watches the matching block, where it needs ``demand``."""
         self.stamp[pipelines] += 1
+        stamps = self.stamp[pipelines]
         if len(blocks) == 1:
-            np.minimum(self.low[blocks[0]], demand[0], out=self.low[blocks[0]])
-        else:
-            np.minimum.at(self.low, blocks, demand)
-        for p, j, s, row in zip(pipelines.tolist(), blocks.tolist(), self.stamp[pipelines].tolist(), demand):
-            n = self.count[j]
-            if n == len(self.pipeline[j]):
-                self.pipeline[j] = np.resize(self.pipeline[j], 2 * n)
-                self.stamp_of[j] = np.resize(self.stamp_of[j], 2 * n)
-                self.demand[j] = np.resize(self.demand[j], (2 * n, row.size))
-            self.pipeline[j][n] = p
-            self.stamp_of[j][n] = s
-            self.demand[j][n] = row
-            self.count[j] = n + 1
+            self._append(int(blocks[0]), pipelines, stamps, demand)
+            return
+        by_block = np.argsort(blocks, kind="stable")
+        blocks = blocks[by_block]
+        cuts = np.flatnonzero(blocks[1:] != blocks[:-1]) + 1
+        for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(blocks)].tolist()):
+            rows = by_block[first:last]
+            self._append(int(blocks[first]), pipelines[rows], stamps[rows], demand[rows])
 
-    def _fits(self, demand: np.ndarray, threshold: np.ndarray, live: np.ndarray) -> np.ndarray:
-        ok = demand <= threshold
-        return np.any(ok & live, axis=-1) if self.rdp else np.all(ok, axis=-1)
-
-    @staticmethod
-    def _threshold(unlocked: np.ndarray) -> np.ndarray:
-        """Unlocked budget loosened so that ``<=`` accepts whatever ``leq`` accepts."""
-        return unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
+    def _append(self, j: int, pipelines: np.ndarray, stamps: np.ndarray, demand: np.ndarray) -> None:
+        """Add watchers of block j (growing its arrays by doubling) and lower its bound."""
+        n, m = self.count[j], len(pipelines)
+        if n + m > len(self.pipeline[j]):
+            size = max(2 * len(self.pipeline[j]), n + m)
+            self.pipeline[j] = np.resize(self.pipeline[j], size)
+            self.stamp_of[j] = np.resize(self.stamp_of[j], size)
+            self.demand[j] = np.resize(self.demand[j], (size, demand.shape[1]))
+        self.pipeline[j][n : n + m] = pipelines
+        self.stamp_of[j][n : n + m] = stamps
+        self.demand[j][n : n + m] = demand
+        self.count[j] = n + m
+        np.minimum(self.low[j], demand.min(axis=0) if m > 1 else demand[0], out=self.low[j])
 
     def worth_scanning(self, blocks: np.ndarray, unlocked: np.ndarray) -> np.ndarray:
         """The ``blocks`` where the lower bound of the watchers' demands fits (all at once)."""
-        ok = self._fits(self.low[blocks], self._threshold(unlocked[blocks]), self.live[blocks])
+        ok = _fits_under(self.rdp, self.low[blocks], loosened(unlocked[blocks]), self.live[blocks])
         return blocks[ok]
 
     def may_fit(self, j: int, unlocked: np.ndarray) -> np.ndarray:
@@ -66,7 +94,7 @@ class WatchLists:
         n = self.count[j]
         if n == 0:
             return self.pipeline[j][:0]
-        threshold = self._threshold(unlocked)
+        threshold = loosened(unlocked)
         live = self.live[j]
         pipeline, stamp, demand = self.pipeline[j][:n], self.stamp_of[j][:n], self.demand[j][:n]
         current = (self.status[pipeline] == self.pending) & (stamp == self.stamp[pipeline])
@@ -76,7 +104,7 @@ class WatchLists:
             pipeline, demand = pipeline[:m], demand[:m]
             self.count[j] = m
         self.low[j] = demand.min(axis=0) if len(pipeline) else np.inf
-        return pipeline[self._fits(demand, threshold, live)]
+        return pipeline[_fits_under(self.rdp, demand, threshold, live)]
 
 
 class BlockMembers:
