@@ -13,6 +13,8 @@ Job parameters are validated here with one-line errors. Nothing here imports tor
 
 from __future__ import annotations
 
+import functools
+
 import math
 import warnings
 from typing import Literal
@@ -152,10 +154,12 @@ def parse_job(params: dict) -> DPSGDJob | StatisticJob:
         raise ValueError(f"bad {kind} job parameter {where}: {message}" if where else f"bad {kind} job: {message}") from None
 
 
+@functools.lru_cache(maxsize=256)
 def calibrate_noise(sample_rate: float, steps: int, epsilon: float, delta: float) -> float:
     """Noise multiplier σ such that ``steps`` subsampled-Gaussian steps at rate q reach at
     most (ε, δ) under Opacus' RDP accountant (``get_noise_multiplier``, binary search to a
-    1 % relative tolerance, so the result always stays within ε)."""
+    1 % relative tolerance, so the result always stays within ε). Cached: a binary search
+    costs hundreds of RDP evaluations, and a process plans many jobs of the same shape."""
     if not 0 < delta < 1:
         raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
     from opacus.accountants.utils import get_noise_multiplier
