@@ -192,7 +192,7 @@ class Simulator:
             return pipelines
         failing = np.flatnonzero(~ok)
         failing_owner = owner[failing]  # ascending: edges are grouped by pipeline
-        first = np.flatnonzero(np.r_[True, failing_owner[1:] != failing_owner[:-1]])
+        first = np.flatnonzero(np.concatenate(([True], failing_owner[1:] != failing_owner[:-1])))
         losers, witness = failing_owner[first], failing[first]
         self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
         keep = np.ones(len(pipelines), dtype=bool)

@@ -22,7 +22,7 @@ def loosened(unlocked: np.ndarray) -> np.ndarray:
 def _fits_under(rdp: bool, demand: np.ndarray, threshold: np.ndarray, live: np.ndarray) -> np.ndarray:
     """Whether each demand fits ``threshold`` under plain ``<=`` (reduces the last axis)."""
     ok = demand <= threshold
-    return np.logical_or.reduce(ok & live, axis=-1) if rdp else np.logical_and.reduce(ok, axis=-1)
+    return (ok & live).any(axis=-1) if rdp else ok.all(axis=-1)
 
 
 def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
@@ -34,9 +34,8 @@ def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live
     sure = _fits_under(rdp, demand, available, live)
     if sure.all():
         return sure
-    rest = np.flatnonzero(~sure)
-    maybe = rest[_fits_under(rdp, demand[rest], loosened(available[rest]), live[rest])]
-    if maybe.size:
+    maybe = _fits_under(rdp, demand, loosened(available), live) & ~sure
+    if maybe.any():
         sure[maybe] = accounting.fits(demand[maybe], available[maybe], live[maybe])
     return sure
 
@@ -57,15 +56,17 @@ class WatchLists:
 
     def watch(self, pipelines: np.ndarray, blocks: np.ndarray, demand: np.ndarray) -> None:
         """Each of ``pipelines`` (distinct) now watches the matching block, where it needs ``demand``."""
+        if len(blocks) == 1:
+            i = int(pipelines[0])
+            self.stamp[i] += 1
+            self._append(int(blocks[0]), pipelines, self.stamp[i : i + 1], demand)
+            return
         self.stamp[pipelines] += 1
         stamps = self.stamp[pipelines]
-        if len(blocks) == 1:
-            self._append(int(blocks[0]), pipelines, stamps, demand)
-            return
         by_block = np.argsort(blocks, kind="stable")
         blocks = blocks[by_block]
-        cuts = np.flatnonzero(blocks[1:] != blocks[:-1]) + 1
-        for first, last in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(blocks)].tolist()):
+        cuts = (np.flatnonzero(blocks[1:] != blocks[:-1]) + 1).tolist()
+        for first, last in zip([0, *cuts], [*cuts, len(blocks)]):
             rows = by_block[first:last]
             self._append(int(blocks[first]), pipelines[rows], stamps[rows], demand[rows])
 
