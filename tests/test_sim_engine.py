@@ -8,9 +8,13 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from privsched.budgets import Accounting
+from privsched.budgets.accounting import RELATIVE_TOLERANCE
 from privsched.policies import Allocation, PolicySpec, Snapshot, UnlockAll, admit_in_order, make_policy
 from privsched.simulation import SimulationResult, parse_trace, resolve_policy, run, simulate
 from privsched.simulation.api import load_workload
+from privsched.simulation.engine import rank_everyone
+from privsched.simulation.watch import fits
 
 
 @dataclass(frozen=True)
@@ -140,3 +144,44 @@ def test_result_survives_a_json_round_trip():
     again = SimulationResult.from_json(result.to_json())
     assert outcome(again) == outcome(result)
     assert again.summary() == result.summary()
+
+
+TIES = parse_trace({
+    "accounting": "basic",
+    "blocks": [{"id": f"b{j}", "arrival": 0.0, "epsilon": 1.0 + j} for j in range(3)],
+    "pipelines": [  # equal arrivals with ids out of trace order, equal dominant shares
+        {"id": f"p{(7 * i) % 12:02d}", "arrival": float(i // 4), "blocks": [f"b{j}" for j in range(i % 3 + 1)],
+         "demands": {"b0": 0.1, **({"b1": 0.1 * (1 + i % 2)} if i % 3 else {})}, "epsilon": 0.05}
+        for i in range(12)
+    ],
+})
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "dpf-n"])
+@pytest.mark.parametrize("workload", ["ties", "heterogeneous", "multi-block-rdp"])
+def test_ranking_every_pipeline_once_orders_any_subset_as_the_policy_does(policy, workload):
+    if workload == "ties":
+        instance = TIES.instance
+    else:
+        instance = load_workload(workload, seed=1, duration={"heterogeneous": 30.0}.get(workload, 3.0))[1]
+    spec = make_policy(policy, n=10)
+    rank = rank_everyone(instance, spec.policy)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        subset = np.flatnonzero(rng.random(instance.n_pipelines) < rng.uniform(0.05, 0.8))
+        snapshot, _ = instance.snapshot(subset, instance.capacity)
+        assert subset[spec.policy.order(snapshot)].tolist() == subset[np.argsort(rank[subset])].tolist()
+
+
+@pytest.mark.parametrize("accounting", [Accounting.basic(), Accounting.rdp([2.0, 4.0, 8.0])])
+def test_the_simulators_fit_test_is_the_accountings_including_at_the_tolerance(accounting):
+    rng = np.random.default_rng(1)
+    rows, dims = 4000, accounting.dims
+    available = rng.choice([0.0, 1e-12, 0.3, 1.0, -0.2], size=(rows, dims)) * rng.uniform(0.5, 2, size=(rows, dims))
+    # demands on both sides of each budget, within and beyond the relative tolerance
+    nudge = rng.choice([-3, -1, -0.5, 0, 0.5, 1, 1.5, 3, 1e6], size=(rows, dims)) * RELATIVE_TOLERANCE
+    demand = np.abs(available * (1 + nudge) + rng.choice([0.0, 1e-3], size=(rows, dims)))
+    live = rng.random((rows, dims)) < 0.8
+    expected = accounting.fits(demand, available, live)
+    assert 0 < expected.sum() < rows
+    np.testing.assert_array_equal(fits(accounting, demand, available, live), expected)

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from privsched.policies.admission import admit_in_order
-from privsched.policies.base import Allocation, PolicySpec, Snapshot, orders_per_pipeline
+from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
 from privsched.simulation.instance import Instance
 from privsched.simulation.watch import BlockMembers, WatchLists, fits
 
@@ -46,6 +46,16 @@ DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 #: A per-pipeline-order pass grants this many pipelines one at a time, re-checking the rest
 #: after each, then walks what still fits at once (:func:`~privsched.policies.admission.admit_in_order`).
 GREEDY_GRANTS = 4
+
+
+def rank_everyone(instance: Instance, policy: PerPipelineOrder) -> np.ndarray:
+    """Each pipeline's position in the policy's order over the whole workload: sorting any
+    subset by it gives the policy's order of that subset (DPF's dominant share and its
+    tie-breaks, FCFS's arrival, depend on each pipeline alone)."""
+    everyone, _ = instance.snapshot(np.arange(instance.n_pipelines), np.zeros_like(instance.capacity))
+    rank = np.empty(instance.n_pipelines, dtype=np.int64)
+    rank[policy.order(everyone)] = np.arange(instance.n_pipelines)
+    return rank
 
 
 @dataclass
@@ -107,7 +117,7 @@ class Simulator:
         self.reserving: bool | None = None  # unknown until the first pass
         self.rank: np.ndarray | None = None  # (P,) position in the policy's order, if per pipeline
         if shortcuts and orders_per_pipeline(spec.policy):
-            self.rank = self._rank_all()
+            self.rank = rank_everyone(instance, spec.policy)
             self.reserving = False  # a best-effort pass sets nothing aside
         self.watch = WatchLists(B, K, self.acc.is_rdp, self.live, self.status, PENDING)
         self.members: BlockMembers | None = None  # for policies that set budget aside
@@ -117,25 +127,6 @@ class Simulator:
         self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
         self.n_pending = 0
         self.passes = 0
-
-    def _rank_all(self) -> np.ndarray:
-        """Each pipeline's position in the policy's order over the whole workload: sorting
-        any subset by it gives the policy's order of that subset (``PerPipelineOrder``)."""
-        inst = self.inst
-        everyone = Snapshot(
-            accounting=self.acc,
-            capacity=self.cap,
-            unlocked=np.zeros_like(self.cap),
-            pipeline_ids=inst.pipeline_ids,
-            arrival=inst.arrival,
-            weight=inst.weight,
-            edge_pipeline=inst.edge_pipeline,
-            edge_block=inst.edge_block,
-            edge_demand=inst.edge_demand,
-        )
-        rank = np.empty(inst.n_pipelines, dtype=np.int64)
-        rank[self.spec.policy.order(everyone)] = np.arange(inst.n_pipelines)
-        return rank
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -247,21 +238,10 @@ class Simulator:
     def _pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
         """One call of the policy on ``pipelines`` (ascending); applies and returns the grants."""
         inst = self.inst
-        edges, owner = inst.edges_of(pipelines)
-        old = self.reserved[edges] if self.reserved is not None else np.zeros((len(edges), self.acc.dims))
-        snapshot = Snapshot(
-            accounting=self.acc,
-            capacity=self.cap,
-            unlocked=self.unlocked.copy(),
-            pipeline_ids=inst.pipeline_ids[pipelines],
-            arrival=inst.arrival[pipelines],
-            weight=inst.weight[pipelines],
-            edge_pipeline=owner,
-            edge_block=inst.edge_block[edges],
-            edge_demand=inst.edge_demand[edges],
-            clock=now,
-            reserved=old,
-        )
+        snapshot, edges = inst.snapshot(pipelines, self.unlocked.copy(), now, self.reserved)
+        if snapshot.reserved is None:
+            snapshot = replace(snapshot, reserved=np.zeros((len(edges), self.acc.dims)))
+        old = snapshot.reserved
         allocation: Allocation = self.spec.policy.allocate(snapshot)
         self.passes += 1
         if self.reserving is None:
@@ -347,19 +327,7 @@ class Simulator:
             order = self._check(order[1:])
             if not order.size:
                 return
-        edges, owner = self.inst.edges_of(order)
-        snapshot = Snapshot(
-            accounting=self.acc,
-            capacity=self.cap,
-            unlocked=self.unlocked,
-            pipeline_ids=self.inst.pipeline_ids[order],
-            arrival=self.inst.arrival[order],
-            weight=self.inst.weight[order],
-            edge_pipeline=owner,
-            edge_block=self.inst.edge_block[edges],
-            edge_demand=self.inst.edge_demand[edges],
-            clock=now,
-        )
+        snapshot, _ = self.inst.snapshot(order, self.unlocked, now)
         walked = np.zeros(len(order), dtype=bool)
         walked[admit_in_order(snapshot, np.arange(len(order)))] = True
         self._grant(now, order[walked], checked=True)

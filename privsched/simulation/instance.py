@@ -15,6 +15,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.capacity import block_capacity
 from privsched.budgets.mechanisms import EpsilonDelta, Explicit, Laplace, Mechanism, demand_vector, mechanism_json
+from privsched.policies.base import Snapshot
 from privsched.simulation.trace import LastBlocks, Trace, TraceError, TracePipeline
 
 
@@ -67,6 +68,28 @@ class Instance:
             edge_block=self.edge_block[:e],
             edge_demand=self.edge_demand[:e],
         )
+
+    def snapshot(
+        self, pipelines: np.ndarray, unlocked: np.ndarray, clock: float = 0.0, reserved: np.ndarray | None = None
+    ) -> tuple[Snapshot, np.ndarray]:
+        """What a policy sees of ``pipelines`` (ascending, or in any order the policy may
+        take as theirs) given the blocks' ``unlocked`` budget, and the pipelines' edges.
+        ``reserved`` is per edge of the whole instance (E, K)."""
+        edges, owner = self.edges_of(pipelines)
+        snapshot = Snapshot(
+            accounting=self.accounting,
+            capacity=self.capacity,
+            unlocked=unlocked,
+            pipeline_ids=self.pipeline_ids[pipelines],
+            arrival=self.arrival[pipelines],
+            weight=self.weight[pipelines],
+            edge_pipeline=owner,
+            edge_block=self.edge_block[edges],
+            edge_demand=self.edge_demand[edges],
+            clock=clock,
+            reserved=None if reserved is None else reserved[edges],
+        )
+        return snapshot, edges
 
     def edges_of(self, pipelines: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Edge indices of ``pipelines`` (in that order) and, per edge, its position in ``pipelines``."""
