@@ -10,13 +10,15 @@ next unlock, so the loop skips work that cannot change any decision:
   arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
   among the pending ones without looking at the others. When none fits, the pass would
   grant nothing and is skipped.
-- When the pipelines that fit also fit all together, any best-effort pass grants them all,
-  whatever its order: they are granted without calling the policy (still counted as a pass).
 - Policies whose order is a key of each pipeline alone (FCFS, DPF: ``PerPipelineOrder``)
   rank every pipeline of the workload once, with their own ``order``. A pass then sorts the
   pipelines that fit by that rank (the others cannot be granted in this pass and do not
   change the order of the rest) and walks them best-effort: grant the first, re-check the
-  rest against what is left, repeat. Other policies (DPack) see every pending pipeline.
+  rest against what is left, and again; after a few grants the rest is one vectorised
+  walk (:func:`~privsched.policies.admission.admit_in_order`).
+- Other policies (DPack) see every pending pipeline, except that when the pipelines that
+  fit also fit all together, any best-effort pass grants them all, whatever its order:
+  they are granted without calling the policy (still counted as a pass).
 - Timeouts are applied before each pass rather than at instants of their own: a timeout
   alone never enables a grant.
 Policies that set budget aside between passes (round robin, ``Allocation.reserved``) get a
@@ -107,7 +109,6 @@ class Simulator:
         self.unlocked_through = instance.block_arrival.copy()
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
-        self.edge_pipeline = instance.edge_pipeline
         self.edge_span, self.block_span = _spans(instance)
         self.arrival_unlock = self.unlock_per_arrival * self.cap  # (B, K) per arriving pipeline
         self.deadline = instance.arrival + instance.timeout
@@ -135,13 +136,6 @@ class Simulator:
         moved = np.minimum(self.locked[blocks], amount)
         self.locked[blocks] -= moved
         self.unlocked[blocks] += moved
-
-    def _edges(self, pipelines: np.ndarray) -> tuple[np.ndarray | slice, np.ndarray]:
-        """Edges of ``pipelines`` and each edge's position among them (a slice for one pipeline)."""
-        if len(pipelines) == 1:
-            edges = self.edge_span[int(pipelines[0])]
-            return edges, np.zeros(edges.stop - edges.start, dtype=np.intp)
-        return self.inst.edges_of(pipelines)
 
     # -- candidates ----------------------------------------------------------------------------
 
@@ -446,14 +440,12 @@ def _spans(instance: Instance) -> tuple[list[slice], list[slice | np.ndarray]]:
     """Per pipeline, its edges as a slice, and its blocks as a slice when they are consecutive
     and ascending (views instead of gathers for the one-pipeline paths), else as an array."""
     starts = instance.edge_start.tolist()
-    edges = [slice(a, b) for a, b in zip(starts[:-1], starts[1:])]
-    block = instance.edge_block
-    gaps = np.r_[0, np.cumsum(np.diff(block) != 1)]  # gaps[e]: breaks among edges 0..e
-    first = block[np.minimum(instance.edge_start[:-1], max(len(block) - 1, 0))].tolist() if len(block) else []
-    blocks: list[slice | np.ndarray] = []
-    for i, (a, b) in enumerate(zip(starts[:-1], starts[1:])):
-        if b > a and gaps[b - 1] == gaps[a]:
-            blocks.append(slice(first[i], first[i] + b - a))
-        else:
-            blocks.append(block[a:b])
+    block = instance.edge_block.tolist()
+    # breaks[e]: how many steps between edges 0..e are not to the next block
+    breaks = np.concatenate(([0], np.cumsum(np.diff(instance.edge_block) != 1))).tolist()
+    edges, blocks = [], []
+    for a, b in zip(starts[:-1], starts[1:]):
+        edges.append(slice(a, b))
+        consecutive = b > a and breaks[b - 1] == breaks[a]
+        blocks.append(slice(block[a], block[a] + b - a) if consecutive else instance.edge_block[a:b])
     return edges, blocks
