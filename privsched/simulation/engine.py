@@ -164,8 +164,9 @@ class Simulator:
             ok = fits(self.acc, demand, self.unlocked[blocks], self.live[blocks])
             if ok.all():
                 return pipelines
-            witness = int(np.argmin(ok))
-            self.watch.watch(pipelines, self.inst.edge_block[edges][witness : witness + 1], demand[witness : witness + 1])
+            first = edges.start + int(np.argmin(ok))  # the first block where it does not fit
+            witness = slice(first, first + 1)
+            self.watch.watch(pipelines, self.inst.edge_block[witness], self.inst.edge_demand[witness])
             return pipelines[:0]
         if not len(pipelines):
             return pipelines
