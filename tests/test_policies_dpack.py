@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting, leq
-from privsched.policies import DPack, Snapshot, admit_in_order, make_policy
+from privsched.policies import DPack, Snapshot, admit_in_order, make_policy, solve_optimal
 from privsched.policies.admission import EdgeTable
 from privsched.policies.dpack import best_orders
 from privsched.policies.packing import Packing
@@ -244,3 +244,20 @@ def test_the_run_queue_pops_the_smallest_keys_first(data) -> None:
             for item in order[:m]:
                 del expected[item]
         assert len(queue) == len(expected)
+
+
+def test_the_area_cost_prefers_narrow_pipelines_on_nested_blocks_as_the_design_says() -> None:
+    """DESIGN §4.2 sums a pipeline's costs over its blocks. When every pipeline asks for the
+    newest block and wide ones also for an older block (the heterogeneous workload's "last
+    k blocks"), the older block's budget counts against the wide pipelines although nothing
+    else wants it: DPack grants the narrow ones, DPF and the optimum the wide ones.
+    Both blocks pack best at α = 8 (four wide demands fit there, two at α = 2)."""
+    wide, narrow = {0: [0.5, 0.25], 1: [0.5, 0.25]}, {1: [0.9, 0.45]}
+    snapshot = make_snapshot([wide] * 4 + [narrow] * 4, unlocked=[[1.0, 1.0], [1.0, 1.0]], accounting=RDP)
+    assert best_orders(snapshot).tolist() == [1, 1]
+    # Costs at α = 8: wide 0.25 + 0.25 = 0.5, narrow 0.45. Two narrow ones fill the newest block.
+    assert DPack(k=50).allocate(snapshot).granted.tolist() == reference_dpack(snapshot, 50) == [4, 5]
+    # Recounting after the first grant: wide 0.25 + 0.25 / 0.55 < narrow 0.45 / 0.55.
+    assert DPack(k=1).allocate(snapshot).granted.tolist() == reference_dpack(snapshot, 1) == [4, 0, 1]
+    assert sorted(make_policy("dpf-n", n=1).policy.allocate(snapshot).granted.tolist()) == [0, 1, 2, 3]
+    assert solve_optimal(snapshot).objective == 4
