@@ -23,7 +23,7 @@ from privsched.ledger.models import PipelineInfo
 #: Marks a folder as written by the demo, so that a rerun may clear it.
 MARKER = ".privsched-demo"
 FIRST_DAY = dt.date(2026, 11, 1)
-WAITING = {"pending": "waiting for unlocked budget", "timed_out": "no budget before its timeout"}
+WAITING = {"pending": "waiting: does not fit the unlocked budget", "timed_out": "no budget before its timeout"}
 
 
 @dataclass(frozen=True)
