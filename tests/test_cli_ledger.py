@@ -115,3 +115,19 @@ def test_audit_exits_non_zero_naming_each_violation(run_cli, populated):
     assert all(line.startswith("violation: block stats/d1") for line in violations)
     assert any("safety invariant" in line for line in violations)
     assert any("capacity != locked + unlocked + allocated + consumed at ε" in line for line in violations)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (("dataset", "create", "d", "--epsilon", "abc", "--delta", "1e-6"), "error: Invalid value for '--epsilon'"),
+        (("nosuch",), "error: No such command 'nosuch'."),
+        (("dataset", "create", "d", "--epsilon", "1", "--delta", "1e-6", "--bogus"), "error: No such option: --bogus"),
+    ],
+)
+def test_usage_errors_are_one_line_with_a_non_zero_exit(run_cli, tmp_db, args, expected):
+    done = run_cli(*args, "--db", tmp_db) if args[0] != "nosuch" else run_cli(*args)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected)
+    assert not tmp_db.exists()

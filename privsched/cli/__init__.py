@@ -8,6 +8,7 @@ modules import heavy libraries (torch, opacus, ray) only inside command bodies, 
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 
@@ -32,4 +33,16 @@ for _name in _COMMAND_MODULES:
 
 
 def main() -> None:
-    app()
+    """Run the CLI. A usage error (an unknown command or option, a value that does not
+    parse) is reported like every other bad input: one ``error:`` line on stderr."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # click's usage and parameter errors
+        message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
+        if message:  # empty after the help printed for a bare `privsched`
+            print(f"error: {message}", file=sys.stderr)
+        sys.exit(getattr(exc, "exit_code", 2))
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)
