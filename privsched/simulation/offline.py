@@ -15,19 +15,14 @@ from privsched.simulation.instance import Instance
 
 def offline_snapshot(instance: Instance) -> Snapshot:
     """All of the instance's pipelines pending, every block fully unlocked."""
-    return Snapshot(
-        accounting=instance.accounting,
-        capacity=instance.capacity,
-        unlocked=instance.capacity.copy(),
-        pipeline_ids=instance.pipeline_ids,
-        arrival=instance.arrival,
-        weight=instance.weight,
-        edge_pipeline=instance.edge_pipeline,
-        edge_block=instance.edge_block,
-        edge_demand=instance.edge_demand,
+    everyone = np.arange(len(instance.pipeline_ids))
+    snapshot, _ = instance.snapshot(
+        everyone,
+        instance.capacity.copy(),
         clock=float(instance.arrival.max(initial=0.0)),
         reserved=np.zeros_like(instance.edge_demand),
     )
+    return snapshot
 
 
 @dataclass(frozen=True)
