@@ -33,7 +33,6 @@ import hashlib
 import math
 import os
 import re
-import time
 from dataclasses import dataclass
 from typing import Any
 
