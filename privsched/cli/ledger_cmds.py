@@ -164,22 +164,20 @@ def budget_show(
         table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
                       title=title, caption=caption)
         for block in blocks[info.name]:
-            cells = [_budget(getattr(block, bucket), info.accounting, block.capacity, info.delta)
+            cells = [budget_text(getattr(block, bucket), info.accounting, block.capacity, info.delta)
                      for bucket in ("locked", "unlocked", "allocated", "consumed")]
-            remaining = _budget(block.remaining, info.accounting, block.capacity, info.delta)
+            remaining = budget_text(block.remaining, info.accounting, block.capacity, info.delta)
             if rdp:
                 remaining = f"({remaining}, {info.delta:g})"
             table.add_row(block.key, block.state, *cells, remaining)
         console.print(table)
 
 
-def _budget(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
+def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
     """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies at
     δ (``rdp_to_epsilon``) over live orders with a positive value, 0 if there are none."""
     if not accounting.is_rdp:
         return f"{vector[0]:.4g}, {vector[1]:.3g}"
-    import warnings
-
     import numpy as np
 
     from privsched.budgets.curves import rdp_to_epsilon
@@ -187,9 +185,7 @@ def _budget(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, de
     usable = accounting.live(capacity) & (vector > 0)
     if not usable.any():
         return "0"
-    with warnings.catch_warnings():  # Opacus warns when the best order is at the grid's edge
-        warnings.simplefilter("ignore", UserWarning)
-        epsilon, _ = rdp_to_epsilon(vector[usable], np.asarray(accounting.alphas)[usable], delta)
+    epsilon, _ = rdp_to_epsilon(vector[usable], np.asarray(accounting.alphas)[usable], delta)
     return f"{epsilon:.4g}"
 
 

@@ -87,7 +87,7 @@ def status(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """A pipeline's state, grant, consumed budget, placement and timings."""
-    from privsched.cli.ledger_cmds import _budget
+    from privsched.cli.ledger_cmds import budget_text
 
     with _client(db) as client, errors():
         info = client.status(pipeline_id)
@@ -99,8 +99,8 @@ def status(
     table.add_row("dataset", f"{info.dataset} ({acc.name})")
     table.add_row("owner", info.owner)
     for key in info.block_keys:
-        grant = _budget(info.demands[key], acc, dataset.capacity, delta)
-        consumed = "" if info.consumed is None else ", consumed " + _budget(info.consumed[key], acc, dataset.capacity, delta)
+        grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
+        consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
         table.add_row(f"block {key}", f"demand {grant}{consumed} ({unit})")
     if info.placement:
         table.add_row("placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))

@@ -15,7 +15,8 @@ import sqlite_utils
 _NAME = "scheduler"
 
 
-def _alive(pid: int) -> bool:
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this id exists on this host (it may belong to another user)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -34,7 +35,7 @@ def is_free(row: dict | None, holder: str, now: float) -> bool:
     """Whether ``holder`` may take the lease described by ``row``."""
     if row is None or row["holder"] == holder or row["expires_at"] <= now:
         return True
-    return row["host"] == socket.gethostname() and not _alive(row["pid"])
+    return row["host"] == socket.gethostname() and not pid_exists(row["pid"])
 
 
 def take(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from privsched.jobs.runner import JobResult
-from privsched.ledger.lease import _alive as pid_exists
+from privsched.ledger.lease import pid_exists
 from privsched.service.executors.base import Executor, Launch, failure, read_result
 
 
