@@ -11,20 +11,18 @@ time out after 5 block periods.
   with ε ∈ {0.5, 1, 5}; bigger models need more data, and more at smaller ε:
   ``ceil(base / ε)`` blocks, base 1, 2, 5, 50 (1 to 100 blocks, at most 500). Under RDP a
   model's demand is the subsampled Gaussian of its training plan, its noise calibrated
-  under RDP to (ε, δ) (DESIGN §3.4).
+  under RDP to (ε, δ) as a DP-SGD job's plan is (DESIGN §3.4).
 Time is in seconds; a block period is one day by default.
 """
 
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 
-from privsched.budgets.accounting import DEFAULT_ALPHAS
-from privsched.budgets.curves import rdp_to_epsilon, subsampled_gaussian_curve
 from privsched.simulation.trace import Trace, parse_trace
+from privsched.trainers.plans import calibrate_noise
 from workloads.microbenchmarks import poisson_arrivals
 
 DAY = 86_400.0
@@ -44,24 +42,6 @@ MODELS = (
 )
 
 
-@lru_cache(maxsize=None)
-def calibrated_noise(sample_rate: float, steps: int, epsilon: float, delta: float) -> float:
-    """The smallest noise multiplier whose subsampled Gaussian RDP curve (on the default
-    order grid) converts to at most (ε, δ) (bisection on Opacus' accountant)."""
-
-    def spent(noise: float) -> float:
-        curve = subsampled_gaussian_curve(sample_rate, noise, steps, DEFAULT_ALPHAS)
-        return rdp_to_epsilon(curve, DEFAULT_ALPHAS, delta)[0]
-
-    low, high = 0.3, 1.0
-    while spent(high) > epsilon:
-        low, high = high, high * 2
-    for _ in range(40):
-        mid = (low + high) / 2
-        low, high = (mid, high) if spent(mid) > epsilon else (low, mid)
-    return high
-
-
 def blocks_needed(base: float, epsilon: float) -> int:
     """``ceil(base / ε)``, immune to float noise such as 0.05 / 0.01 = 5.000000000000001."""
     return min(MAX_BLOCKS, math.ceil(round(base / epsilon, 9)))
@@ -73,7 +53,7 @@ def _elephant(rng: np.random.Generator, accounting: str) -> tuple[dict, int]:
     blocks = blocks_needed(base, epsilon)
     if accounting == "rdp":
         steps = round(epochs / sample_rate)
-        noise = calibrated_noise(sample_rate, steps, epsilon, ELEPHANT_DELTA)
+        noise = calibrate_noise(sample_rate, steps, epsilon, ELEPHANT_DELTA)
         demand = {"mechanism": {"kind": "subsampled_gaussian", "sample_rate": sample_rate,
                                 "noise_multiplier": noise, "steps": steps}}
     else:
