@@ -1,6 +1,7 @@
 """DP-SGD jobs: they stay within their grant, report what Opacus' accountant counts for
 the steps they took, read only granted blocks, and learn something at ε = 1; their batches
-are Opacus' Poisson samples, and the text model's per-sample norms come from ghost clipping."""
+are Opacus' Poisson samples, and the all-linear models' per-sample norms come from Opacus'
+ghost clipping as exactly as from single-pass ghost clipping (tests/test_trainers_clipping.py)."""
 
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def test_a_job_stopped_by_max_steps_spends_less_and_saves_its_model(small_blocks
 @pytest.mark.parametrize(
     ("model", "mode"), [("logreg", "ghost"), ("mlp", "ghost"), ("text", "ghost"), ("cnn", "hooks"), ("lstm", "hooks")]
 )
-def test_every_zoo_model_trains_privately_in_its_grad_sample_mode(small_blocks, tmp_path, model, mode):
+def test_every_zoo_model_trains_privately_in_its_default_grad_sample_mode(small_blocks, tmp_path, model, mode):
     job = {"kind": "dpsgd", "model": model, "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "max_steps": 2}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
     run_builtin(ctx)
@@ -122,9 +123,19 @@ def test_every_zoo_model_trains_privately_in_its_grad_sample_mode(small_blocks, 
     assert ctx.metrics["steps"] == 2
 
 
-def test_ghost_clipping_takes_noise_only_steps_on_empty_poisson_batches(small_blocks, tmp_path):
+@pytest.mark.parametrize(("model", "mode"), [("text", "opacus-ghost"), ("mlp", "hooks"), ("cnn", "opacus-ghost")])
+def test_a_job_trains_in_the_grad_sample_mode_it_names_and_reports_it(small_blocks, tmp_path, model, mode):
+    job = {"kind": "dpsgd", "model": model, "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "max_steps": 2, "grad_sample_mode": mode}
+    ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
+    run_builtin(ctx)
+    assert ctx.metrics["grad_sample_mode"] == json.loads((tmp_path / "metrics.json").read_text())["grad_sample_mode"] == mode
+    assert ctx.metrics["steps"] == 2
+
+
+@pytest.mark.parametrize("mode", ["ghost", "opacus-ghost"])
+def test_ghost_clipping_takes_noise_only_steps_on_empty_poisson_batches(small_blocks, tmp_path, mode):
     # 160 training records at q = 0.002: most Poisson batches are empty
-    job = {"kind": "dpsgd", "model": "text", "sample_rate": 0.002, "epochs": 0.02, "lr": 0.01}
+    job = {"kind": "dpsgd", "model": "text", "sample_rate": 0.002, "epochs": 0.02, "lr": 0.01, "grad_sample_mode": mode}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
     run_builtin(ctx)
     assert ctx.metrics["steps"] == 10
@@ -190,10 +201,10 @@ def test_the_text_model_is_a_mean_of_token_embeddings_without_padding():
 
 @pytest.mark.filterwarnings("ignore:Full backward hook is firing")
 @pytest.mark.parametrize("model_name", ["logreg", "mlp", "text"])
-def test_ghost_clipping_computes_the_exact_per_sample_norms_of_the_default_models(model_name):
+def test_opacus_ghost_clipping_computes_the_exact_per_sample_norms_of_the_all_linear_models(model_name):
     torch.manual_seed(1)
     model = build_model(model_name, 40, 2, embed_dim=6, hidden=5)
-    assert ghost_clipping_applies(model)  # every trainable layer has a norm sampler: no fallback
+    assert ghost_clipping_applies(model)  # every trainable layer is linear: Opacus has a norm sampler for it
     tokens = torch.randint(1, 40, (7, 9))
     tokens[:, 6:] = 0
     inputs = tokens if model_name == "text" else torch.zeros(7, 40).scatter_(1, tokens, 1.0)

@@ -1,7 +1,11 @@
 """DP-SGD training on Opacus (Abadi et al. 2016; Yousefpour et al. 2021), within a grant.
 
 A granted job trains a zoo model on its granted blocks with Poisson sampling at rate q,
-per-sample clipping to C and Gaussian noise of standard deviation σC per step. The noise
+per-sample clipping to C and Gaussian noise of standard deviation σC per step. Clipping
+runs in one of three modes (``grad_sample_mode``): "ghost", single-pass ghost clipping
+for models whose trainable layers are all linear (:mod:`privsched.trainers.clipping`,
+the default for them); "opacus-ghost", Opacus' two-pass fast gradient clipping; "hooks",
+Opacus' per-sample gradients (the default for the other models). The noise
 multiplier σ is the one its plan was charged with (RDP calibration, DESIGN §3.4). The
 trainer never takes a step whose cumulative cost ``compute_rdp(q, σ, steps, orders)`` would
 exceed the grant in any dimension, may stop earlier (``max_steps``, early stopping on the
@@ -19,6 +23,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,9 +33,13 @@ from torch.utils.data import DataLoader, TensorDataset
 from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.curves import subsampled_gaussian_curve
 from privsched.jobs.context import JobContext
+from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.data import bag_of_words, load_blocks, split
 from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
-from privsched.trainers.plans import DPSGDJob
+from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob
+
+if TYPE_CHECKING:
+    from opacus.accountants import RDPAccountant
 
 #: Opacus warnings that say nothing about a correct run (secure RNG off by choice, backward
 #: hooks on modules whose inputs need no gradient, the RDP conversion's order range).
@@ -177,9 +186,20 @@ def make_optimizer(model: nn.Module, job: DPSGDJob) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=job.lr)
 
 
+#: The clipping modes run by Opacus' ``make_private``, with its ``grad_sample_mode`` name.
+OPACUS_MODES = {"opacus-ghost": "ghost", "hooks": "hooks"}
+
+
+def default_mode(model: nn.Module) -> str:
+    """Single-pass ghost clipping where every trainable layer is linear, hooks elsewhere."""
+    return "ghost" if ghost_clipping_applies(model) else "hooks"
+
+
 @dataclass
 class Trainer:
-    """A model ready to train: the (possibly Opacus-wrapped) module, optimizer, loss, batches."""
+    """A model ready to train: the (possibly Opacus-wrapped) module, optimizer, loss, batches;
+    for private training the accountant its optimizer steps and, in the "ghost" mode, the
+    single-pass clipping that fills the gradients."""
 
     model: nn.Module  # the plain model, whose state_dict is saved
     module: nn.Module
@@ -187,16 +207,19 @@ class Trainer:
     criterion: nn.Module
     batches: PoissonBatches | ShuffledBatches
     device: torch.device
-    ghost: bool = False
-    engine: object | None = None
+    mode: str | None = None
+    accountant: RDPAccountant | None = None
+    clipping: GhostClipping | None = None
 
     def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
         """One optimiser step. An empty Poisson batch under ghost clipping is a noise-only
         step (the noisy sum of zero clipped gradients), which Opacus' hooks mode also takes."""
         self.optimizer.zero_grad(set_to_none=True)
-        if self.ghost and len(labels) == 0:
+        if self.mode in ("ghost", "opacus-ghost") and len(labels) == 0:
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
+        elif self.clipping is not None:
+            self.clipping.accumulate(inputs.to(self.device), labels.to(self.device))
         else:
             loss = self.criterion(self.module(inputs.to(self.device)), labels.to(self.device))
             loss.backward()
@@ -205,23 +228,51 @@ class Trainer:
     @property
     def history(self) -> list[tuple[float, float, int]]:
         """(σ, q, steps) entries of the Opacus accountant (empty when not private)."""
-        return list(self.engine.accountant.history) if self.engine is not None else []
+        return list(self.accountant.history) if self.accountant is not None else []
 
 
 def private_trainer(
     model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
 ) -> Trainer:
-    """Wrap a model with Opacus ``make_private`` and explicit noise σ.
+    """A DP-SGD trainer with explicit noise σ in clipping ``mode`` (see :data:`OPACUS_MODES`).
 
     Batches sample each record independently with probability q (:class:`PoissonBatches`)
-    and the accountant is stepped with that same q, whatever the nominal loader handed to
-    ``make_private`` says, so that the accountant's record is exactly ``(σ, q, steps taken)``.
-    Noise is scaled by the expected batch size q·n."""
+    and an Opacus RDP accountant is stepped with that same q by the optimizer, so that its
+    record is exactly ``(σ, q, steps taken)``. The optimizer adds noise N(0, σ²C²) to the
+    clipped sum and divides by the expected batch size q·n. Raises ``ValueError`` for an
+    unknown mode, or "ghost" on a model with a non-linear trainable layer."""
+    from opacus.accountants import RDPAccountant
+    from opacus.optimizers import DPOptimizerFastGradientClipping
+
+    if mode not in GRAD_SAMPLE_MODES:
+        raise ValueError(f"unknown grad_sample_mode {mode!r} (expected one of {', '.join(GRAD_SAMPLE_MODES)})")
+    if mode in OPACUS_MODES:
+        return opacus_trainer(model, train, job, sigma, mode, device)
+    model.to(device)
+    clipping = GhostClipping(model, job.max_grad_norm, nn.CrossEntropyLoss(reduction="sum"))
+    optimizer = DPOptimizerFastGradientClipping(
+        make_optimizer(model, job),
+        noise_multiplier=sigma,
+        max_grad_norm=job.max_grad_norm,
+        expected_batch_size=expected_batch_size(job, train),
+        loss_reduction="mean",
+    )
+    accountant = RDPAccountant()
+    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
+    batches = PoissonBatches(train, job.sample_rate, torch.Generator().manual_seed(job.seed))
+    return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
+
+
+def opacus_trainer(
+    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
+) -> Trainer:
+    """Wrap a model with Opacus ``make_private`` in an Opacus clipping mode ("opacus-ghost"
+    or "hooks"); the nominal loader handed to ``make_private`` is never iterated."""
     from opacus import PrivacyEngine
 
     model.to(device)
-    expected_batch_size = max(1, round(job.sample_rate * len(train)))
-    loader = DataLoader(train, batch_size=expected_batch_size)  # read by make_private, never iterated
+    batch_size = expected_batch_size(job, train)
+    loader = DataLoader(train, batch_size=batch_size)
     criterion = nn.CrossEntropyLoss()
     with warnings.catch_warnings():
         for message in _QUIET:
@@ -235,23 +286,27 @@ def private_trainer(
             noise_multiplier=sigma,
             max_grad_norm=job.max_grad_norm,
             poisson_sampling=False,  # PoissonBatches sample at rate q
-            grad_sample_mode=mode,
+            grad_sample_mode=OPACUS_MODES[mode],
         )
-    if mode == "ghost":
+    if mode == "opacus-ghost":
         module, optimizer, criterion, _ = wrapped
     else:
         module, optimizer, _ = wrapped
-    optimizer.expected_batch_size = expected_batch_size
+    optimizer.expected_batch_size = batch_size
     optimizer.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
     batches = PoissonBatches(train, job.sample_rate, torch.Generator().manual_seed(job.seed))
-    return Trainer(model, module, optimizer, criterion, batches, device, ghost=mode == "ghost", engine=engine)
+    return Trainer(model, module, optimizer, criterion, batches, device, mode, engine.accountant)
+
+
+def expected_batch_size(job: DPSGDJob, train: TensorDataset) -> int:
+    """q·n rounded, at least 1: the denominator of DP-SGD's mean gradient."""
+    return max(1, round(job.sample_rate * len(train)))
 
 
 def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device) -> Trainer:
     """The same model, optimiser and expected batch size q·n without privacy (shuffled batches)."""
     model.to(device)
-    batch_size = max(1, round(job.sample_rate * len(train)))
-    batches = ShuffledBatches(train, batch_size, torch.Generator().manual_seed(job.seed))
+    batches = ShuffledBatches(train, expected_batch_size(job, train), torch.Generator().manual_seed(job.seed))
     return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), batches, device)
 
 
@@ -285,7 +340,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float) -> Non
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned)
     torch.manual_seed(job.seed)
     model = build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
-    mode = job.grad_sample_mode or ("ghost" if ghost_clipping_applies(model) else "hooks")
+    mode = job.grad_sample_mode or default_mode(model)
     device = torch.device(ctx.device)
     trainer = private_trainer(model, train, job, sigma, mode, device)
     taken, early = fit(trainer, steps, heldout, job.patience)

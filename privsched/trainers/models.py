@@ -10,15 +10,17 @@ linear model, a feed-forward network, an LSTM and a small BERT on Amazon Reviews
   computes in closed form.
 - ``lstm``: token embeddings and an Opacus ``DPLSTM``, mean-pooled over the review.
 
-``logreg``, ``mlp`` and ``text`` contain only layers with ghost-clipping norms (linear,
-embedding) and train with ``grad_sample_mode="ghost"``; ``cnn`` (convolution) and ``lstm``
-(recurrent cells) fall back to per-sample gradients from hooks.
+``logreg``, ``mlp`` and ``text`` contain only linear layers and train with single-pass
+ghost clipping (``grad_sample_mode="ghost"``); ``cnn`` (embedding, convolution) and
+``lstm`` (embedding, recurrent cells) train with Opacus' per-sample gradients from hooks.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from privsched.trainers.clipping import unsupported_layers
 
 #: Which input a model reads: bag-of-words features or token ids.
 INPUTS = {"logreg": "bow", "mlp": "bow", "cnn": "tokens", "text": "tokens", "lstm": "tokens"}
@@ -74,7 +76,7 @@ class EmbeddingBagClassifier(nn.Module):
 
     The embedding table is the weight of ``nn.Linear(vocab_size, embed_dim, bias=False)``
     applied to token frequencies f: one review's gradient is ``g fᵀ``, whose norm
-    ``‖g‖·‖f‖`` is what Opacus' ghost clipping computes for a linear layer (Li et al. 2022),
+    ``‖g‖·‖f‖`` is what ghost clipping computes for a linear layer (Li et al. 2022),
     with no per-token gathering. Its columns start N(0, 1) like ``nn.Embedding`` rows."""
 
     def __init__(self, vocab_size: int, n_classes: int, embed_dim: int) -> None:
@@ -118,11 +120,7 @@ def build_model(name: str, vocab_size: int, n_classes: int, embed_dim: int = 32,
 
 
 def ghost_clipping_applies(model: nn.Module) -> bool:
-    """Whether every trainable layer has an Opacus ghost-clipping norm sampler (Li et al.
-    2022, "Large language models can be strong differentially private learners"), so that
-    per-sample gradient norms never materialise per-sample gradients."""
-    from opacus.grad_sample import GradSampleModuleFastGradientClipping
-
-    norms = GradSampleModuleFastGradientClipping.NORM_SAMPLERS
-    layers = [m for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False))]
-    return all(type(m) in norms for m in layers)
+    """Whether every trainable layer is an ``nn.Linear``, so that single-pass ghost clipping
+    (:mod:`privsched.trainers.clipping`; Bu et al. 2023) computes its per-sample gradient
+    norms in closed form and never materialises per-sample gradients."""
+    return not unsupported_layers(model)

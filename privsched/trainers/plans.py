@@ -36,6 +36,14 @@ from privsched.budgets.mechanisms import (
 #: The model zoo (built by :mod:`privsched.trainers.models`).
 MODEL_NAMES: tuple[str, ...] = ("logreg", "mlp", "cnn", "text", "lstm")
 
+#: Per-sample clipping of a DP-SGD job (:mod:`privsched.trainers.dpsgd`): single-pass ghost
+#: clipping, Opacus' two-pass ghost clipping, Opacus' per-sample gradients from hooks.
+GRAD_SAMPLE_MODES: tuple[str, ...] = ("ghost", "opacus-ghost", "hooks")
+
+#: The zoo models whose trainable layers are all ``nn.Linear``: the ones single-pass ghost
+#: clipping applies to (``privsched.trainers.models.ghost_clipping_applies``).
+ALL_LINEAR_MODELS: tuple[str, ...] = ("logreg", "mlp", "text")
+
 #: Noise of a DP statistic.
 NOISE_KINDS: tuple[str, ...] = ("laplace", "gaussian")
 
@@ -59,9 +67,18 @@ class DPSGDJob(_Job):
     holdout: float = Field(0.2, gt=0, lt=1)
     max_steps: int | None = Field(None, ge=1)
     patience: int | None = Field(None, ge=1)
-    grad_sample_mode: Literal["ghost", "hooks"] | None = None
+    grad_sample_mode: Literal["ghost", "opacus-ghost", "hooks"] | None = None
     embed_dim: int = Field(32, ge=1, le=1024)
     hidden: int = Field(64, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _check(self) -> DPSGDJob:
+        if self.grad_sample_mode == "ghost" and self.model not in ALL_LINEAR_MODELS:
+            raise ValueError(
+                f"grad_sample_mode ghost needs a model whose layers are all linear ({', '.join(ALL_LINEAR_MODELS)}); "
+                f"use opacus-ghost or hooks for {self.model}"
+            )
+        return self
 
     @property
     def steps(self) -> int:

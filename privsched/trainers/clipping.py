@@ -1,0 +1,114 @@
+"""Single-pass ghost clipping of models whose trainable layers are all ``nn.Linear``.
+
+Book-keeping ghost clipping (Bu, Wang, Zha & Karypis 2023, "Differentially Private
+Optimization on Large Model at Small Cost"): one forward pass keeps each linear layer's
+input a (n × d_in) and output z (n × d_out); one backward pass computes only the output
+gradients g = ∂(Σ_i L_i)/∂z, whose row i is ∂L_i/∂z_i, and no weight gradient. For a
+linear layer on 2-D inputs the per-example weight gradient is the outer product g_i a_iᵀ,
+so its squared norm is ‖a_i‖²·‖g_i‖² (Goodfellow 2015; Li et al. 2022), and its bias
+gradient is g_i. With the per-example norms N_i over all layers and Opacus' clip factor
+c_i = min(1, C / (N_i + 10⁻⁶)), the clipped sum of per-example gradients is one matrix
+product per layer, gᵀ diag(c) a, and Σ_i c_i g_i for the bias.
+
+Noise, the division by the expected batch size and the privacy accountant are left to the
+Opacus optimizer the clipped sum is handed to (``DPOptimizerFastGradientClipping``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+#: Opacus' stabiliser in the clip factor C / (N_i + 10⁻⁶) (``get_clipping_coef``).
+NORM_EPSILON = 1e-6
+
+
+def unsupported_layers(model: nn.Module) -> list[str]:
+    """The modules with trainable parameters of their own that are not ``nn.Linear``, as
+    ``"name (Type)"`` (the root module is named ``model``)."""
+    return [
+        f"{name or 'model'} ({type(module).__name__})"
+        for name, module in model.named_modules()
+        if type(module) is not nn.Linear and any(p.requires_grad for p in module.parameters(recurse=False))
+    ]
+
+
+class GhostClipping:
+    """Clipped sums of per-example gradients of an all-linear model in one forward and one
+    backward pass (Bu et al. 2023).
+
+    ``loss`` maps (outputs, labels) to the *sum* over examples of per-example losses. The
+    model must treat examples independently (no batch statistics) and call each linear
+    layer once per forward pass on a 2-D input; otherwise a ``ValueError`` says why."""
+
+    def __init__(self, model: nn.Module, max_grad_norm: float, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+        unsupported = unsupported_layers(model)
+        if unsupported:
+            raise ValueError(f"single-pass ghost clipping needs trainable layers that are all nn.Linear, not {', '.join(unsupported)}")
+        self.model = model
+        self.max_grad_norm = max_grad_norm
+        self.loss = loss
+        self.layers = [m for m in model.modules() if type(m) is nn.Linear and any(p.requires_grad for p in m.parameters())]
+        if not self.layers:
+            raise ValueError("single-pass ghost clipping needs at least one trainable nn.Linear layer")
+        self._captured: dict[nn.Linear, tuple[torch.Tensor, torch.Tensor]] | None = None
+        for layer in self.layers:
+            layer.register_forward_hook(self._capture)
+
+    def _capture(self, layer: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+        if self._captured is None:
+            return
+        if layer in self._captured:
+            raise ValueError("single-pass ghost clipping needs each linear layer called once per forward pass")
+        if inputs[0].dim() != 2:
+            raise ValueError(f"single-pass ghost clipping needs 2-D inputs to linear layers, got {inputs[0].dim()}-D")
+        self._captured[layer] = (inputs[0].detach(), output)
+
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The model's outputs and each trainable layer's (input, output), in ``layers`` order."""
+        self._captured = {}
+        try:
+            outputs = self.model(inputs)
+            captured = self._captured
+        finally:
+            self._captured = None
+        if len(captured) != len(self.layers):
+            raise ValueError("single-pass ghost clipping needs every trainable linear layer used in the forward pass")
+        return outputs, [captured[layer] for layer in self.layers]
+
+    def per_example(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Per-example gradient norms N (n,) and each layer's (a, g): its input and the
+        gradient of the summed loss with respect to its output (one backward pass that
+        computes no weight gradient)."""
+        outputs, captured = self.forward(inputs)
+        total = self.loss(outputs, labels)
+        grads = torch.autograd.grad(total, [z for _, z in captured])
+        squared = torch.zeros(len(labels), dtype=outputs.dtype, device=outputs.device)
+        pairs = []
+        for layer, (a, _), g in zip(self.layers, captured, grads):
+            g_squared = torch.linalg.vector_norm(g, dim=1).square()
+            if layer.weight.requires_grad:
+                squared += torch.linalg.vector_norm(a, dim=1).square() * g_squared
+            if layer.bias is not None and layer.bias.requires_grad:
+                squared += g_squared
+            pairs.append((a, g))
+        return squared.sqrt(), pairs
+
+    def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
+        """Opacus' clip factors min(1, C / (N_i + 10⁻⁶))."""
+        return (self.max_grad_norm / (norms + NORM_EPSILON)).clamp(max=1.0)
+
+    def accumulate(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+        """Store the clipped sum of per-example gradients on the batch in each trainable
+        parameter's ``grad``: gᵀ diag(c) a for a weight, Σ_i c_i g_i for a bias."""
+        norms, pairs = self.per_example(inputs, labels)
+        factors = self.clip_factors(norms).unsqueeze(1)
+        with torch.no_grad():
+            for layer, (a, g) in zip(self.layers, pairs):
+                scaled = g * factors
+                if layer.weight.requires_grad:
+                    layer.weight.grad = scaled.t().mm(a.to(scaled.dtype))
+                if layer.bias is not None and layer.bias.requires_grad:
+                    layer.bias.grad = scaled.sum(dim=0)
