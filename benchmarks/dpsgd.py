@@ -1,7 +1,8 @@
 """DP-SGD overhead: time per epoch of private training against non-private training of the
 same model on the same synthetic reviews, in one process, for every zoo model and every
-Opacus grad-sample mode ("ghost": ghost clipping where the layer has a norm sampler, fast
-gradient clipping elsewhere; "hooks": per-sample gradients from hooks).
+clipping mode that applies to it ("ghost": single-pass ghost clipping, all-linear models
+only; "opacus-ghost": Opacus' two-pass ghost clipping where a layer has a norm sampler, fast
+gradient clipping elsewhere; "hooks": Opacus' per-sample gradients from hooks).
 
     .venv/bin/python benchmarks/dpsgd.py [--records 10000] [--sample-rate 0.05] [--threads 1]
 
@@ -10,7 +11,7 @@ q = 0.05 on about ten daily blocks of 1,000 reviews (8,000 training reviews, bat
 about 400), in a process the executor gives one CPU (``OMP_NUM_THREADS=1``). Prints a markdown table;
 the ratio is private / non-private seconds per epoch, best of the repeats with epochs
 interleaved (which discounts interference from other processes), in wall-clock and in
-process CPU time.
+process CPU time. Every mode of a model is timed against the same non-private epochs.
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ import time
 import torch
 
 from privsched.trainers.data import read_block_files
-from privsched.trainers.dpsgd import Trainer, fit, plain_trainer, private_trainer, train_heldout
+from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
 from privsched.trainers.models import build_model, ghost_clipping_applies
-from privsched.trainers.plans import MODEL_NAMES, parse_job
+from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, parse_job
 from workloads.reviews import write_blocks
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -32,20 +33,20 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 TRAINING = {"lr": 0.05, "optimizer": "adam"}
 
 
-def epoch_seconds(plain: Trainer, private: Trainer, steps: int, repeats: int) -> dict[str, tuple[float, float]]:
-    """Best (non-private, private) times of ``repeats`` epochs of ``steps`` steps on each
-    clock, the two kinds of epochs interleaved (so that load from other processes hits
-    both alike), after one warm-up epoch each."""
-    fit(plain, steps)
-    fit(private, steps)
-    times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in CLOCKS}
+def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dict[str, float]]:
+    """Best time of ``repeats`` epochs of ``steps`` steps of each trainer on each clock, the
+    trainers' epochs interleaved (so that load from other processes hits all alike), after
+    one warm-up epoch each."""
+    for trainer in trainers:
+        fit(trainer, steps)
+    times: list[dict[str, list[float]]] = [{name: [] for name in CLOCKS} for _ in trainers]
     for _ in range(repeats):
-        for index, trainer in enumerate((plain, private)):
+        for trainer, measured in zip(trainers, times):
             start = {name: clock() for name, clock in CLOCKS.items()}
             fit(trainer, steps)
             for name, clock in CLOCKS.items():
-                times[name][index].append(clock() - start[name])
-    return {name: (min(plain_times), min(private_times)) for name, (plain_times, private_times) in times.items()}
+                measured[name].append(clock() - start[name])
+    return [{name: min(values) for name, values in measured.items()} for measured in times]
 
 
 def main() -> None:
@@ -71,26 +72,22 @@ def main() -> None:
             torch.manual_seed(0)
             return build_model(model_name, data.vocab_size, data.n_classes)
 
-        default = "ghost" if ghost_clipping_applies(fresh()) else "hooks"
-        for mode in ("ghost", "hooks"):
-            times = epoch_seconds(
-                plain_trainer(fresh(), train, job, device),
-                private_trainer(fresh(), train, job, 1.0, mode, device),
-                steps,
-                args.repeats,
-            )
+        default = default_mode(fresh())
+        modes = [mode for mode in GRAD_SAMPLE_MODES if mode != "ghost" or ghost_clipping_applies(fresh())]
+        trainers = [plain_trainer(fresh(), train, job, device)]
+        trainers += [private_trainer(fresh(), train, job, 1.0, mode, device) for mode in modes]
+        plain, *private = epoch_seconds(trainers, steps, args.repeats)
+        for mode, times in zip(modes, private):
             label = f"{mode} (default)" if mode == default else mode
-            rows.append((model_name, label, times))
+            rows.append((model_name, label, plain, times))
     batch = args.sample_rate * len(train)
     print(f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
           f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}\n")
     print("| model | grad-sample mode | non-private s/epoch | DP-SGD s/epoch | ratio | CPU-time ratio |")
     print("|---|---|---:|---:|---:|---:|")
-    for model_name, mode, times in rows:
-        plain, private = times["wall"]
-        plain_cpu, private_cpu = times["cpu"]
-        print(f"| {model_name} | {mode} | {plain:.3f} | {private:.3f} | {private / plain:.2f}× | "
-              f"{private_cpu / plain_cpu:.2f}× |")
+    for model_name, mode, plain, private in rows:
+        print(f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
+              f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |")
 
 
 if __name__ == "__main__":
