@@ -16,15 +16,8 @@ from privsched.trainers.models import build_model, ghost_clipping_applies
 from privsched.trainers.plans import ALL_LINEAR_MODELS, MODEL_NAMES, parse_job
 
 VOCAB, CLASSES, TRAIN = 30, 3, 200
+JOB = {"kind": "dpsgd", "sample_rate": 0.1, "epochs": 1, "lr": 0.1}
 DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def batch(model_name: str, size: int, seed: int, vocab: int = VOCAB) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,11 +38,9 @@ def model_of(model_name: str, vocab: int = VOCAB) -> nn.Module:
 
 def trainer(model_name: str, mode: str, sigma: float, max_grad_norm: float, vocab: int = VOCAB) -> Trainer:
     """A private trainer with SGD over 200 training records at q = 0.1 (expected batch 20)."""
-    job = parse_job(
-        {"kind": "dpsgd", "model": model_name, "sample_rate": 0.1, "epochs": 1, "lr": 0.1, "max_grad_norm": max_grad_norm}
-    )
-    inputs, labels = batch(model_name, TRAIN, seed=99, vocab=vocab)
-    return private_trainer(model_of(model_name, vocab), TensorDataset(inputs, labels), job, sigma, mode, torch.device("cpu"))
+    job = parse_job({**JOB, "model": model_name, "max_grad_norm": max_grad_norm})
+    train = TensorDataset(*batch(model_name, TRAIN, seed=99, vocab=vocab))
+    return private_trainer(model_of(model_name, vocab), train, job, sigma, mode, torch.device("cpu"))
 
 
 def step_gradients(trainer: Trainer, inputs: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -59,7 +50,7 @@ def step_gradients(trainer: Trainer, inputs: torch.Tensor, labels: torch.Tensor)
     return {name: p.grad.detach().cpu() * 20 for name, p in trainer.model.named_parameters()}
 
 
-def explicit_clipped_sum(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, c: float) -> dict[str, torch.Tensor]:
+def explicit_clipped_sum(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, c: float) -> dict:
     """Σ_i min(1, C/(‖∇L_i‖ + 10⁻⁶)) ∇L_i from per-example gradients, one example at a time."""
     names, params = zip(*model.named_parameters())
     total = {name: torch.zeros_like(p) for name, p in zip(names, params)}
@@ -91,7 +82,8 @@ def test_without_noise_a_step_uses_the_clipped_sum_of_per_example_gradients(mode
 @pytest.mark.parametrize(("size", "max_grad_norm"), CASES)
 def test_without_noise_a_step_is_the_step_of_opacus_ghost_clipping(model_name, size, max_grad_norm):
     inputs, labels = batch(model_name, size, seed=size + 1)
-    ours, opacus = trainer(model_name, "ghost", 0.0, max_grad_norm), trainer(model_name, "opacus-ghost", 0.0, max_grad_norm)
+    ours = trainer(model_name, "ghost", 0.0, max_grad_norm)
+    opacus = trainer(model_name, "opacus-ghost", 0.0, max_grad_norm)
     ours_grads, opacus_grads = step_gradients(ours, inputs, labels), step_gradients(opacus, inputs, labels)
     for name in ours_grads:
         assert torch.allclose(ours_grads[name], opacus_grads[name], rtol=1e-4, atol=1e-6), name
@@ -124,7 +116,8 @@ def test_noise_has_standard_deviation_sigma_c_over_the_expected_batch(model_name
     exact = step_gradients(trainer(model_name, "ghost", 0.0, c, vocab), inputs, labels)
     torch.manual_seed(11)
     noisy = trainer(model_name, "ghost", sigma, c, vocab)
-    noise = torch.cat([(grad - exact[name]).flatten() for name, grad in step_gradients(noisy, inputs, labels).items()]) / 20
+    noisy_grads = step_gradients(noisy, inputs, labels)
+    noise = torch.cat([(noisy_grads[name] - exact[name]).flatten() for name in exact]) / 20
     n, expected = len(noise), sigma * c / 20
     # a sample standard deviation of n Gaussians has relative standard error 1/sqrt(2n); 6-sigma bounds
     assert abs(noise.std().item() / expected - 1) < 6 / (2 * n) ** 0.5
@@ -145,7 +138,7 @@ def test_a_model_with_a_non_linear_trainable_layer_is_refused():
     with pytest.raises(ValueError, match=r"all nn.Linear, not embedding \(Embedding\), conv \(Conv1d\)"):
         trainer("cnn", "ghost", 1.0, 1.0)
     with pytest.raises(ValueError, match="use opacus-ghost or hooks for cnn"):
-        parse_job({"kind": "dpsgd", "model": "cnn", "sample_rate": 0.1, "epochs": 1, "lr": 0.1, "grad_sample_mode": "ghost"})
+        parse_job({**JOB, "model": "cnn", "grad_sample_mode": "ghost"})
 
 
 def test_the_default_mode_is_ghost_exactly_for_the_all_linear_models():

@@ -125,10 +125,11 @@ def test_every_zoo_model_trains_privately_in_its_default_grad_sample_mode(small_
 
 @pytest.mark.parametrize(("model", "mode"), [("text", "opacus-ghost"), ("mlp", "hooks"), ("cnn", "opacus-ghost")])
 def test_a_job_trains_in_the_grad_sample_mode_it_names_and_reports_it(small_blocks, tmp_path, model, mode):
-    job = {"kind": "dpsgd", "model": model, "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "max_steps": 2, "grad_sample_mode": mode}
-    ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
+    job = {"kind": "dpsgd", "model": model, "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "max_steps": 2}
+    ctx = job_context(small_blocks, {**job, "grad_sample_mode": mode}, Accounting.rdp(), tmp_path)
     run_builtin(ctx)
-    assert ctx.metrics["grad_sample_mode"] == json.loads((tmp_path / "metrics.json").read_text())["grad_sample_mode"] == mode
+    saved = json.loads((tmp_path / "metrics.json").read_text())
+    assert ctx.metrics["grad_sample_mode"] == saved["grad_sample_mode"] == mode
     assert ctx.metrics["steps"] == 2
 
 

@@ -21,6 +21,11 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+#: The sum over a batch of per-example losses, from the model's outputs and the labels.
+SummedLoss = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+#: A linear layer's input a (n × d_in) with its output z or its output gradient g (n × d_out).
+Pair = tuple[torch.Tensor, torch.Tensor]
+
 #: Opacus' stabiliser in the clip factor C / (N_i + 10⁻⁶) (``get_clipping_coef``).
 NORM_EPSILON = 1e-6
 
@@ -43,17 +48,21 @@ class GhostClipping:
     model must treat examples independently (no batch statistics) and call each linear
     layer once per forward pass on a 2-D input; otherwise a ``ValueError`` says why."""
 
-    def __init__(self, model: nn.Module, max_grad_norm: float, loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> None:
+    def __init__(self, model: nn.Module, max_grad_norm: float, loss: SummedLoss) -> None:
         unsupported = unsupported_layers(model)
         if unsupported:
-            raise ValueError(f"single-pass ghost clipping needs trainable layers that are all nn.Linear, not {', '.join(unsupported)}")
+            raise ValueError(
+                f"single-pass ghost clipping needs trainable layers that are all nn.Linear, not {', '.join(unsupported)}"
+            )
         self.model = model
         self.max_grad_norm = max_grad_norm
         self.loss = loss
-        self.layers = [m for m in model.modules() if type(m) is nn.Linear and any(p.requires_grad for p in m.parameters())]
+        self.layers = [
+            m for m in model.modules() if type(m) is nn.Linear and any(p.requires_grad for p in m.parameters())
+        ]
         if not self.layers:
             raise ValueError("single-pass ghost clipping needs at least one trainable nn.Linear layer")
-        self._captured: dict[nn.Linear, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self._captured: dict[nn.Module, Pair] | None = None
         for layer in self.layers:
             layer.register_forward_hook(self._capture)
 
@@ -66,7 +75,7 @@ class GhostClipping:
             raise ValueError(f"single-pass ghost clipping needs 2-D inputs to linear layers, got {inputs[0].dim()}-D")
         self._captured[layer] = (inputs[0].detach(), output)
 
-    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    def forward(self, inputs: torch.Tensor) -> tuple[torch.Tensor, list[Pair]]:
         """The model's outputs and each trainable layer's (input, output), in ``layers`` order."""
         self._captured = {}
         try:
@@ -78,7 +87,7 @@ class GhostClipping:
             raise ValueError("single-pass ghost clipping needs every trainable linear layer used in the forward pass")
         return outputs, [captured[layer] for layer in self.layers]
 
-    def per_example(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    def per_example(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, list[Pair]]:
         """Per-example gradient norms N (n,) and each layer's (a, g): its input and the
         gradient of the summed loss with respect to its output (one backward pass that
         computes no weight gradient)."""
