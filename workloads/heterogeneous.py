@@ -27,17 +27,32 @@ paper's construction, as published with its artifact (``privacypacking/utils/zoo
    scheduler runs in batches every scheduling period. Tasks never time out unless
    ``timeout`` is given (the paper's tasks wait until the end).
 
-The paper's artifact also reshapes curves to set the mean and spread of ε_min per bin; we
-keep the zoo's real mechanisms (so every demand is a mechanism a job could run) and their
-own sizes instead.
+Task sizes. By default a task keeps its mechanism's own size, which ranges over two orders
+of magnitude (0.01–1): then both DPF and DPack mostly prefer the small tasks, and which
+order a block is best used at matters little. The paper's artifact (``normalize_zoo``)
+controls sizes instead: it shifts each normalised curve vertically so that its ε_min becomes
+``epsilon_min_avg + epsilon_min_std · z``, z being the curve's own size standardised within
+its best-order bin, and it also bends each curve to set the spread of its values over
+α ∈ {4, 5, 6, 8} (``range_avg``, ``range_std``). Its microbenchmark configurations use
+ε_min 0.05 ± 0.01 and range 0.05 ± 0.03, with one block per task for the σ_α sweep and
+blocks of mean 10 (at most 20) at σ_α = 0 for the σ_blocks sweep. With ``size_mean`` set we control sizes too, in a way that keeps
+every demand a valid RDP curve: a task's curve is *scaled* by the constant
+``c = s / ε_min`` with s drawn from a normal(``size_mean``, ``size_std``) truncated to
+:data:`SIZE_RANGE`. A scaled RDP curve c·d(α) bounds the c-fold composition of the
+mechanism (exactly so for an integer c), its best order is unchanged, and its ε_min is s.
+Scaled tasks carry their demand as an explicit ``curve`` in the trace and their family in
+``class``. We do not bend curves (no range control): the shape of a demand stays its
+mechanism's.
 """
 
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
+from scipy.special import ndtr, ndtri
 
 from privsched.budgets.accounting import DEFAULT_ALPHAS
 from privsched.budgets.capacity import rdp_capacity
@@ -96,11 +111,21 @@ def normalized(curve: np.ndarray) -> np.ndarray:
         return np.where(capacity > 0, np.asarray(curve, dtype=float) / np.where(capacity > 0, capacity, 1), np.inf)
 
 
+class Zoo(NamedTuple):
+    """The filtered zoo, in a fixed order: each curve's family, mechanism, best order (index
+    into the default grid), size ε_min and demand curve over the default grid."""
+
+    families: tuple[str, ...]
+    mechanisms: tuple[dict, ...]
+    best: np.ndarray
+    size: np.ndarray
+    curves: np.ndarray
+
+
 @lru_cache(maxsize=1)
-def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarray]:
-    """The filtered zoo: families, mechanisms, each curve's best order (index into the
-    default grid) and its size ε_min, in a fixed order."""
-    families, mechanisms, best, size = [], [], [], []
+def zoo() -> Zoo:
+    """The zoo's curves whose size lies in :data:`SIZE_RANGE` (module docstring, step 2)."""
+    families, mechanisms, best, size, curves = [], [], [], [], []
     for family, mechanism, curve in _candidates():
         share = normalized(curve)
         if not np.all(np.isfinite(curve)):
@@ -111,7 +136,36 @@ def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarr
             mechanisms.append(mechanism)
             best.append(k)
             size.append(float(share[k]))
-    return tuple(families), tuple(mechanisms), np.array(best), np.array(size)
+            curves.append(curve)
+    return Zoo(tuple(families), tuple(mechanisms), np.array(best), np.array(size), np.array(curves))
+
+
+def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarray]:
+    """The filtered zoo's families, mechanisms, best orders and sizes (see :func:`zoo`)."""
+    return zoo()[:4]
+
+
+def check_sizes(size_mean: float | None, size_std: float) -> None:
+    """Raise a one-line ValueError unless the size distribution's parameters make sense."""
+    if size_mean is None:
+        if size_std != 0:
+            raise ValueError(f"size_std applies only with size_mean, got size_std={size_std!r} without it")
+        return
+    low, high = SIZE_RANGE
+    if isinstance(size_mean, bool) or not isinstance(size_mean, (int, float)) or not low < size_mean < high:
+        raise ValueError(f"size_mean must be a number in ({low:g}, {high:g}), got {size_mean!r}")
+    if isinstance(size_std, bool) or not isinstance(size_std, (int, float)) or not 0 <= size_std < math.inf:
+        raise ValueError(f"size_std must be a finite non-negative number, got {size_std!r}")
+
+
+def truncated_normal(rng: np.random.Generator, mean: float, std: float, n: int) -> np.ndarray:
+    """``n`` draws from a normal(mean, std) truncated to :data:`SIZE_RANGE`, by inverting its
+    CDF (one uniform per draw); ``std = 0`` gives ``mean`` itself."""
+    low, high = SIZE_RANGE
+    if std == 0:
+        return np.full(n, float(mean))
+    a, b = ndtr((low - mean) / std), ndtr((high - mean) / std)
+    return np.clip(mean + std * ndtri(a + rng.random(n) * (b - a)), low, high)
 
 
 def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
@@ -158,11 +212,16 @@ def heterogeneous(
     max_blocks: int = 10,
     timeout: float | None = None,
     batch: float | None = 10.0,
+    size_mean: float | None = None,
+    size_std: float = 0.0,
 ) -> Trace:
     """Blocks every ``block_interval`` s; tasks drawn from the curve zoo (see the module
-    docstring) at ``rate`` per second (default: ``tasks_per_block`` per block period)."""
+    docstring) at ``rate`` per second (default: ``tasks_per_block`` per block period).
+    With ``size_mean``, each task's curve is scaled to a size drawn from a normal
+    (``size_mean``, ``size_std``) truncated to :data:`SIZE_RANGE`."""
     rate = tasks_per_block / block_interval if rate is None else rate
-    families, mechanisms, best, _ = curve_zoo()
+    check_sizes(size_mean, size_std)
+    families, mechanisms, best, size, curves = zoo()
     bins = np.unique(best)
     p_bin = bin_probabilities(alpha_std, bins)
     p_blocks = block_count_probabilities(blocks_mean, blocks_std, max_blocks)
@@ -178,10 +237,15 @@ def heterogeneous(
     pick = rng.random(n)
     curve = [int(members[b][int(u * len(members[b]))]) for b, u in zip(chosen_bin.tolist(), pick.tolist())]
     last = rng.choice(np.arange(1, max_blocks + 1), size=n, p=p_blocks)
+    scale = None if size_mean is None else truncated_normal(rng, size_mean, size_std, n) / size[curve]
     pipelines = []
     for i, t in enumerate(times.tolist()):
-        entry = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])},
-                 "mechanism": mechanisms[curve[i]], "class": families[curve[i]]}
+        entry = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])}}
+        if scale is None:
+            entry["mechanism"] = mechanisms[curve[i]]
+        else:
+            entry["curve"] = (scale[i] * curves[curve[i]]).tolist()
+        entry["class"] = families[curve[i]]
         if timeout is not None:
             entry["timeout"] = timeout
         pipelines.append(entry)

@@ -1,0 +1,114 @@
+"""The heterogeneous workload's controlled task sizes (DPack, EuroSys'25 microbenchmarks)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import truncnorm
+from typer.testing import CliRunner
+
+import workloads
+from privsched.budgets.mechanisms import mechanism_json, parse_mechanism
+from privsched.cli import app
+from privsched.policies import make_policy
+from privsched.simulation.offline import compare_offline
+from privsched.simulation.trace import load_trace
+from workloads.heterogeneous import SIZE_RANGE, truncated_normal, zoo
+
+
+def _shares(instance) -> np.ndarray:
+    """Each edge's demand as a share of its block's capacity (dead orders: inf)."""
+    capacity = instance.capacity[instance.edge_block]
+    return np.where(capacity > 0, instance.edge_demand / np.where(capacity > 0, capacity, 1), np.inf)
+
+
+def test_controlled_sizes_follow_the_requested_normal_inside_the_zoos_range():
+    instance = workloads.generate("heterogeneous", seed=3, size_mean=0.05, size_std=0.01).instance
+    size = _shares(instance).min(axis=1)
+    assert len(size) > 2500
+    assert np.all((size >= SIZE_RANGE[0]) & (size <= SIZE_RANGE[1]))
+    assert size.mean() == pytest.approx(0.05, abs=0.002)  # ~10 standard errors
+    assert size.std() == pytest.approx(0.01, rel=0.1)
+
+
+def test_a_wide_size_spread_is_truncated_to_the_zoos_range():
+    low, high = SIZE_RANGE
+    draws = truncated_normal(np.random.default_rng(0), 0.02, 0.05, 20000)
+    assert np.all((draws >= low) & (draws <= high))
+    expected = truncnorm.mean((low - 0.02) / 0.05, (high - 0.02) / 0.05, loc=0.02, scale=0.05)
+    assert draws.mean() == pytest.approx(expected, abs=0.002)
+
+
+def test_every_task_of_one_size_has_exactly_that_size_without_spread():
+    instance = workloads.generate("heterogeneous", seed=2, duration=30.0, size_mean=0.1).instance
+    np.testing.assert_allclose(_shares(instance).min(axis=1), 0.1, rtol=1e-12)
+
+
+def test_scaling_keeps_each_tasks_mechanism_shape_best_order_blocks_and_family():
+    own = workloads.generate("heterogeneous", seed=4, duration=40.0)
+    scaled = workloads.generate("heterogeneous", seed=4, duration=40.0, size_mean=0.05, size_std=0.01)
+    a, b = own.instance, scaled.instance
+    assert a.arrival.tolist() == b.arrival.tolist() and a.edge_block.tolist() == b.edge_block.tolist()
+    assert a.klass.tolist() == b.klass.tolist()
+    np.testing.assert_array_equal(np.argmin(_shares(a), axis=1), np.argmin(_shares(b), axis=1))
+    factor = b.edge_demand / a.edge_demand  # one constant per task, at every order
+    np.testing.assert_allclose(factor, factor[:, :1] * np.ones_like(factor), rtol=1e-9)
+    assert all(p.curve is not None and p.mechanism is None for p in scaled.pipelines)
+
+
+def test_without_sizes_tasks_keep_their_mechanisms_and_the_same_draws():
+    default = workloads.generate("heterogeneous", seed=5, duration=30.0)
+    assert default.to_dict() == workloads.generate("heterogeneous", seed=5, duration=30.0, size_mean=None).to_dict()
+    families, mechanisms, _, _, _ = zoo()
+    known = {mechanism_json(parse_mechanism(m)) for m in mechanisms}
+    assert all(p.curve is None and mechanism_json(p.mechanism) in known for p in default.pipelines)
+    assert {p.klass for p in default.pipelines} <= set(families)
+
+
+@pytest.mark.parametrize(
+    "params,message",
+    [
+        ({"size_mean": 1.5}, "size_mean must be a number in (0.01, 1), got 1.5"),
+        ({"size_mean": 0.01}, "size_mean must be a number in (0.01, 1), got 0.01"),
+        ({"size_mean": "big"}, "size_mean must be a number in (0.01, 1), got 'big'"),
+        ({"size_mean": 0.05, "size_std": -0.1}, "size_std must be a finite non-negative number, got -0.1"),
+        ({"size_mean": 0.05, "size_std": float("nan")}, "size_std must be a finite non-negative number, got nan"),
+        ({"size_std": 0.01}, "size_std applies only with size_mean, got size_std=0.01 without it"),
+    ],
+)
+def test_bad_size_parameters_are_one_line_errors(params, message):
+    with pytest.raises(ValueError) as error:
+        workloads.generate("heterogeneous", duration=10.0, **params)
+    assert str(error.value) == message
+
+
+def test_the_cli_passes_sizes_through_and_rejects_bad_ones_writing_nothing(tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "trace.json"
+    ok = runner.invoke(app, ["trace", "heterogeneous", "--duration", "20", "--out", str(out),
+                             "--param", "size_mean=0.1", "--param", "size_std=0"])
+    assert ok.exit_code == 0, ok.output
+    np.testing.assert_allclose(_shares(load_trace(out).instance).min(axis=1), 0.1, rtol=1e-12)
+    bad = runner.invoke(app, ["simulate", "heterogeneous", "--policy", "fcfs", "--out", str(tmp_path / "run"),
+                              "--param", "size_mean=2"])
+    assert bad.exit_code != 0
+    assert bad.output.strip() == "error: size_mean must be a number in (0.01, 1), got 2"
+    assert not (tmp_path / "run").exists()
+
+
+def test_offline_with_the_papers_sizes_dpack_packs_the_optimum_and_a_third_more_than_dpf():
+    # One block, every best order at α = 5, sizes 0.05 ± 0.01 (the paper artifact's): DPF's
+    # dominant share (the worst order) is unrelated to the cost at α = 5. Per seed the ratio
+    # ranges 1.23–1.50 over seeds 0–9, so the claim is on the total over seeds 0–2.
+    granted = {"dpf": 0.0, "dpack": 0.0}
+    for seed in (0, 1, 2):
+        instance = workloads.generate(
+            "heterogeneous", seed=seed, duration=1.0, rate=200.0, batch=None, initial_blocks=1, max_blocks=1,
+            blocks_mean=1.0, blocks_std=0.0, alpha_std=0.0, size_mean=0.05, size_std=0.01,
+        ).instance
+        policies = {"dpf": make_policy("dpf-n", n=1).policy, "dpack": make_policy("dpack", k=1).policy}
+        result = compare_offline(instance, policies, time_limit=30.0)
+        assert result.proven_optimal and result.gap("dpack") <= 0.05
+        for name in granted:
+            granted[name] += result.granted[name]
+    assert granted["dpack"] >= 1.3 * granted["dpf"]
