@@ -145,7 +145,7 @@ def test_the_default_mode_is_ghost_exactly_for_the_all_linear_models():
     for name in MODEL_NAMES:
         model = model_of(name)
         assert ghost_clipping_applies(model) == (name in ALL_LINEAR_MODELS)
-        assert default_mode(model) == ("ghost" if name in ALL_LINEAR_MODELS else "hooks")
+        assert default_mode(model) == ("ghost" if name in ALL_LINEAR_MODELS else "opacus-ghost")
 
 
 def test_a_linear_layer_used_twice_is_refused():

@@ -12,7 +12,8 @@ linear model, a feed-forward network, an LSTM and a small BERT on Amazon Reviews
 
 ``logreg``, ``mlp`` and ``text`` contain only linear layers and train with single-pass
 ghost clipping (``grad_sample_mode="ghost"``); ``cnn`` (embedding, convolution) and
-``lstm`` (embedding, recurrent cells) train with Opacus' per-sample gradients from hooks.
+``lstm`` (embedding, recurrent cells) train with Opacus' two-pass ghost clipping, whose
+norms come from per-sample gradients for those layers.
 """
 
 from __future__ import annotations
