@@ -35,14 +35,17 @@ controls sizes instead: it shifts each normalised curve vertically so that its �
 its best-order bin, and it also bends each curve to set the spread of its values over
 α ∈ {4, 5, 6, 8} (``range_avg``, ``range_std``). Its microbenchmark configurations use
 ε_min 0.05 ± 0.01 and range 0.05 ± 0.03, with one block per task for the σ_α sweep and
-blocks of mean 10 (at most 20) at σ_α = 0 for the σ_blocks sweep. With ``size_mean`` set we control sizes too, in a way that keeps
-every demand a valid RDP curve: a task's curve is *scaled* by the constant
-``c = s / ε_min`` with s drawn from a normal(``size_mean``, ``size_std``) truncated to
-:data:`SIZE_RANGE`. A scaled RDP curve c·d(α) bounds the c-fold composition of the
-mechanism (exactly so for an integer c), its best order is unchanged, and its ε_min is s.
-Scaled tasks carry their demand as an explicit ``curve`` in the trace and their family in
-``class``. We do not bend curves (no range control): the shape of a demand stays its
-mechanism's.
+blocks of mean 10 (at most 20) at σ_α = 0 for the σ_blocks sweep.
+
+With ``size_mean`` set we control sizes too, keeping each demand a mechanism's curve up to
+a constant: a task's curve d(α) is *scaled* to c·d(α), ``c = s / ε_min``, with s drawn from
+a normal(``size_mean``, ``size_std``) truncated to :data:`SIZE_RANGE`. Its best order is
+unchanged and its size is s. For an integer c, c·d(α) is the c-fold composition of the
+mechanism (for a Gaussian of noise σ, any c gives the Gaussian of noise σ/√c); otherwise
+it lies between the ⌊c⌋- and ⌈c⌉-fold compositions, a demand the scheduler charges like
+any other curve. Scaled tasks carry their demand as an explicit ``curve`` in the trace and
+their family in ``class``. We do not bend curves (no range control): the shape of a
+demand stays its mechanism's.
 """
 
 from __future__ import annotations
