@@ -48,6 +48,7 @@ def test_rdp_microbenchmarks_charge_calibrated_gaussians_at_their_higher_rate():
     np.testing.assert_allclose(ratio, ratio[:, :1] * np.ones_like(ratio))
 
 
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")
 def test_macrobenchmark_has_daily_blocks_and_elephant_curves_calibrated_to_their_epsilon():
     document = workloads.generate("macro-rdp", seed=3, days=4, pipelines_per_day=40)
     instance = document.instance
