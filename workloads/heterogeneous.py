@@ -18,9 +18,10 @@ paper's construction, as published with its artifact (``privacypacking/utils/zoo
    positions of the orders in the grid, centred on α = 5, of standard deviation
    ``alpha_std`` (the paper's σ_α, its heterogeneity knob: 0 puts every task's best order
    at α = 5; ``inf`` draws the bins uniformly), then a curve uniformly within the bin.
-4. It asks for the most recent k blocks, k drawn from a discrete normal over
-   1..``max_blocks`` of mean ``blocks_mean`` and deviation ``blocks_std`` (σ_blocks; 0 makes
-   every task ask for ``blocks_mean`` blocks). Every task has weight 1.
+4. It asks for k blocks, k drawn from a discrete normal over 1..``max_blocks`` of mean
+   ``blocks_mean`` and deviation ``blocks_std`` (σ_blocks; 0 makes every task ask for
+   ``blocks_mean`` blocks): the most recent k, or k at random (see "Block selection").
+   Every task has weight 1.
 5. Online: blocks arrive every ``block_interval`` seconds (``initial_blocks`` at time 0),
    on average ``tasks_per_block`` tasks per block period arrive as a Poisson process, and
    they are submitted in batches at the end of each ``batch`` window, as the paper's
@@ -44,8 +45,33 @@ unchanged and its size is s. For an integer c, c·d(α) is the c-fold compositio
 mechanism (for a Gaussian of noise σ, any c gives the Gaussian of noise σ/√c); otherwise
 it lies between the ⌊c⌋- and ⌈c⌉-fold compositions, a demand the scheduler charges like
 any other curve. Scaled tasks carry their demand as an explicit ``curve`` in the trace and
-their family in ``class``. We do not bend curves (no range control): the shape of a
-demand stays its mechanism's.
+their family in ``class``.
+
+Curve range ("bending"). With ``range_mean`` set, each task's curve is also bent as the
+artifact's ``normalize_zoo`` does. Let n(α) be the curve normalised by the block's capacity
+(after scaling), ε_min = min_α n(α) and R = max − min of n over :data:`RANGE_ALPHAS`
+(α ∈ {4, 5, 6, 8}, the orders a block is usually best used at). The task draws a range r
+from a normal(``range_mean``, ``range_std``) truncated to (0, ∞), and its curve becomes
+
+    n'(α) = ε_min + (r / R) · (n(α) − ε_min)        at every order live on the block,
+
+a vertical stretch about ε_min: n' keeps the best order and ε_min, its range over
+:data:`RANGE_ALPHAS` is exactly r, and n' ≥ ε_min > 0. (The artifact maps each curve's own
+range to a z-score within its best-order bin instead of drawing r; it does not truncate, so
+a negative r would flip a curve, and it shifts sizes additively instead of scaling; with a
+bend the result is the same curve n'.) The demand is n'(α)·capacity(α) at live orders; at
+orders dead on the paper's block (capacity 0, ignored by the ledger there) it keeps the
+scaled mechanism's values. A bent curve is a *synthetic demand curve*, as in the paper: a
+valid RDP demand for the ledger (finite, non-negative, charged like any curve) but not the
+curve of a mechanism a job could run, since stretching changes its shape. Bent tasks carry
+it as an explicit ``curve``.
+
+Block selection. By default a task asks for the latest k blocks (``block_selection =
+"latest"``), so the newest block is in every task. The artifact's microbenchmarks pick a
+task's k blocks uniformly at random, without replacement, among the blocks that exist when
+it arrives (``RandomBlocks``); ``block_selection = "random"`` does so (k capped at the
+number of existing blocks) and writes the chosen blocks as an explicit list. Then different
+blocks are contended by different tasks and may have different best orders.
 """
 
 from __future__ import annotations
@@ -68,6 +94,11 @@ BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 SIZE_RANGE = (0.01, 1.0)
 #: The order the best-order distribution is centred on.
 CENTER_ALPHA = 5.0
+#: Orders over which a curve's range is measured and controlled (the paper artifact's).
+RANGE_ALPHAS = (4.0, 5.0, 6.0, 8.0)
+#: Bounds of a drawn range (exclusive): any positive stretch keeps the best order.
+RANGE_BOUNDS = (0.0, math.inf)
+BLOCK_SELECTIONS = ("latest", "random")
 FAMILIES = ("gaussian", "laplace", "dp-ftrl", "laplace+gaussian", "laplace+laplace", "dp-sgd")
 
 _NOISE_GRID = np.geomspace(0.01, 10, 100)
@@ -148,6 +179,10 @@ def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarr
     return zoo()[:4]
 
 
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def check_sizes(size_mean: float | None, size_std: float) -> None:
     """Raise a one-line ValueError unless the size distribution's parameters make sense."""
     if size_mean is None:
@@ -155,20 +190,60 @@ def check_sizes(size_mean: float | None, size_std: float) -> None:
             raise ValueError(f"size_std applies only with size_mean, got size_std={size_std!r} without it")
         return
     low, high = SIZE_RANGE
-    if isinstance(size_mean, bool) or not isinstance(size_mean, (int, float)) or not low < size_mean < high:
+    if not _number(size_mean) or not low < size_mean < high:
         raise ValueError(f"size_mean must be a number in ({low:g}, {high:g}), got {size_mean!r}")
-    if isinstance(size_std, bool) or not isinstance(size_std, (int, float)) or not 0 <= size_std < math.inf:
+    if not _number(size_std) or not 0 <= size_std < math.inf:
         raise ValueError(f"size_std must be a finite non-negative number, got {size_std!r}")
 
 
-def truncated_normal(rng: np.random.Generator, mean: float, std: float, n: int) -> np.ndarray:
-    """``n`` draws from a normal(mean, std) truncated to :data:`SIZE_RANGE`, by inverting its
-    CDF (one uniform per draw); ``std = 0`` gives ``mean`` itself."""
-    low, high = SIZE_RANGE
+def check_ranges(range_mean: float | None, range_std: float) -> None:
+    """Raise a one-line ValueError unless the range distribution's parameters make sense."""
+    if range_mean is None:
+        if range_std != 0:
+            raise ValueError(f"range_std applies only with range_mean, got range_std={range_std!r} without it")
+        return
+    if not _number(range_mean) or not 0 < range_mean < math.inf:
+        raise ValueError(f"range_mean must be a finite positive number, got {range_mean!r}")
+    if not _number(range_std) or not 0 <= range_std < math.inf:
+        raise ValueError(f"range_std must be a finite non-negative number, got {range_std!r}")
+
+
+def check_block_selection(block_selection: str) -> None:
+    """Raise a one-line ValueError unless ``block_selection`` is one of :data:`BLOCK_SELECTIONS`."""
+    if block_selection not in BLOCK_SELECTIONS:
+        raise ValueError(f"block_selection must be 'latest' or 'random', got {block_selection!r}")
+
+
+def truncated_normal(
+    rng: np.random.Generator, mean: float, std: float, n: int, bounds: tuple[float, float] = SIZE_RANGE
+) -> np.ndarray:
+    """``n`` draws from a normal(mean, std) truncated to ``bounds``, by inverting its CDF (one
+    uniform per draw); ``std = 0`` gives ``mean`` itself."""
+    low, high = bounds
     if std == 0:
         return np.full(n, float(mean))
     a, b = ndtr((low - mean) / std), ndtr((high - mean) / std)
     return np.clip(mean + std * ndtri(a + rng.random(n) * (b - a)), low, high)
+
+
+def curve_range(share: np.ndarray) -> np.ndarray:
+    """Range of normalised curves (last axis: the default grid) over :data:`RANGE_ALPHAS`."""
+    columns = [DEFAULT_ALPHAS.index(a) for a in RANGE_ALPHAS]
+    window = np.asarray(share)[..., columns]
+    return window.max(axis=-1) - window.min(axis=-1)
+
+
+def bend(curve: np.ndarray, spread: float) -> np.ndarray:
+    """The synthetic demand whose normalised curve is ``curve``'s stretched about its size
+    ε_min so that its range over :data:`RANGE_ALPHAS` is ``spread`` (module docstring,
+    "Curve range"): ``n' = ε_min + spread / R · (n − ε_min)`` at live orders, ``curve``'s
+    own values at dead ones."""
+    share = normalized(curve)
+    live = np.isfinite(share)
+    size = share[live].min()
+    capacity = rdp_capacity(BLOCK_EPSILON, BLOCK_DELTA, DEFAULT_ALPHAS)
+    stretched = size + spread / curve_range(share) * (share - size)
+    return np.where(live, np.where(live, stretched, 0.0) * capacity, curve)
 
 
 def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
@@ -217,13 +292,21 @@ def heterogeneous(
     batch: float | None = 10.0,
     size_mean: float | None = None,
     size_std: float = 0.0,
+    range_mean: float | None = None,
+    range_std: float = 0.0,
+    block_selection: str = "latest",
 ) -> Trace:
     """Blocks every ``block_interval`` s; tasks drawn from the curve zoo (see the module
     docstring) at ``rate`` per second (default: ``tasks_per_block`` per block period).
     With ``size_mean``, each task's curve is scaled to a size drawn from a normal
-    (``size_mean``, ``size_std``) truncated to :data:`SIZE_RANGE`."""
+    (``size_mean``, ``size_std``) truncated to :data:`SIZE_RANGE`; with ``range_mean``, it is
+    bent to a range over :data:`RANGE_ALPHAS` drawn from a normal (``range_mean``,
+    ``range_std``) truncated to (0, ∞); ``block_selection`` picks the latest k blocks or k
+    existing blocks at random."""
     rate = tasks_per_block / block_interval if rate is None else rate
     check_sizes(size_mean, size_std)
+    check_ranges(range_mean, range_std)
+    check_block_selection(block_selection)
     families, mechanisms, best, size, curves = zoo()
     bins = np.unique(best)
     p_bin = bin_probabilities(alpha_std, bins)
@@ -240,14 +323,22 @@ def heterogeneous(
     pick = rng.random(n)
     curve = [int(members[b][int(u * len(members[b]))]) for b, u in zip(chosen_bin.tolist(), pick.tolist())]
     last = rng.choice(np.arange(1, max_blocks + 1), size=n, p=p_blocks)
-    scale = None if size_mean is None else truncated_normal(rng, size_mean, size_std, n) / size[curve]
+    scale = np.ones(n) if size_mean is None else truncated_normal(rng, size_mean, size_std, n) / size[curve]
+    spread = None if range_mean is None else truncated_normal(rng, range_mean, range_std, n, RANGE_BOUNDS)
+    existing = np.searchsorted([b["arrival"] for b in blocks], times, side="right")
     pipelines = []
     for i, t in enumerate(times.tolist()):
-        entry = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])}}
-        if scale is None:
-            entry["mechanism"] = mechanisms[curve[i]]
+        entry: dict = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])}}
+        if block_selection == "random":
+            chosen = rng.choice(int(existing[i]), size=min(int(last[i]), int(existing[i])), replace=False)
+            entry["blocks"] = [blocks[j]["id"] for j in sorted(chosen.tolist())]
+        demand = scale[i] * curves[curve[i]]
+        if spread is not None:
+            entry["curve"] = bend(demand, spread[i]).tolist()
+        elif size_mean is not None:
+            entry["curve"] = demand.tolist()
         else:
-            entry["curve"] = (scale[i] * curves[curve[i]]).tolist()
+            entry["mechanism"] = mechanisms[curve[i]]
         entry["class"] = families[curve[i]]
         if timeout is not None:
             entry["timeout"] = timeout
