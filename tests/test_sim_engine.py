@@ -77,6 +77,12 @@ def test_timeouts_apply_before_the_pass_of_the_same_instant():
     assert outcome(result) == [("timed_out", None), ("granted", 5.0)]
 
 
+def test_a_pipeline_without_timeout_that_never_fits_ends_pending_and_one_with_a_timeout_times_out():
+    result = simulate(trace((1, 0.8, None), (2, 0.5, None), (3, 0.5, 1e9)), ARRIVAL_ORDER)
+    assert outcome(result) == [("granted", 1.0), ("pending", None), ("timed_out", None)]
+    assert result.summary()["pending"] == 1
+
+
 def test_round_robin_loses_what_it_set_aside_for_a_timed_out_pipeline():
     result = simulate(trace((0, 0.8, 1), (2, 0.1, 99)), "rr-n", n=2)
     assert outcome(result) == [("timed_out", None), ("granted", 2.0)]

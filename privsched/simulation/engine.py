@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import sys
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -411,7 +412,7 @@ class Simulator:
             self._expire(now)
             # 5. one allocation pass
             self._allocate(now, arrived, dirty, p_next)
-        self._expire(math.inf)
+        self._expire(sys.float_info.max)  # every finite deadline passes; no timeout: still pending
         while len(sampled) < len(sample_times):
             sampled.append(self.consumed.copy())
         return RunState(
