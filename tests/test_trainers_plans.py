@@ -35,6 +35,7 @@ def test_every_planned_model_is_in_the_zoo():
     assert set(MODEL_NAMES) == set(INPUTS)
 
 
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")
 def test_dpsgd_plan_under_rdp_is_the_subsampled_gaussian_calibrated_by_opacus():
     mechanism = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
     assert isinstance(mechanism, SubsampledGaussian)
