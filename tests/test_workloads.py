@@ -5,11 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import workloads
 from opacus.accountants import RDPAccountant
 
-from privsched.budgets.accounting import DEFAULT_ALPHAS
-from workloads.heterogeneous import FAMILIES, block_count_probabilities, curve_zoo
+import workloads
 from privsched.trainers.plans import calibrate_noise
 from workloads.macrobenchmark import ELEPHANT_DELTA
 
@@ -65,50 +63,6 @@ def test_macrobenchmark_has_daily_blocks_and_elephant_curves_calibrated_to_their
         assert any(0.98 * target <= epsilon <= target for target in (0.5, 1.0, 5.0))
         target = min((0.5, 1.0, 5.0), key=lambda t: abs(t - epsilon))
         assert plan.noise_multiplier == calibrate_noise(plan.sample_rate, plan.steps, target, ELEPHANT_DELTA)
-
-
-def _best_orders(instance) -> np.ndarray:
-    """Each edge's best order: where its demand is the smallest share of the block's capacity."""
-    capacity = instance.capacity[instance.edge_block]
-    share = np.where(capacity > 0, instance.edge_demand / np.where(capacity > 0, capacity, 1), np.inf)
-    return np.asarray(instance.accounting.alphas)[np.argmin(share, axis=1)]
-
-
-def test_heterogeneous_zoo_holds_the_papers_mechanisms_at_sizes_between_one_and_hundred_percent():
-    families, _, best, size = curve_zoo()
-    assert set(families) == set(FAMILIES)
-    assert np.all((size > 0.01) & (size < 1.0))
-    alphas = np.asarray(DEFAULT_ALPHAS)
-    dp_sgd = np.array([f == "dp-sgd" for f in families])
-    laplace = np.array([f == "laplace" for f in families])
-    assert set(alphas[best[dp_sgd]]) & {3.0, 4.0}  # steep DP-SGD curves are cheapest at small orders
-    assert 64.0 in set(alphas[best[laplace]])  # flat Laplace curves at the largest
-
-
-def test_heterogeneous_alpha_std_zero_puts_every_best_order_at_five_and_larger_spreads_them():
-    homogeneous = workloads.generate("heterogeneous", seed=4, duration=20.0, alpha_std=0.0).instance
-    assert set(_best_orders(homogeneous)) == {5.0}
-    spread = workloads.generate("heterogeneous", seed=4, duration=20.0).instance
-    orders = _best_orders(spread)
-    assert len(set(orders)) >= 5
-    assert (orders == 5.0).mean() < 0.4  # bins drawn uniformly: α = 5 is one of eight
-
-
-def test_heterogeneous_tasks_ask_for_the_latest_blocks_with_a_normal_count_and_arrive_in_batches():
-    instance = workloads.generate("heterogeneous", seed=5, duration=100.0, blocks_mean=3.0, blocks_std=0.0).instance
-    assert set(np.diff(instance.edge_start)) == {3}
-    assert set(np.unique(instance.arrival)) <= {10.0 * k for k in range(1, 11)}
-    assert 1000 * 0.9 < instance.n_pipelines < 1000 * 1.1  # 100 tasks per 10 s block period
-    assert np.all(np.isinf(instance.timeout))  # tasks wait until the end, as in the paper
-    p = block_count_probabilities(1.0, 5.0, 10)
-    assert p.argmax() == 0 and np.all(np.diff(p) < 0) and p.sum() == pytest.approx(1.0)
-
-
-def test_heterogeneous_rejects_impossible_distributions():
-    with pytest.raises(ValueError, match="alpha_std"):
-        workloads.generate("heterogeneous", duration=10.0, alpha_std=-1.0)
-    with pytest.raises(ValueError, match="blocks_mean"):
-        workloads.generate("heterogeneous", duration=10.0, blocks_mean=12.0)
 
 
 def test_unknown_workload_or_parameter_is_a_clear_error():

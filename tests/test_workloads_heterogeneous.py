@@ -1,5 +1,6 @@
-"""The heterogeneous workload's controlled task sizes, curve ranges and random block selection
-(DPack, EuroSys'25 microbenchmarks, as built by the paper's artifact)."""
+"""The heterogeneous workload (DPack, EuroSys'25 microbenchmarks): its curve zoo, best-order
+and block-count distributions, and the paper artifact's controlled task sizes, curve ranges
+and random block selection."""
 
 from __future__ import annotations
 
@@ -9,18 +10,69 @@ from scipy.stats import truncnorm
 from typer.testing import CliRunner
 
 import workloads
+from privsched.budgets.accounting import DEFAULT_ALPHAS
 from privsched.budgets.mechanisms import mechanism_json, parse_mechanism
 from privsched.cli import app
 from privsched.policies import make_policy
 from privsched.simulation.offline import compare_offline
 from privsched.simulation.trace import LastBlocks, load_trace
-from workloads.heterogeneous import SIZE_RANGE, curve_range, truncated_normal, zoo
+from workloads.heterogeneous import (
+    FAMILIES,
+    SIZE_RANGE,
+    block_count_probabilities,
+    curve_range,
+    truncated_normal,
+    zoo,
+)
 
 
 def _shares(instance) -> np.ndarray:
     """Each edge's demand as a share of its block's capacity (dead orders: inf)."""
     capacity = instance.capacity[instance.edge_block]
     return np.where(capacity > 0, instance.edge_demand / np.where(capacity > 0, capacity, 1), np.inf)
+
+
+def _best_orders(instance) -> np.ndarray:
+    """Each edge's best order: where its demand is the smallest share of the block's capacity."""
+    return np.asarray(instance.accounting.alphas)[np.argmin(_shares(instance), axis=1)]
+
+
+def test_zoo_holds_the_papers_mechanisms_at_sizes_between_one_and_hundred_percent():
+    curves = zoo()
+    families, best, size = curves.families, curves.best, curves.size
+    assert set(families) == set(FAMILIES)
+    assert np.all((size > 0.01) & (size < 1.0))
+    alphas = np.asarray(DEFAULT_ALPHAS)
+    dp_sgd = np.array([f == "dp-sgd" for f in families])
+    laplace = np.array([f == "laplace" for f in families])
+    assert set(alphas[best[dp_sgd]]) & {3.0, 4.0}  # steep DP-SGD curves are cheapest at small orders
+    assert 64.0 in set(alphas[best[laplace]])  # flat Laplace curves at the largest
+
+
+def test_alpha_std_zero_puts_every_best_order_at_five_and_larger_spreads_them():
+    homogeneous = workloads.generate("heterogeneous", seed=4, duration=20.0, alpha_std=0.0).instance
+    assert set(_best_orders(homogeneous)) == {5.0}
+    spread = workloads.generate("heterogeneous", seed=4, duration=20.0).instance
+    orders = _best_orders(spread)
+    assert len(set(orders)) >= 5
+    assert (orders == 5.0).mean() < 0.4  # bins drawn uniformly: α = 5 is one of eight
+
+
+def test_tasks_ask_for_the_latest_blocks_with_a_normal_count_and_arrive_in_batches():
+    instance = workloads.generate("heterogeneous", seed=5, duration=100.0, blocks_mean=3.0, blocks_std=0.0).instance
+    assert set(np.diff(instance.edge_start)) == {3}
+    assert set(np.unique(instance.arrival)) <= {10.0 * k for k in range(1, 11)}
+    assert 1000 * 0.9 < instance.n_pipelines < 1000 * 1.1  # 100 tasks per 10 s block period
+    assert np.all(np.isinf(instance.timeout))  # tasks wait until the end, as in the paper
+    p = block_count_probabilities(1.0, 5.0, 10)
+    assert p.argmax() == 0 and np.all(np.diff(p) < 0) and p.sum() == pytest.approx(1.0)
+
+
+def test_rejects_impossible_distributions():
+    with pytest.raises(ValueError, match="alpha_std"):
+        workloads.generate("heterogeneous", duration=10.0, alpha_std=-1.0)
+    with pytest.raises(ValueError, match="blocks_mean"):
+        workloads.generate("heterogeneous", duration=10.0, blocks_mean=12.0)
 
 
 def test_controlled_sizes_follow_the_requested_normal_inside_the_zoos_range():

@@ -174,11 +174,6 @@ def zoo() -> Zoo:
     return Zoo(tuple(families), tuple(mechanisms), np.array(best), np.array(size), np.array(curves))
 
 
-def curve_zoo() -> tuple[tuple[str, ...], tuple[dict, ...], np.ndarray, np.ndarray]:
-    """The filtered zoo's families, mechanisms, best orders and sizes (see :func:`zoo`)."""
-    return zoo()[:4]
-
-
 def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
