@@ -24,7 +24,7 @@ import torch
 
 from privsched.trainers.data import read_block_files
 from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
-from privsched.trainers.models import build_model, ghost_clipping_applies
+from privsched.trainers.models import build_model
 from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, parse_job
 from workloads.reviews import write_blocks
 
@@ -73,7 +73,7 @@ def main() -> None:
             return build_model(model_name, data.vocab_size, data.n_classes)
 
         default = default_mode(fresh())
-        modes = [mode for mode in GRAD_SAMPLE_MODES if mode != "ghost" or ghost_clipping_applies(fresh())]
+        modes = [mode for mode in GRAD_SAMPLE_MODES if mode != "ghost" or default == "ghost"]
         trainers = [plain_trainer(fresh(), train, job, device)]
         trainers += [private_trainer(fresh(), train, job, 1.0, mode, device) for mode in modes]
         plain, *private = epoch_seconds(trainers, steps, args.repeats)
