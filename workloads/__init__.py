@@ -6,9 +6,12 @@ Every generator is seeded and deterministic and returns a validated
 
 from __future__ import annotations
 
+import inspect
+import typing
 from functools import partial
 from typing import Callable
 
+from privsched.budgets.bounds import check_number
 from privsched.simulation.trace import Trace
 from workloads.heterogeneous import heterogeneous
 from workloads.macrobenchmark import macrobenchmark
@@ -26,11 +29,44 @@ WORKLOADS: dict[str, Callable[..., Trace]] = {
 }
 
 
+#: Largest value of a count parameter (blocks, block counts per pipeline, days).
+MAX_COUNT = 100_000
+#: Largest magnitude of any other numeric parameter.
+MAX_NUMBER = 1e12
+#: Largest seed (NumPy seeds are non-negative integers; 64 bits here).
+MAX_SEED = 2**64 - 1
+
+
+def check_params(generator: Callable[..., Trace], params: dict) -> None:
+    """Refuse a parameter the generator does not take or of the wrong type: numbers must be
+    finite, counts whole numbers up to ``MAX_COUNT``, and a bool is not a number. The work a
+    workload asks for is bounded where it is generated (``poisson_arrivals`` and
+    ``periodic_blocks``)."""
+    function = generator.func if isinstance(generator, partial) else generator
+    hints = typing.get_type_hints(function)
+    fixed = generator.keywords if isinstance(generator, partial) else {}
+    for key, value in params.items():
+        if key not in inspect.signature(function).parameters or key in fixed or key == "seed":
+            raise ValueError(f"unknown workload parameter {key!r}")
+        kinds = typing.get_args(hints[key]) or (hints[key],)
+        if value is None and type(None) in kinds:
+            continue
+        if str in kinds:
+            if not isinstance(value, str):
+                raise ValueError(f"workload parameter {key} must be a string, got {value!r}")
+        elif int in kinds and float not in kinds:
+            check_number(value, f"workload parameter {key}", 0, MAX_COUNT, integer=True)
+        elif value != inspect.signature(function).parameters[key].default:  # e.g. an infinite default
+            check_number(value, f"workload parameter {key}", -MAX_NUMBER, MAX_NUMBER)
+
+
 def generate(name: str, *, seed: int = 0, **params) -> Trace:
     """The workload ``name`` with ``seed``; raises ValueError for an unknown name or parameter."""
     generator = WORKLOADS.get(name)
     if generator is None:
         raise ValueError(f"unknown workload {name!r} (expected one of: {', '.join(WORKLOADS)})")
+    check_number(seed, "seed", 0, MAX_SEED, integer=True)
+    check_params(generator, params)
     try:
         return generator(seed=seed, **params)
     except TypeError as exc:

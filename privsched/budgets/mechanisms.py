@@ -11,15 +11,20 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import MAX_DEMAND, Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
 from privsched.budgets.curves import (
     gaussian_curve,
     gaussian_sigma,
     laplace_curve,
     subsampled_gaussian_curve,
 )
+
+#: Most parts of a composition, and most values of an explicit demand.
+MAX_PARTS = 1024
+Demand = bounded(0.0, MAX_DEMAND)
 
 
 class _Mechanism(BaseModel):
@@ -31,47 +36,47 @@ class EpsilonDelta(_Mechanism):
     (ε, δ), σ = sqrt(2 ln(1.25/δ))/ε (DESIGN §5.1)."""
 
     kind: Literal["epsilon_delta"] = "epsilon_delta"
-    epsilon: PositiveFloat
-    delta: float = Field(0.0, ge=0, lt=1)
+    epsilon: Epsilon
+    delta: Delta = 0.0
 
 
 class Gaussian(_Mechanism):
     """Gaussian mechanism with noise σ (RDP only)."""
 
     kind: Literal["gaussian"] = "gaussian"
-    sigma: PositiveFloat
-    sensitivity: PositiveFloat = 1.0
+    sigma: Noise
+    sensitivity: Sensitivity = 1.0
 
 
 class Laplace(_Mechanism):
     """Laplace mechanism with scale b; ε = Δ/b under basic accounting."""
 
     kind: Literal["laplace"] = "laplace"
-    scale: PositiveFloat
-    sensitivity: PositiveFloat = 1.0
+    scale: Noise
+    sensitivity: Sensitivity = 1.0
 
 
 class SubsampledGaussian(_Mechanism):
     """A DP-SGD plan: Poisson sampling rate q, noise multiplier, number of steps (RDP only)."""
 
     kind: Literal["subsampled_gaussian"] = "subsampled_gaussian"
-    sample_rate: float = Field(gt=0, le=1)
-    noise_multiplier: PositiveFloat
-    steps: int = Field(ge=0)
+    sample_rate: SampleRate
+    noise_multiplier: Noise
+    steps: Steps
 
 
 class Composed(_Mechanism):
     """Sequential composition: demands add up."""
 
     kind: Literal["composed"] = "composed"
-    parts: list[Mechanism] = Field(min_length=1)
+    parts: list[Mechanism] = Field(min_length=1, max_length=MAX_PARTS)
 
 
 class Explicit(_Mechanism):
     """A demand vector given directly: (ε, δ) for basic, one ε(α) per order for RDP."""
 
     kind: Literal["explicit"] = "explicit"
-    values: list[float] = Field(min_length=1)
+    values: list[Demand] = Field(min_length=1, max_length=MAX_PARTS)
 
 
 Mechanism = Annotated[
@@ -102,8 +107,8 @@ def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
         values = np.asarray(mechanism.values, dtype=float)
         if values.shape != (accounting.dims,):
             raise ValueError(f"explicit demand has {values.size} values, the dataset's budgets have {accounting.dims}")
-        if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise ValueError("explicit demand values must be finite and non-negative")
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values > MAX_DEMAND):
+            raise ValueError(f"explicit demand values must be in [0, {MAX_DEMAND:g}]")
         return values
     if accounting.is_rdp:
         alphas = accounting.alphas

@@ -17,7 +17,8 @@ import typer
 from rich.table import Table
 
 from privsched.cli import app
-from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
     import numpy as np
@@ -49,7 +50,7 @@ def _when(timestamp: float) -> str:
 def init(db: DbOption = DEFAULT_DB) -> None:
     """Create an empty privsched database (an existing one is left as it is)."""
     with _open(db, create=True) as ledger:
-        console.print(f"privsched database ready at {ledger.path}")
+        say(f"privsched database ready at {ledger.path}")
 
 
 @dataset_app.command("create")
@@ -67,7 +68,7 @@ def dataset_create(
     with _open(db) as ledger, errors():
         info = ledger.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders,
                                      conversion=conversion)
-    console.print(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
+    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
 
 
 def _parse_alphas(text: str | None) -> list[float] | None:
@@ -88,7 +89,7 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
-        table.add_row(info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
+        add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
                       _when(info.created_at))
     console.print(table)
 
@@ -99,7 +100,8 @@ def blocks_add(
     keys: Annotated[list[str], typer.Argument(help="Block keys, e.g. dates or user ranges.")],
     location: Annotated[Optional[list[str]], typer.Option(help="KEY=PATH data location (repeatable).")] = None,
     location_template: Annotated[
-        Optional[str], typer.Option(help="Data location of every block, with {key} replaced, e.g. 'data/{key}.npz'.")
+        Optional[str], typer.Option(help="Data location of every block, with {key} (and {dataset}) replaced, "
+                                         "e.g. 'data/{key}.npz'; {{ and }} stand for braces.")
     ] = None,
     unlocked: Annotated[float, typer.Option(help="Fraction of each block's capacity unlocked at once.")] = 0.0,
     db: DbOption = DEFAULT_DB,
@@ -107,19 +109,18 @@ def blocks_add(
     """Add blocks to a dataset, each with the dataset's capacity."""
     from privsched.ledger import BlockSpec
 
-    locations = _parse_locations(location or [], keys, location_template)
+    locations = _parse_locations(location or [], keys, location_template, dataset)
     with _open(db) as ledger, errors():
         added = ledger.add_blocks(dataset, [BlockSpec(k, locations.get(k)) for k in keys], unlocked_fraction=unlocked)
-    console.print(f"added {len(added)} block(s) to {dataset}")
+    say(f"added {len(added)} block(s) to {dataset}")
 
 
-def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None) -> dict[str, str]:
+def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None,
+                     dataset: str) -> dict[str, str]:
     locations = {}
     if template is not None:
-        try:
-            locations = {key: template.format(key=key) for key in keys}
-        except (KeyError, IndexError, ValueError) as exc:
-            fail(f"--location-template may only use {{key}}: {exc}")
+        with errors():
+            locations = {key: fill_template(template, key=key, dataset=dataset) for key in keys}
     for pair in pairs:
         key, sep, path = pair.partition("=")
         if not sep or not key or not path:
@@ -140,7 +141,7 @@ def blocks_list(
         blocks = ledger.list_blocks(dataset)
     table = Table("id", "dataset", "key", "state", "location", "created")
     for block in blocks:
-        table.add_row(str(block.id), block.dataset, block.key, block.state, block.location or "-",
+        add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
                       _when(block.created_at))
     console.print(table)
 
@@ -162,14 +163,14 @@ def budget_show(
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
         caption = f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ"
         table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
-                      title=title, caption=caption)
+                      title=text(title), caption=text(caption))
         for block in blocks[info.name]:
             cells = [budget_text(getattr(block, bucket), info.accounting, block.capacity, info.delta)
                      for bucket in ("locked", "unlocked", "allocated", "consumed")]
             remaining = budget_text(block.remaining, info.accounting, block.capacity, info.delta)
             if rdp:
                 remaining = f"({remaining}, {info.delta:g})"
-            table.add_row(block.key, block.state, *cells, remaining)
+            add_row(table, block.key, block.state, *cells, remaining)
         console.print(table)
 
 
@@ -196,6 +197,6 @@ def audit(db: DbOption = DEFAULT_DB) -> None:
         report = ledger.audit()
     if not report.ok:
         for violation in report.violations:
-            print(f"violation: {violation}", file=sys.stderr)
+            print(f"violation: {printable(violation)}", file=sys.stderr)
         raise typer.Exit(1)
-    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")
+    say(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")

@@ -19,7 +19,8 @@ import typer
 from rich.table import Table
 
 from privsched.cli import app
-from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
@@ -55,12 +56,12 @@ def submit(
     with _client(db) as client, errors():
         run = client.submit(pipeline, owner=owner)
         if not wait:
-            print(run.id)
+            say(run.id)
             return
         if client.ledger.lease_holder() is None:
-            print(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}", file=sys.stderr)
+            print(printable(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}"), file=sys.stderr)
         info = run.wait().info
-    print(_outcome(info))
+    say(_outcome(info))
     if info.state != "completed":
         raise typer.Exit(1)
 
@@ -76,7 +77,7 @@ def list_pipelines(
         pipelines = client.list(states=state, dataset=dataset)
     table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished")
     for info in pipelines:
-        table.add_row(str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
+        add_row(table, str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
                       _when(info.submitted_at), _when(info.finished_at))
     console.print(table)
 
@@ -94,21 +95,21 @@ def status(
         dataset = client.ledger.get_dataset(info.dataset)
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
-    table = Table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
-    table.add_row("state", info.state + (f" ({info.message})" if info.message else ""))
-    table.add_row("dataset", f"{info.dataset} ({acc.name})")
-    table.add_row("owner", info.owner)
+    table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
+    add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
+    add_row(table, "dataset", f"{info.dataset} ({acc.name})")
+    add_row(table, "owner", info.owner)
     for key in info.block_keys:
         grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
         consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
-        table.add_row(f"block {key}", f"demand {grant}{consumed} ({unit})")
+        add_row(table, f"block {key}", f"demand {grant}{consumed} ({unit})")
     if info.placement:
-        table.add_row("placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
+        add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
                       ("finished", info.finished_at)):
-        table.add_row(label, _when(at))
+        add_row(table, label, _when(at))
     if info.started_at is not None:
-        table.add_row("run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
+        add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     console.print(table)
 
 
@@ -123,7 +124,7 @@ def cancel(
     is stopped by the scheduler and its allocation consumed, since it may have read data."""
     with _client(db) as client, errors():
         outcome = client.cancel(pipeline_id)
-    print(f"pipeline {pipeline_id} {outcome}")
+    say(f"pipeline {pipeline_id} {outcome}")
 
 
 @app.command()
@@ -145,7 +146,7 @@ def logs(
                     log.seek(offset)
                     chunk = log.read()
                 offset += len(chunk)
-                sys.stdout.write(chunk.decode(errors="replace"))
+                sys.stdout.write(printable(chunk.decode(errors="replace"), keep="\n\t"))
                 sys.stdout.flush()
             if not follow or ended:
                 return
@@ -181,7 +182,7 @@ def serve(
 
     def log(message: str) -> None:
         if not quiet:
-            print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}", flush=True)
+            say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
     with _client(db) as client, errors():
         try:
@@ -190,5 +191,5 @@ def serve(
                                    stop=stop, log=log)
         except ServiceError as exc:
             fail(exc)
-    print(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
+    say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
           f"{summary.pending} still pending")

@@ -16,7 +16,7 @@ import typer
 from rich.table import Table
 
 from privsched.cli import app
-from privsched.cli.common import console, errors, fail
+from privsched.cli.common import add_row, console, errors, fail, say, text
 
 ParamOption = Annotated[
     Optional[list[str]],
@@ -49,17 +49,17 @@ def _numbers(text: str | None, kind: type, option: str) -> list:
 
 
 def _summary_table(summary: dict) -> Table:
-    table = Table(title=f"{summary['policy']} on {summary['workload']} ({summary['accounting']})")
+    table = Table(title=text(f"{summary['policy']} on {summary['workload']} ({summary['accounting']})"))
     table.add_column("class")
     table.add_column("pipelines", justify="right")
     table.add_column("granted", justify="right")
     for name, counts in summary["by_class"].items():
-        table.add_row(name, str(counts["pipelines"]), str(counts["granted"]))
-    table.add_row("[bold]total", str(summary["pipelines"]), f"[bold]{summary['granted']}")
+        add_row(table, name, str(counts["pipelines"]), str(counts["granted"]))
+    add_row(table, text("total", "bold"), str(summary["pipelines"]), text(summary["granted"], "bold"))
     delays = "no grant" if summary["delay_p50"] is None else (
         f"delay p50 {summary['delay_p50']:.2f} s, p99 {summary['delay_p99']:.2f} s"
     )
-    table.caption = (
+    table.caption = text(
         f"timed out {summary['timed_out']}, pending {summary['pending']}; {delays}; "
         f"mean block budget used {summary['mean_block_used']:.3f}; "
         f"{summary['passes']} passes in {summary['runtime_s']:.2f} s"
@@ -95,7 +95,7 @@ def simulate(
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plots.result_figures(result, out)
     console.print(_summary_table(summary))
-    console.print(f"wrote {out}/result.json, summary.json and plots")
+    say(f"wrote {out}/result.json, summary.json and plots")
 
 
 @app.command()
@@ -138,8 +138,8 @@ def sweep(
         with errors():
             rows, best = run_sweep(jobs, workers=workers, params=_params(param), on_done=done)
     write_sweep(rows, best, out)
-    console.print(summary_table(rows), markup=False)
-    console.print(f"wrote {out}/sweep.json, summary.md and figures")
+    console.print(summary_table(rows))
+    say(f"wrote {out}/sweep.json, summary.md and figures")
 
 
 @app.command()
@@ -160,4 +160,4 @@ def trace(
     with errors():
         document = registry.generate(workload, seed=seed, **params)
     save_trace(document, out)
-    console.print(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")
+    say(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

@@ -14,15 +14,17 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import PipelineRequest
+from privsched.text import name_problem
 
 
 def name(value: object, what: str) -> str:
-    """A non-empty single-line name (dataset, block key, pipeline)."""
-    if not isinstance(value, str) or not value.strip():
-        raise LedgerError(f"{what} must be a non-empty string, got {value!r}")
-    if any(ch in value for ch in "\r\n\t\0"):
-        raise LedgerError(f"{what} {value!r} must not contain control characters")
-    return value
+    """A non-empty single-line name (dataset, block key, pipeline, owner) without control
+    characters and at most ``MAX_NAME_LENGTH`` long (:func:`privsched.text.name_problem`)."""
+    problem = name_problem(value)
+    if problem is not None:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise LedgerError(f"{what} {shown} {problem}")
+    return value  # type: ignore[return-value]
 
 
 def unique(values: Iterable[str], what: str) -> list[str]:
@@ -69,12 +71,19 @@ def now_or_clock(now: float | None) -> float:
     return finite_number(now, "now", low=-math.inf)
 
 
+#: Largest database id: SQLite's rowid is a signed 64-bit integer.
+MAX_ID = 2**63 - 1
+
+
 def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
-    """Database ids given by a caller, as Python ints."""
+    """Database ids given by a caller, as Python ints in [1, MAX_ID]."""
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise LedgerError(f"{what} must be an integer, got {value!r}")
+        if not 1 <= value <= MAX_ID:
+            text = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
+            raise LedgerError(f"{what} must be in [1, {MAX_ID}] (a 64-bit id), got {text}")
         out.append(int(value))
     return out
 
