@@ -73,7 +73,7 @@ def parse_duration(value: Any) -> float:
         if match is None:
             raise ValueError(f"invalid duration {shown(value)} (expected seconds or e.g. 30s, 5m, 2h, 1d)")
         value = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    return float(check_number(value, "a duration (seconds)", MIN_DURATION, MAX_DURATION))
+    return float(check_number(value, "a duration in seconds (1 ms to 10 years)", MIN_DURATION, MAX_DURATION))
 
 
 def parse_memory(value: Any) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_DEMAND, Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
@@ -89,10 +89,18 @@ _MECHANISM_ADAPTER: TypeAdapter = TypeAdapter(Mechanism)
 
 
 def parse_mechanism(data: dict | str) -> Mechanism:
-    """Validate a mechanism description from a dict or its JSON text."""
-    if isinstance(data, str):
-        return _MECHANISM_ADAPTER.validate_json(data)
-    return _MECHANISM_ADAPTER.validate_python(data)
+    """Validate a mechanism description from a dict or its JSON text; a problem raises a
+    ``ValueError`` of one line naming the first invalid field."""
+    try:
+        if isinstance(data, str):
+            return _MECHANISM_ADAPTER.validate_json(data)
+        return _MECHANISM_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        where = where if len(where) <= 80 else "..." + where[-77:]
+        message = error["msg"].removeprefix("Value error, ")
+        raise ValueError(f"invalid mechanism: {where}: {message}" if where else f"invalid mechanism: {message}") from None
 
 
 def mechanism_json(mechanism: Mechanism) -> str:
