@@ -47,7 +47,12 @@ SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
 def connect(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
     """A client of a privsched database (created on first use unless ``create=False``):
     ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder."""
-    return Client(Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db").resolve(), create=create)
+    given = Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db")
+    try:
+        resolved = given.resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic-link loop
+        raise LedgerError(f"cannot open {given}: {exc}") from None
+    return Client(resolved, create=create)
 
 
 def _block_spec(block: BlockLike) -> BlockSpec:

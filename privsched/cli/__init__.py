@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import typer
+
+from privsched.text import printable
 
 app = typer.Typer(
     name="privsched",
@@ -34,15 +37,23 @@ for _name in _COMMAND_MODULES:
 
 def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
-    parse) is reported like every other bad input: one ``error:`` line on stderr."""
-    try:
-        code = app(standalone_mode=False)
-    except typer.TyperException as exc:  # click's usage and parameter errors
-        message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
-        if message:  # empty after the help printed for a bare `privsched`
-            print(f"error: {message}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(code if isinstance(code, int) else 0)
+    parse) is reported like every other bad input: one ``error:`` line on stderr. Warnings
+    raised by libraries (NumPy, Opacus) are held back: shown as one line each after a command
+    that succeeded, dropped when it failed, so an error is always the only line."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            code = app(standalone_mode=False)
+        except typer.TyperException as exc:  # click's usage and parameter errors
+            message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
+            if message:  # empty after the help printed for a bare `privsched`
+                print(f"error: {printable(message)}", file=sys.stderr)
+            sys.exit(getattr(exc, "exit_code", 2))
+        except typer.Abort:
+            print("aborted", file=sys.stderr)
+            sys.exit(130)
+    code = code if isinstance(code, int) else 0
+    if code == 0:
+        for line in dict.fromkeys(f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught):
+            print(f"warning: {printable(line)}", file=sys.stderr)
+    sys.exit(code)

@@ -8,6 +8,7 @@ name and options. The ledger (numpy, SQLite) is imported inside command bodies s
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from privsched.budgets.accounting import Accounting
-    from privsched.ledger import Ledger
+    from privsched.ledger import BlockInfo, Ledger
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
                           no_args_is_help=True)
@@ -40,6 +41,22 @@ def _open(db: Path, *, create: bool = False) -> Ledger:
 
     with errors():
         return Ledger(db, create=create)
+
+
+#: Blocks that ``blocks list`` and ``budget show`` print unless ``--all`` is given.
+SHOWN_BLOCKS = 100
+AllOption = Annotated[bool, typer.Option("--all", help=f"Every block (default: the {SHOWN_BLOCKS} most recent).")]
+
+
+def _page(blocks: list[BlockInfo], every: bool) -> tuple[list[BlockInfo], str | None]:
+    """The blocks to print (the most recent ``SHOWN_BLOCKS`` unless ``every``), and a line
+    summarising the others, or None when every block is printed."""
+    if every or len(blocks) <= SHOWN_BLOCKS:
+        return blocks, None
+    states = Counter(block.state for block in blocks)
+    counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+    return blocks[-SHOWN_BLOCKS:], (f"showing the {SHOWN_BLOCKS} most recent of {len(blocks)} blocks ({counts}); "
+                                    "--all shows every block")
 
 
 def _when(timestamp: float) -> str:
@@ -134,12 +151,13 @@ def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | 
 @blocks_app.command("list")
 def blocks_list(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset's blocks.")] = None,
+    every: AllOption = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """List blocks with their state and data location."""
+    """List blocks with their state and data location (the most recent ones, or --all)."""
     with _open(db) as ledger, errors():
-        blocks = ledger.list_blocks(dataset)
-    table = Table("id", "dataset", "key", "state", "location", "created")
+        blocks, note = _page(ledger.list_blocks(dataset), every)
+    table = Table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
         add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
                       _when(block.created_at))
@@ -149,9 +167,11 @@ def blocks_list(
 @budget_app.command("show")
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+    every: AllOption = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ).
+    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ)
+    (the most recent blocks of each dataset, or --all).
 
     Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
     tight conversion, over the live orders where the curve is positive)."""
@@ -161,10 +181,11 @@ def budget_show(
     for info in datasets:
         rdp = info.accounting.is_rdp
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
-        caption = f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ"
+        shown, note = _page(blocks[info.name], every)
+        caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
         table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
                       title=text(title), caption=text(caption))
-        for block in blocks[info.name]:
+        for block in shown:
             cells = [budget_text(getattr(block, bucket), info.accounting, block.capacity, info.delta)
                      for bucket in ("locked", "unlocked", "allocated", "consumed")]
             remaining = budget_text(block.remaining, info.accounting, block.capacity, info.delta)
