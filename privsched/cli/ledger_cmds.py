@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
                           no_args_is_help=True)
+#: Image formats ``budget show --plot`` writes.
+PLOT_FORMATS = (".png", ".svg", ".pdf")
 blocks_app = typer.Typer(help="Blocks: the partitions of a dataset that carry budget.", no_args_is_help=True)
 budget_app = typer.Typer(help="Privacy budget balances of blocks.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
@@ -107,7 +109,7 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
         add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
-                      _when(info.created_at))
+                _when(info.created_at))
     console.print(table)
 
 
@@ -160,7 +162,7 @@ def blocks_list(
     table = Table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
         add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
-                      _when(block.created_at))
+                _when(block.created_at))
     console.print(table)
 
 
@@ -168,6 +170,9 @@ def blocks_list(
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
     every: AllOption = False,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).",
+        dir_okay=False)] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ)
@@ -175,9 +180,18 @@ def budget_show(
 
     Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
     tight conversion, over the live orders where the curve is positive)."""
+    if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
+        fail(f"--plot {plot.name}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     with _open(db) as ledger, errors():
         datasets = [ledger.get_dataset(dataset)] if dataset is not None else ledger.list_datasets()
         blocks = {info.name: ledger.list_blocks(info.name) for info in datasets}
+    if plot is not None:
+        from privsched.dashboard.figure import plot_budgets
+
+        try:
+            plot_budgets([(info, blocks[info.name]) for info in datasets], plot)
+        except OSError as error:
+            fail(f"--plot {plot}: {error.strerror or error}")
     for info in datasets:
         rdp = info.accounting.is_rdp
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
@@ -193,22 +207,19 @@ def budget_show(
                 remaining = f"({remaining}, {info.delta:g})"
             add_row(table, block.key, block.state, *cells, remaining)
         console.print(table)
+    if plot is not None:
+        say(f"budget figure: {plot}")
 
 
 def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
     """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies at
-    δ (``rdp_to_epsilon``) over live orders with a positive value, 0 if there are none."""
+    δ (:func:`~privsched.budgets.readout.as_epsilon_delta`)."""
+    from privsched.budgets.readout import as_epsilon_delta
+
+    epsilon, spent_delta = as_epsilon_delta(vector, accounting, capacity, delta)
     if not accounting.is_rdp:
-        return f"{vector[0]:.4g}, {vector[1]:.3g}"
-    import numpy as np
-
-    from privsched.budgets.curves import rdp_to_epsilon
-
-    usable = accounting.live(capacity) & (vector > 0)
-    if not usable.any():
-        return "0"
-    epsilon, _ = rdp_to_epsilon(vector[usable], np.asarray(accounting.alphas)[usable], delta)
-    return f"{epsilon:.4g}"
+        return f"{epsilon:.4g}, {spent_delta:.3g}"
+    return "0" if epsilon == 0 else f"{epsilon:.4g}"
 
 
 @app.command()
