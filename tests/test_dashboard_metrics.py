@@ -59,7 +59,7 @@ def test_views_show_every_block_queue_and_pipeline(client):
     assert history[-1]["given_out"] == pytest.approx((0.2 + 0.3 + 0.2) / 3)
     queue = views.queue_page(client)
     assert [p["name"] for p in queue["pending"]] == ["wait"]
-    assert queue["pending"][0]["owner"] == "bo[/]\x1b[31m"
+    assert queue["pending"][0]["owner"] == "bo[/]<b>"
     assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"]["gpus"] == ["0"]
     assert [p["name"] for p in queue["recent"]] == ["stop", "done"]
     done = views.pipeline_page(client, queue["recent"][1]["id"])
