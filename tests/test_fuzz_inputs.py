@@ -204,3 +204,34 @@ def test_any_command_line_succeeds_or_fails_in_one_line(template, scratch, data)
     before = dump_database(db)
     outcome = invoke(*args, db=db if args[0] not in ("trace", "simulate") else None)
     check_outcome(outcome, db, before)
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["trace", "single-block", "--out", "{folder}"], "is a folder"),
+    (["simulate", "single-block", "--out", "{file}"], "not a folder"),
+    (["simulate", "single-block", "--out", "/dev/null/x"], "folder"),
+    (["trace", "single-block", "--out", "/dev/null/x"], "folder"),
+    (["trace", "single-block", "--out", "{folder}/t.json", "-p", "rate=1e9"], "limit of 1000000"),
+    (["trace", "multi-block", "--out", "{folder}/t.json", "-p", "initial_blocks=1e9"], "100000"),
+    (["trace", "single-block", "--out", "{folder}/t.json", "-p", "rate=1", "-p", "rate=2"], "given twice"),
+    (["trace", "single-block", "--out", "{folder}/t.json", "-p", "seed=3"], "--seed"),
+    (["simulate", "single-block", "--out", "{folder}/s", "--policy", "dpf-t", "--lifetime", "10", "--tick", "1e-9"],
+     "unlock ticks"),
+    (["simulate", "single-block", "--out", "{folder}/s", "--duration", "nan"], "finite"),
+    (["serve", "--cpus", "nan", "--db", "{db}"], "finite"),
+    (["serve", "--gpus", "100000000000000000000", "--db", "{db}"], "[0, 1024]"),
+    (["serve", "--cpus", "1e-9", "--db", "{db}"], "[0.01, 4096]"),
+    (["list", "--db", "{folder}/loop"], "cannot open"),
+    (["init", "--db", "{folder}/loop/x.db"], "cannot open"),
+    (["init", "--db", "/dev/null"], "not a regular file"),
+])
+def test_unusable_simulation_serve_and_path_inputs_are_refused_naming_the_limit(template, tmp_path, args, reason):
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    db = fresh_copy(template, tmp_path)
+    before = dump_database(db)
+    values = {"folder": str(tmp_path), "file": str(tmp_path / "a-file"), "db": str(db)}
+    outcome = invoke(*(arg.format(**values) for arg in args))
+    assert outcome.code != 0 and outcome.stderr.count("\n") == 1 and reason in outcome.stderr, outcome.stderr
+    assert dump_database(db) == before
+    assert not (tmp_path / "s").exists() and not (tmp_path / "t.json").exists()
