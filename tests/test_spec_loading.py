@@ -189,3 +189,22 @@ def test_traces_are_read_strictly(tmp_path):
     for _ in range(1000):
         deep = [deep]
     assert "levels deep" in one_line_error(lambda: parse_trace({**trace, "alphas": deep}), TraceError)
+
+
+def test_the_stored_size_of_a_pipeline_is_bounded(tmp_path):
+    import numpy as np
+
+    from privsched.ledger import Ledger, LedgerError, PipelineRequest
+
+    with Ledger(tmp_path / "p.db", create=True) as ledger:
+        ledger.create_dataset("d", 1.0, 1e-6, accounting="basic")
+        ledger.add_blocks("d", ["b"])
+        huge = {"params": ["x" * 1000] * 2000}
+        request = PipelineRequest("p", "d", ["b"], demand=np.array([0.1, 0.0]), job=huge)
+        assert "byte limit" in one_line_error(lambda: ledger.submit(request), LedgerError)
+        deep: list = []
+        for _ in range(100_000):
+            deep = [deep]
+        request = PipelineRequest("p", "d", ["b"], demand=np.array([0.1, 0.0]), job={"params": deep})
+        assert "JSON" in one_line_error(lambda: ledger.submit(request), LedgerError)
+        assert ledger.list_pipelines() == []

@@ -88,14 +88,21 @@ def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
     return out
 
 
+#: Largest JSON text stored for a pipeline's job, resources or mechanism, in bytes.
+MAX_STORED_JSON = 2**20
+
+
 def json_text(value: Any, what: str) -> str:
-    """A dict as JSON text (no NaN)."""
+    """A dict as JSON text (no NaN), at most ``MAX_STORED_JSON`` bytes."""
     if not isinstance(value, dict):
         raise LedgerError(f"{what} must be a dict, got {type(value).__name__}")
     try:
-        return json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise LedgerError(f"{what} is not JSON-serialisable: {exc}") from exc
+    if len(text.encode()) > MAX_STORED_JSON:
+        raise LedgerError(f"{what} is {len(text.encode())} bytes as JSON, more than the {MAX_STORED_JSON}-byte limit")
+    return text
 
 
 def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounting:
@@ -117,9 +124,11 @@ def request_demands(request: PipelineRequest, accounting: Accounting) -> dict[st
     if request.mechanism is not None:
         if not isinstance(request.mechanism, str):
             raise LedgerError("mechanism must be a JSON string")
+        if len(request.mechanism.encode()) > MAX_STORED_JSON:
+            raise LedgerError(f"mechanism is more than the {MAX_STORED_JSON}-byte limit")
         try:
             json.loads(request.mechanism)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise LedgerError(f"mechanism is not valid JSON: {exc}") from exc
     keys = [name(k, "block key") for k in (request.block_keys or [])]
     unique(keys, "block key")
