@@ -162,7 +162,9 @@ def _selector(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError("the list of block keys is empty")
-        keys = [v.isoformat() if isinstance(v, date) else v for v in value]
+        # YAML reads unquoted keys such as 2026-01-01 or 17 as dates and numbers.
+        keys = [v.isoformat() if isinstance(v, date) else str(v) if isinstance(v, (int, float)) and
+                not isinstance(v, bool) else v for v in value]
         for key in keys:
             problem = name_problem(key) if isinstance(key, str) else "must be a string"
             if problem is not None:
