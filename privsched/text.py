@@ -1,4 +1,5 @@
-"""User text at the edges: what a name may contain, and how any stored text is shown.
+"""User text at the edges: what a name may contain, how any stored text is shown, and the
+one template users write (block locations, :func:`fill_template`).
 
 Names, keys and owners are typed by users and later printed on other users' terminals.
 Characters that can drive a terminal or reorder what it shows are therefore refused in
