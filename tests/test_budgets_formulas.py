@@ -261,3 +261,26 @@ def test_rdp_to_epsilon_equals_opacus_get_privacy_spent(q, sigma, steps, delta):
     epsilon, order = rdp_to_epsilon(curve, DEFAULT_ALPHAS, delta)
     assert epsilon == pytest.approx(float(expected), rel=1e-12, abs=1e-12)
     assert order == float(best)
+
+
+@fast
+@given(st.floats(0.5, 20), st.floats(1e-10, 1e-3), st.sampled_from(["paper", "tight"]))
+def test_adaptive_capacity_makes_every_order_a_filter_at_delta_over_the_number_of_orders(epsilon, delta, rule):
+    """Union bound over the orders: each order α spent up to its capacity is
+    (ε_G, δ_G/|A|)-DP, so under adaptive demands the block is (ε_G, δ_G)-DP."""
+    adaptive = rdp_capacity(epsilon, delta, WIDE, f"{rule}-adaptive")
+    per_order = delta / len(WIDE)
+    for alpha, capacity in zip(WIDE, adaptive):
+        if capacity > 0:
+            assert to_epsilon([capacity], [alpha], per_order) <= epsilon * (1 + 1e-9)
+    np.testing.assert_array_equal(adaptive, rdp_capacity(epsilon, per_order, WIDE, rule))
+    assert np.all(adaptive <= rdp_capacity(epsilon, delta, WIDE, rule))
+
+
+def test_a_dataset_can_choose_the_adaptive_capacity_rule(tmp_path):
+    from privsched.ledger import Ledger
+
+    with Ledger.init(tmp_path / "l.db") as ledger:
+        info = ledger.create_dataset("d", 10.0, 1e-7, "rdp", conversion="paper-adaptive")
+        alphas = np.array(info.accounting.alphas)
+        np.testing.assert_allclose(info.capacity, np.maximum(0, 10 - np.log(len(alphas) / 1e-7) / (alphas - 1)))

@@ -157,12 +157,24 @@ class EdgeTable:
         for part in _slices(blocks):
             part_blocks = blocks[part]
             wanted = demand[rows[part]]
-            if cumulative:
-                running = np.cumsum(wanted, axis=0)
-                first, group = _groups(part_blocks)
-                before = np.vstack([np.zeros((1, wanted.shape[1])), running[first[1:] - 1]])
-                wanted = running - before[group]
-            ok[part] = self.accounting.fits(wanted, available[part_blocks], self.live[part_blocks])
+            budget, live = available[part_blocks], self.live[part_blocks]
+            if not cumulative:
+                ok[part] = self.accounting.fits(wanted, budget, live)
+                continue
+            running = np.cumsum(wanted, axis=0)
+            first, group = _groups(part_blocks)
+            before = np.vstack([np.zeros((1, wanted.shape[1])), running[first[1:] - 1]])
+            totals = running - before[group]
+            fit = self.accounting.fits(totals, budget, live)
+            # The slice-wide running sum rounds; rows it refuses by a rounding error are
+            # settled by the walk's own arithmetic: subtract the rows ahead one by one.
+            near = ~fit & self.accounting.fits(totals * (1 - 1e-9), budget, live)
+            for i in np.flatnonzero(near):
+                left = budget[i].copy()
+                for ahead in wanted[first[group[i]] : i]:
+                    left = left - ahead
+                fit[i] = bool(self.accounting.fits(wanted[i], left, live[i]))
+            ok[part] = fit
         return ok
 
 
