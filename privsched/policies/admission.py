@@ -92,11 +92,6 @@ class EdgeTable:
         ok = self.accounting.fits(self.demand[edges], available[blocks], self.live[blocks])
         return np.bincount(owner[~ok], minlength=len(pipelines)) == 0
 
-    def block_sums(self, blocks: np.ndarray, demand: np.ndarray) -> np.ndarray:
-        """Total of ``demand`` (E', K) per block, given each row's block: (B, K)."""
-        sums = [np.bincount(blocks, weights=demand[:, k], minlength=self.n_blocks) for k in range(demand.shape[1])]
-        return np.stack(sums, axis=1)
-
     def charge(self, available: np.ndarray, pipelines: np.ndarray) -> np.ndarray:
         """``available`` minus the whole demand of ``pipelines``."""
         edges, _ = self.gather(np.asarray(pipelines, dtype=np.intp))
