@@ -191,6 +191,16 @@ def test_a_changed_pipeline_state_is_reported(db):
     assert f"pipeline {ids['waiting']}: stored state differs from the event log" in violations(path)
 
 
+def test_blobs_of_the_wrong_length_are_reported_not_a_crash(db):
+    path, ids = db
+    edit(path, ("UPDATE balances SET locked = x'00' WHERE block_id = (SELECT id FROM blocks WHERE key = 'r1')", []),
+         ("UPDATE demands SET demand = x'0000' WHERE pipeline_id = ?", [ids["held"]]))
+    text = violations(path)
+    assert "block reviews/r1: a stored balance is not a budget vector" in text
+    assert f"pipeline {ids['held']}: stored demands differ" in text
+    assert f"pipeline {ids['held']} on block stats/d1: a stored demand or consumption is not a budget vector" in text
+
+
 def test_a_deleted_event_is_reported_by_its_id(db):
     path, ids = db
     gone = event_id(path, "kind = 'grant' AND pipeline_id = ? AND amount IS NOT NULL", [ids["held"]])

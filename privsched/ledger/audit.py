@@ -87,7 +87,10 @@ def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> Audi
         records.apply(row)
         block_id, pipeline_id, source, target, amount = row[4], row[5], row[6], row[7], row[8]
         if amount is not None:
-            replay.apply(block_id, pipeline_id, source, target, unpack(amount))
+            try:
+                replay.apply(block_id, pipeline_id, source, target, unpack(amount))
+            except ValueError:  # a length no budget vector of the block has
+                violations.append(f"event {row[0]}: its amount is not a budget vector of block id {block_id}")
     violations.extend(check_tables(db, records))
 
     accountings = {
@@ -107,9 +110,14 @@ def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> Audi
         block_id, dataset_id, name, capacity, *buckets = row
         n_blocks += 1
         accounting = accountings[dataset_id]
-        stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
-        names[block_id], capacities[block_id] = name, stored["capacity"]
-        violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id)))
+        names[block_id] = name
+        try:
+            stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
+            violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id)))
+        except ValueError:  # a BLOB whose length is no budget vector of the dataset
+            violations.append(f"block {name}: a stored balance is not a budget vector of its dataset")
+            continue
+        capacities[block_id] = stored["capacity"]
     for block_id in replay.blocks.keys() - names.keys():
         violations.append(f"event log moves budget of block id {block_id}, which has no balance row")
 
@@ -168,15 +176,25 @@ def _check_pipelines(
             continue
         labels = accountings[dataset_id].dimension_labels()
         label = f"pipeline {pipeline_id} on block {names[block_id]}"
-        expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
-        held = replay.held[key] + np.zeros_like(capacity)
-        bad = ~_close(held, expected, capacity)
-        if bad.any():
-            out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
-                       f"(at {_dims(labels, bad)})")
-        recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
-        spent = replay.spent[key] + np.zeros_like(capacity)
-        bad = ~_close(spent, recorded, capacity)
-        if bad.any():
-            out.append(f"{label}: recorded consumption differs from the event log at {_dims(labels, bad)}")
+        try:
+            out.extend(_check_holding(label, labels, state, demand, consumed, capacity, replay, key))
+        except ValueError:  # a BLOB whose length is no budget vector of the block
+            out.append(f"{label}: a stored demand or consumption is not a budget vector of the block")
+    return out
+
+
+def _check_holding(label: str, labels: list[str], state: str, demand: bytes, consumed: bytes | None,
+                   capacity: np.ndarray, replay: _Replay, key: tuple[int, int]) -> list[str]:
+    out: list[str] = []
+    expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
+    held = replay.held[key] + np.zeros_like(capacity)
+    bad = ~_close(held, expected, capacity)
+    if bad.any():
+        out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
+                   f"(at {_dims(labels, bad)})")
+    recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
+    spent = replay.spent[key] + np.zeros_like(capacity)
+    bad = ~_close(spent, recorded, capacity)
+    if bad.any():
+        out.append(f"{label}: recorded consumption differs from the event log at {_dims(labels, bad)}")
     return out

@@ -94,7 +94,7 @@ class Records:
             self.datasets[dataset_id] = _detail(detail) | {"event": event_id}
         elif kind == "create" and block_id is not None and amount is not None:
             self.blocks[block_id] = _detail(detail) | {
-                "event": event_id, "dataset_id": dataset_id, "capacity": unpack(amount).tolist(), "state": "active"}
+                "event": event_id, "dataset_id": dataset_id, "capacity": _floats(amount), "state": "active"}
         elif kind == "submit":
             self.pipelines[pipeline_id] = _detail(detail) | {
                 "event": event_id, "dataset_id": dataset_id, "state": target}
@@ -127,7 +127,7 @@ def check_tables(db: sqlite_utils.Database, records: Records) -> list[str]:
             out.append(f"dataset {name!r}: no event created it")
             continue
         stored = {"name": name, "accounting": accounting, "alphas": _json(alphas), "epsilon": epsilon,
-                  "delta": delta, "conversion": conversion, "capacity": unpack(capacity).tolist()}
+                  "delta": delta, "conversion": conversion, "capacity": _floats(capacity)}
         out.extend(f"dataset {name!r}: stored {key} differs from its creation (event {logged['event']})"
                    for key in stored if stored[key] != logged.get(key))
     out.extend(f"dataset id {i}: created by event {r['event']}, but its row is gone"
@@ -162,7 +162,7 @@ def _check_pipelines(db: sqlite_utils.Database, records: Records) -> list[str]:
     for pipeline_id, block_id, position, demand in db.execute(
         "SELECT pipeline_id, block_id, position, demand FROM demands ORDER BY pipeline_id, position"
     ):
-        demands.setdefault(pipeline_id, []).append([position, block_id, unpack(demand).tolist()])
+        demands.setdefault(pipeline_id, []).append([position, block_id, _floats(demand)])
     seen: set[int] = set()
     for id_, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources in db.execute(
         "SELECT id, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources "
@@ -184,6 +184,14 @@ def _check_pipelines(db: sqlite_utils.Database, records: Records) -> list[str]:
                for i, r in records.pipelines.items() if i not in seen)
     out.extend(f"demands of pipeline {i}: no such pipeline" for i in demands.keys() - seen)
     return out
+
+
+def _floats(blob: bytes) -> list[float] | None:
+    """A stored budget vector as a list (None if the BLOB is no float64 vector)."""
+    try:
+        return unpack(blob).tolist()
+    except (TypeError, ValueError):
+        return None
 
 
 def _json(text: str) -> Any:
