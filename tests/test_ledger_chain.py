@@ -191,6 +191,64 @@ def test_a_changed_pipeline_state_is_reported(db):
     assert f"pipeline {ids['waiting']}: stored state differs from the event log" in violations(path)
 
 
+def test_a_changed_block_location_or_state_is_reported(db):
+    path, _ = db
+    edit(path, ("UPDATE blocks SET location = '/data/other' WHERE key = 'd1'", []),
+         ("UPDATE blocks SET state = 'retired' WHERE key = 'd2'", []))
+    text = violations(path)
+    assert "block 'd1' (id 1): stored location differs from the event log" in text
+    assert "block 'd2' (id 2): stored state differs from the event log" in text
+
+
+def test_a_deleted_pipeline_row_is_reported(db):
+    path, ids = db
+    edit(path, ("DELETE FROM demands WHERE pipeline_id = ?", [ids["waiting"]]),
+         ("DELETE FROM pipelines WHERE id = ?", [ids["waiting"]]))
+    assert f"pipeline {ids['waiting']}: submitted by event" in violations(path)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("template") / "privsched.db"
+    build(path)
+    with Ledger(path) as ledger:  # fold the WAL into the main file, so one file is the database
+        ledger.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return path
+
+
+def other_value(value: object, seed: int) -> object:
+    if isinstance(value, bytes):
+        return bytes([value[0] ^ (1 + seed % 255)]) + value[1:] if value else b"x"
+    if isinstance(value, float):
+        return value + 1.0 + seed
+    if isinstance(value, int):
+        return value + 1 + seed
+    if isinstance(value, str):
+        return value + str(seed)
+    return "x" if seed % 2 else 1
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_any_change_to_any_event_column_is_reported_on_that_event(template, tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("edited") / "privsched.db"
+    path.write_bytes(template.read_bytes())
+    conn = sqlite3.connect(path)
+    count = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    conn.close()
+    event = data.draw(st.integers(1, count), label="event")
+    column = data.draw(st.sampled_from([c for c in chain.COLUMNS if c != "id"]), label="column")
+    conn = sqlite3.connect(path)
+    value = conn.execute(f"SELECT {column} FROM events WHERE id = ?", [event]).fetchone()[0]
+    conn.close()
+    changed = other_value(value, data.draw(st.integers(0, 1000), label="seed"))
+    try:
+        edit(path, (f"UPDATE events SET {column} = ? WHERE id = ?", [changed, event]))
+    except sqlite3.IntegrityError:  # NOT NULL, or a STRICT type: SQLite itself refuses the edit
+        return
+    assert f"event {event}: hash does not match" in violations(path)
+
+
 def test_blobs_of_the_wrong_length_are_reported_not_a_crash(db):
     path, ids = db
     edit(path, ("UPDATE balances SET locked = x'00' WHERE block_id = (SELECT id FROM blocks WHERE key = 'r1')", []),
