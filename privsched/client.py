@@ -345,8 +345,10 @@ class Client:
         path = self.log_path(pipeline_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def audit(self) -> AuditReport:
-        return self.ledger.audit()
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table
+        rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""
+        return self.ledger.audit(expect=expect)
 
     def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
         """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""

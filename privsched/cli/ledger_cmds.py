@@ -200,13 +200,32 @@ def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray
     return "0" if epsilon == 0 else f"{epsilon:.4g}"
 
 
+def _printable(text: str) -> str:
+    """``text`` with control and other non-printable characters shown as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 @app.command()
-def audit(db: DbOption = DEFAULT_DB) -> None:
-    """Recompute every balance from the event log and check every invariant (exit 1 naming each violation)."""
-    with _open(db) as ledger, errors():
-        report = ledger.audit()
+def audit(
+    db: DbOption = DEFAULT_DB,
+    export: Annotated[bool, typer.Option(
+        "--export", help="Print only the event log's chain head (<event id>:<sha256>) to keep elsewhere.")] = False,
+    expect: Annotated[Optional[str], typer.Option(
+        "--expect", metavar="HEAD",
+        help="A chain head kept earlier: fail unless the log still holds it (history not rewritten).")] = None,
+) -> None:
+    """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
+    it and check every invariant (exit 1 naming each violation)."""
+    from privsched.client import connect
+
+    with errors(), connect(db, create=False) as client:
+        report = client.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
-            print(f"violation: {violation}", file=sys.stderr)
+            print(f"violation: {_printable(violation)}", file=sys.stderr)
         raise typer.Exit(1)
-    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")
+    if export:
+        print(report.head)
+        return
+    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds; "
+                  f"chain head {report.head}", highlight=False, markup=False)

@@ -22,6 +22,7 @@ from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_eps
 from privsched.ledger import lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
+from privsched.ledger.chain import parse_head
 from privsched.ledger.connection import open_database, run_transaction
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -36,7 +37,7 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
-from privsched.ledger.moves import Moves, settle
+from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.schema import pack, unpack, unpack_rows
 
 T = TypeVar("T")
@@ -123,7 +124,11 @@ class Ledger:
                  pack(capacity), at],
             )
             moves = Moves(self.db, at)
-            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}")
+            definition = {"name": name, "accounting": mode.name, "alphas": list(mode.alphas),
+                          "epsilon": float(epsilon), "delta": float(delta), "conversion": conversion,
+                          "capacity": capacity.tolist()}
+            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}",
+                              detail=detail_text(definition))
             moves.flush()
             return self._dataset_by_id(cursor.lastrowid)
 
@@ -194,8 +199,9 @@ class Ledger:
                 [(ids[k], pack(info.capacity), zero, zero, zero, zero) for k in keys],
             )
             moves = Moves(self.db, at)
+            locations = {s.key: s.location for s in specs}
             for key in keys:
-                moves.add_block(ids[key], info.id, info.capacity)
+                moves.add_block(ids[key], info.id, info.capacity, key, locations[key])
                 if fraction > 0:
                     moves.move(ids[key], "locked", "unlocked", info.capacity * fraction, kind="unlock")
             moves.flush()
@@ -256,7 +262,7 @@ class Ledger:
             raise LedgerError(f"owner must be a string, got {request.owner!r}")
         job = check.json_text(request.job, "job")
         resources = check.json_text(request.resources, "resources")
-        demands = check.request_demands(request, info.accounting)
+        demands = check.request_demands(request, info.accounting, info.capacity)
         keys = list(demands)
         found = {
             key: (block_id, state, unpack(capacity))
@@ -288,7 +294,11 @@ class Ledger:
             "INSERT INTO demands (pipeline_id, block_id, position, demand) VALUES (?, ?, ?, ?)",
             [(pipeline_id, found[key][0], i, pack(demands[key])) for i, key in enumerate(keys)],
         )
-        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id)
+        submitted = {"name": name, "owner": request.owner, "weight": weight, "timeout": timeout,
+                     "mechanism": request.mechanism, "job": job, "resources": resources,
+                     "demands": [[found[key][0], demands[key].tolist()] for key in keys]}
+        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id,
+                          detail=detail_text(submitted))
         return pipeline_id
 
     def get_pipeline(self, pipeline_id: int) -> PipelineInfo:
@@ -692,7 +702,15 @@ class Ledger:
         return row if row is not None and row["expires_at"] > at else None
 
     # ------------------------------------------------------------------------ audit
-    def audit(self) -> AuditReport:
-        """Recompute every balance from the event log; check the identity and the safety
-        invariant of every block, and every pipeline's holdings."""
-        return self._read(lambda: audit_database(self.db))
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """Verify the event log's hash chain (and, with ``expect``, that it still holds that
+        chain head, ``<event id>:<hex SHA-256>`` from an earlier report's ``head``); rebuild
+        datasets, blocks, pipelines, demands and every balance from the events and compare;
+        check the identity and the safety invariant of every block, and every pipeline's
+        holdings."""
+        if expect is not None:
+            try:
+                parse_head(expect)
+            except ValueError as exc:
+                raise LedgerError(str(exc)) from exc
+        return self._read(lambda: audit_database(self.db, expect))
