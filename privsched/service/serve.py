@@ -2,7 +2,10 @@
 
 Exactly one scheduler serves a database at a time: :func:`serve` takes the ledger's
 scheduler lease (a second one fails with :class:`ServiceError`; the lease of a holder that
-died is taken over) and renews it while it runs. Between ticks it sleeps in short steps,
+died, or that was paused past its expiry, is taken over, and its jobs adopted) and renews it
+while it runs. Every ledger write it makes is fenced with the lease's generation, so one
+that resumes after losing its lease stops at its first write, leaving its jobs running for
+its successor (which adopts them), and fails with :class:`ServiceError`. Between ticks it sleeps in short steps,
 collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
 its own, so that a submission (or cancellation) from another process is scheduled at once
 rather than at the next tick.
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from privsched.ledger import Ledger
+from privsched.ledger.lease import LeaseLost
 from privsched.policies.base import PolicySpec
 from privsched.service.executors.base import Executor
 from privsched.service.resources import Pool
@@ -72,17 +76,19 @@ def serve(
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.time,
+    lease_ttl: float | None = None,
 ) -> ServeSummary:
     """Run the scheduler on a database until ``stop`` is set, or with ``until_idle`` until
     nothing runs and no pending pipeline can progress any more: nothing pending, or only
-    pipelines that no budget left to unlock can satisfy and that have no timeout to reach."""
-    if tick <= 0 or poll_interval <= 0:
-        raise ValueError("tick and poll interval must be positive")
+    pipelines that no budget left to unlock can satisfy and that have no timeout to reach.
+    The lease lasts ``lease_ttl`` seconds past each renewal (default: 5 ticks, at least 10 s)."""
+    if tick <= 0 or poll_interval <= 0 or (lease_ttl is not None and not lease_ttl > 0):
+        raise ValueError("tick, poll interval and lease ttl must be positive")
     stop = stop or threading.Event()
     path = Path(db_path)
     ledger = Ledger(path)
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ttl = max(10.0, 5 * tick)
+    ttl = max(10.0, 5 * tick) if lease_ttl is None else lease_ttl
     try:
         if not ledger.acquire_lease(holder, ttl, now=clock()):
             current = ledger.lease_holder() or {}
@@ -90,6 +96,8 @@ def serve(
             raise ServiceError(f"another scheduler is already serving {path}{where}")
         try:
             return _loop(ledger, path, holder, ttl, policy, executor, pool, tick, until_idle, poll_interval, stop, log, clock)
+        except LeaseLost as exc:  # paused past the lease: a successor has adopted its jobs
+            raise ServiceError(f"lost the scheduler lease of {path} to another scheduler ({exc})") from exc
         finally:
             ledger.release_lease(holder)
     finally:
