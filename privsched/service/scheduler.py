@@ -41,6 +41,7 @@ from privsched.service.launching import LaunchLock, mark_spawning, spawn_was_att
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
+from privsched.service.unsatisfiable import never_grantable
 from privsched.spec import Resources, validation_message
 
 #: Fractions of capacity smaller than this are not worth an unlock transaction.
@@ -161,7 +162,11 @@ class Scheduler:
         if report.expired:
             self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
             views = self._pending_views()
-        elif unlocked:
+        hopeless = self.end_never_grantable(views, now)
+        if hopeless:
+            report.expired += hopeless
+            views = self._pending_views()
+        elif unlocked and not report.expired:
             views = {name: _add_unlocked(view, unlocked) for name, view in views.items()}
         report.granted, report.reserved_changed = self.admit(views, now)
         report.started, report.waiting = self.place(now)
@@ -171,6 +176,23 @@ class Scheduler:
         report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
         report.running = len(self.executor.running()) + len(self._unresolved)
         return report
+
+    def end_never_grantable(self, views: dict[str, PendingView], now: float) -> list[int]:
+        """Fail the pending pipelines that no future unlock can satisfy, with the reason
+        (nothing was allocated to them); returns their ids."""
+        if not any(len(view.pipeline_ids) for view in views.values()):
+            return []
+        blocks = {block.id: block for block in self.ledger.list_blocks()}
+        ended = []
+        for view in views.values():
+            for pipeline_id, reason in never_grantable(view, blocks).items():
+                try:
+                    self._fail(pipeline_id, reason, touched=False, now=now)
+                except LedgerError as exc:  # cancelled since it was listed
+                    self.log(f"pipeline {pipeline_id}: {exc}")
+                    continue
+                ended.append(pipeline_id)
+        return ended
 
     def awaits_timeouts(self) -> bool:
         """Whether some pending pipeline will still time out: time alone will change its state."""
