@@ -38,6 +38,7 @@ from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchLock, mark_spawning, spawn_was_attempted
+from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
@@ -299,6 +300,10 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
+            problem = input_problem(info.job, self._block_locations(info), self.runs.folder(info.id))
+            if problem is not None:
+                self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
+                continue
             placement = self.compute.place(info.id, need)
             if placement is not None and self._start(info, placement, now):
                 started.append(info.id)
@@ -348,12 +353,17 @@ class Scheduler:
             token=token,
         )
 
-    def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
-        dataset = self.ledger.get_dataset(info.dataset)
+    def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
+        """The data location of each block the pipeline was granted."""
         locations = self._locations.get(info.dataset, {})
         if any(key not in locations for key in info.block_keys):
             locations = {b.key: b.location for b in self.ledger.list_blocks(info.dataset)}
             self._locations[info.dataset] = locations
+        return {key: locations[key] for key in info.block_keys}
+
+    def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
+        dataset = self.ledger.get_dataset(info.dataset)
+        locations = self._block_locations(info)
         job = info.job
         params = dict(job.get("params") or {})
         if job.get("kind"):
