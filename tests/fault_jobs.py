@@ -20,3 +20,16 @@ def counted_sleep_then_spend(ctx: JobContext) -> None:
     for key in ctx.block_keys:
         ctx.block_path(key)
     ctx.report_spent(ctx.budget / 2)
+
+
+def counted_wait_then_spend(ctx: JobContext) -> None:
+    """Like :func:`counted_sleep_then_spend`, but waits (at most a minute) until a file
+    named ``go`` appears in its run folder."""
+    with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
+        runs.write("run\n")
+    deadline = time.monotonic() + 60
+    while not Path(ctx.workdir, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+    ctx.report_spent(ctx.budget / 2)

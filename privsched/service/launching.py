@@ -68,6 +68,11 @@ def mark_spawning(folder: Path, token: str) -> None:
     write_atomic(folder / SPAWN_MARKER, token)
 
 
+def clear_spawn_marker(folder: Path) -> None:
+    """Undo step 3 when starting the process failed: no process exists."""
+    (folder / SPAWN_MARKER).unlink(missing_ok=True)
+
+
 def spawn_was_attempted(folder: Path, token: str) -> bool:
     """Whether launch ``token`` got as far as starting a process (step 3 was done)."""
     try:

@@ -33,11 +33,12 @@ from pydantic import ValidationError
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
 from privsched.ledger import Ledger, LedgerError
+from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
 from privsched.service.executors.base import Executor, Launch
-from privsched.service.launching import LaunchLock, mark_spawning, spawn_was_attempted
+from privsched.service.launching import LaunchLock, clear_spawn_marker, mark_spawning, spawn_was_attempted
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
@@ -97,13 +98,15 @@ class Scheduler:
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
+        self._unsettled: dict[int, JobResult] = {}  # ended jobs whose settling the ledger refused for lack of space
 
     # -- start-up ---------------------------------------------------------------------------
 
     def recover(self, now: float) -> None:
         """Resume from the ledger (on taking the lease over): count every arrival so far, and
         adopt the jobs of running pipelines. A job whose launch was recorded as started is
-        watched (or settled); one left ``launching`` is resolved by :meth:`resolve_launches`.
+        watched (or settled); one left ``launching`` is resolved by :meth:`resolve_launches`
+        at the start of every tick.
         Granted jobs not started yet are placed by the next tick like any other."""
         block_ids = {(b.dataset, b.key): b.id for b in self.ledger.list_blocks()}
         for info in self.ledger.list_pipelines():
@@ -121,7 +124,6 @@ class Scheduler:
             token = None if record is None else record.token
             alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
-        self.resolve_launches(now)
 
     def resolve_launches(self, now: float) -> None:
         """Settle launches an earlier scheduler left mid-way, each once its launch lock is
@@ -175,7 +177,7 @@ class Scheduler:
         if report.settled:
             self.ledger.retire_exhausted(now=now)
         report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
-        report.running = len(self.executor.running()) + len(self._unresolved)
+        report.running = len(self.executor.running()) + len(self._unresolved) + len(self._unsettled)
         return report
 
     def end_never_grantable(self, views: dict[str, PendingView], now: float) -> list[int]:
@@ -321,12 +323,17 @@ class Scheduler:
                 self.compute.release(info.id)
                 self.log(f"pipeline {info.id} not started: {exc}")
                 return False
-            mark_spawning(folder, token)
             try:
+                mark_spawning(folder, token)
                 self.executor.start(launch)
-            except OSError as exc:
+            except OSError as exc:  # no process was started
+                clear_spawn_marker(folder)
+                try:
+                    self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
+                except StorageFull:  # released once space returns (resolve_launches)
+                    self._unresolved[info.id] = (info, LaunchRecord(info.id, token, None, "launching", None, None, now))
+                    raise
                 self.compute.release(info.id)
-                self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
                 return False
             process = self.executor.process(info.id) or (None, None)
             self.ledger.record_started(info.id, token, *process, now=now)
@@ -386,16 +393,21 @@ class Scheduler:
         for pipeline_id in self.executor.running():
             if self.runs.cancel_request(pipeline_id).exists():
                 self.executor.cancel(pipeline_id, "cancelled by its user while running")
-        settled = []
         for result in self.executor.poll(now):
             self.compute.release(result.pipeline_id)
-            if self._settle(result, now):
-                settled.append(result.pipeline_id)
+            self._unsettled[result.pipeline_id] = result
+        settled = []
+        for pipeline_id, result in list(self._unsettled.items()):
+            if self._settle(result, now):  # raises StorageFull, keeping this and later results for a retry
+                settled.append(pipeline_id)
+            del self._unsettled[pipeline_id]
         return settled
 
     def _settle(self, result: JobResult, now: float) -> bool:
         try:
             state = settle(self.ledger, result, now)
+        except StorageFull:
+            raise
         except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
             self.log(f"pipeline {result.pipeline_id}: {exc}")
             return False
