@@ -77,8 +77,9 @@ def drop(db: sqlite_utils.Database, holder: str) -> None:
 def check_fence(db: sqlite_utils.Database, holder: str, generation: int) -> None:
     """Raise :class:`LeaseLost` unless ``holder`` still holds the lease at ``generation``
     (call inside the write transaction that the fence guards)."""
-    row = current(db)
-    if row is None or row["holder"] != holder or row["generation"] != generation:
+    found = db.execute("SELECT holder, generation FROM lease WHERE name = ?", [_NAME]).fetchone()
+    if found != (holder, generation):
+        row = current(db)
         now_held = "nobody" if row is None else f"generation {row['generation']} (pid {row['pid']} on {row['host']})"
         raise LeaseLost(
             f"refused a write of scheduler lease generation {generation}: the lease is now held by {now_held}"
