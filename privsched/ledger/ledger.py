@@ -233,14 +233,26 @@ class Ledger:
         never be granted (DESIGN §4.4)."""
         return self.submit_many([request], now)[0]
 
-    def submit_many(self, requests: Sequence[PipelineRequest], now: float | None = None) -> list[int]:
-        """Submit several pipelines in one transaction: all are recorded, or none."""
+    def submit_many(
+        self,
+        requests: Sequence[PipelineRequest],
+        now: float | None = None,
+        *,
+        claim: Callable[[list[int]], None] | None = None,
+    ) -> list[int]:
+        """Submit several pipelines in one transaction: all are recorded, or none.
+
+        ``claim(ids)`` runs inside that transaction once the pipelines are inserted (on
+        this ledger's connection): what it writes commits with them, and if it raises,
+        nothing is recorded (e.g. who submitted them, under which submission id)."""
         at = check.now_or_clock(now)
 
         def body() -> list[int]:
             moves = Moves(self.db, at)
             ids = [self._insert_pipeline(request, at, moves) for request in requests]
             moves.flush()
+            if claim is not None:
+                claim(ids)
             return ids
 
         return self._write(body)
