@@ -46,7 +46,7 @@ def make_database(path: Path) -> dict[str, str]:
     with connect(path) as client:
         for name in ("reviews", "secret"):
             client.create_dataset(name, epsilon=1.0, delta=1e-6, accounting="basic")
-            client.add_blocks(name, [f"b{i}" for i in range(4)], unlocked=1.0)
+            client.add_blocks(name, [(f"b{i}", f"/data/b{i}") for i in range(4)], unlocked=1.0)
         secret = client.dataset("secret").id
     with Identities(path) as identities:
         identities.restrict(secret, ["red"])
