@@ -35,6 +35,7 @@ from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Led
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
+from privsched.service.waiting import WaitingReason
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
@@ -370,6 +371,19 @@ class Client:
         """The job's output so far (empty before it starts)."""
         path = self.log_path(pipeline_id)
         return path.read_text(errors="replace") if path.exists() else ""
+
+    def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
+        """Why each pending pipeline (of ``dataset``, else of every dataset) waits, ranked
+        in ``policy``'s order (a :class:`~privsched.policies.base.Policy`; default arrival)."""
+        from privsched.service.waiting import waiting_reasons
+
+        found: dict[int, WaitingReason] = {}
+        for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
+            view = self.ledger.pending_view(name)
+            if len(view.pipeline_ids):
+                keys = {b.id: b.key for b in self.ledger.list_blocks(name)}
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy))
+        return found
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether

@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
 from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.service.waiting import WaitingReason
 
 #: Pipeline states in which nothing more happens.
 FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
@@ -242,6 +243,11 @@ class RemoteClient:
             offset += len(chunk)
             if not chunk or ended:
                 return "".join(text)
+
+    def reasons(self, dataset: str | None = None, policy: None = None) -> dict[int, WaitingReason]:
+        """Why each pending pipeline waits, ranked in the serving scheduler's order."""
+        return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons",
+                                                                          query={"dataset": dataset})}
 
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]

@@ -76,10 +76,12 @@ def list_pipelines(
     """List pipelines with their state."""
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
-    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished")
+        reasons = client.reasons(dataset) if any(p.state == "pending" for p in pipelines) else {}
+    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
+        reason = reasons[info.id].short() if info.id in reasons else "-"
         table.add_row(str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
-                      _when(info.submitted_at), _when(info.finished_at))
+                      _when(info.submitted_at), _when(info.finished_at), reason)
     console.print(table)
 
 
@@ -94,12 +96,15 @@ def status(
     with _client(db) as client, errors():
         info = client.status(pipeline_id)
         dataset = client.dataset(info.dataset)
+        reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = Table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
     table.add_row("state", info.state + (f" ({info.message})" if info.message else ""))
     table.add_row("dataset", f"{info.dataset} ({acc.name})")
     table.add_row("owner", info.owner)
+    if reason is not None:
+        table.add_row("waiting", reason.text())
     for key in info.block_keys:
         grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
         consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
@@ -173,6 +178,7 @@ def serve(
 ) -> None:
     """Run the scheduler on the database (one per database) until interrupted."""
     from privsched.cli.remote_option import local_only
+    from privsched.policies import make_policy
     from privsched.server.runner import api_for_options
     from privsched.service.serve import ServiceError
     from privsched.spec import parse_duration
@@ -181,6 +187,7 @@ def serve(
     with errors():
         period = parse_duration(tick)
         life = None if lifetime is None else parse_duration(lifetime)
+        ranking = make_policy(policy, n=n, lifetime=life).policy
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -190,7 +197,7 @@ def serve(
             print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}", flush=True)
 
     with _client(db) as client, errors(), \
-            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log):
+            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
         try:
             summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,

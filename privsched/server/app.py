@@ -43,6 +43,7 @@ from privsched.server.models import (
     UnlockIn,
     UserIn,
     UserOut,
+    WaitingOut,
 )
 from privsched.spec import PipelineSpec
 
@@ -69,8 +70,9 @@ def current_user(request: Request) -> User:
 Caller = Annotated[User, Depends(current_user)]
 
 
-def create_app(path: str | os.PathLike) -> FastAPI:
-    """The API of the privsched database at ``path`` (which must exist)."""
+def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
+    """The API of the privsched database at ``path`` (which must exist); ``policy`` (the
+    serving scheduler's) ranks pending pipelines in waiting reasons."""
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
@@ -197,6 +199,15 @@ def create_app(path: str | os.PathLike) -> FastAPI:
         chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
         return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk),
                              ended=ended and len(chunk) < LOG_CHUNK))
+
+    @app.get("/v1/reasons", response_model=list[WaitingOut], tags=["pipelines"])
+    def reasons(caller: Caller, dataset: str | None = None) -> Response:
+        """Why each pending pipeline waits: the block and dimension where its demand falls
+        shortest of the unlocked budget, and its rank in the serving policy's order."""
+        names = [access.readable_dataset(client, identities, caller, dataset).name] if dataset is not None else [
+            d.name for d in client.datasets() if identities.may_read(caller, d.id)]
+        found = [r for name in names for r in client.reasons(name, policy).values()]
+        return reply([WaitingOut(**r.to_dict()) for r in found])
 
     @app.get("/v1/scheduler", response_model=SchedulerOut, tags=["pipelines"])
     def scheduler(caller: Caller) -> Response:

@@ -184,5 +184,20 @@ class TokenOut(Model):
     token: str = Field(description="The bearer token; shown once, only its hash is stored.")
 
 
+class WaitingOut(Model):
+    """Why a pending pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
+
+    pipeline_id: int
+    code: Literal["budget", "turn"]
+    rank: int
+    pending: int
+    order: str
+    block: str | None = None
+    dimension: str | None = None
+    demand: float | None = None
+    unlocked: float | None = None
+    shortfall: float | None = None
+
+
 class ErrorOut(Model):
     error: str = Field(description="What went wrong, on one line.")

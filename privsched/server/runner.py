@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 #: Where ``privsched serve`` listens unless told otherwise.
 DEFAULT_LISTEN = "127.0.0.1:8470"
@@ -61,25 +62,26 @@ def is_loopback(host: str) -> bool:
 
 
 def api_for_options(db: str | os.PathLike, listen: str | None, until_idle: bool, tls_cert: str | None,
-                    tls_key: str | None, insecure: bool, log: Callable[[str], None] | None
+                    tls_key: str | None, insecure: bool, log: Callable[[str], None] | None, policy: Any = None
                     ) -> AbstractContextManager[Listen | None]:
     """What ``privsched serve``'s options ask for: the API on ``listen`` (by default on
     :data:`DEFAULT_LISTEN`, except for a batch ``--until-idle`` run), or nothing for 'none'."""
     text = listen if listen is not None else ("none" if until_idle else DEFAULT_LISTEN)
     if text == "none":
         return nullcontext()
-    return http_api(db, parse_listen(text, tls_cert, tls_key, insecure), log)
+    return http_api(db, parse_listen(text, tls_cert, tls_key, insecure), log, policy)
 
 
 @contextmanager
-def http_api(db: str | os.PathLike, listen: Listen, log=None) -> Iterator[Listen]:
+def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None,
+             policy: Any = None) -> Iterator[Listen]:
     """Serve the API of database ``db`` while the block runs; yields the address bound
     (port 0 picks a free one). A port in use raises ``ValueError``."""
     import uvicorn
 
     from privsched.server.app import create_app
 
-    config = uvicorn.Config(create_app(db), host=listen.host, port=listen.port, ssl_certfile=listen.tls_cert,
+    config = uvicorn.Config(create_app(db, policy), host=listen.host, port=listen.port, ssl_certfile=listen.tls_cert,
                             ssl_keyfile=listen.tls_key, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
