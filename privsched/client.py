@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -36,6 +36,9 @@ from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.waiting import WaitingReason
+
+if TYPE_CHECKING:
+    from privsched.service.dryrun import DryRun
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
@@ -292,6 +295,16 @@ class Client:
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
             requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
         return [Run(self, i) for i in self.ledger.submit_many(requests, claim=claim)]
+
+    def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        from privsched.service.dryrun import dry_run
+
+        parsed = self._spec(spec)
+        dataset = self.ledger.get_dataset(parsed.dataset)
+        blocks = self.ledger.list_blocks(parsed.dataset)
+        request = build_request(parsed, dataset, blocks, self.pool(), owner)
+        return dry_run(request, dataset, blocks, parsed.delta)
 
     def pipeline(
         self,

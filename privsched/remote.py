@@ -24,6 +24,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
 from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
 
 #: Pipeline states in which nothing more happens.
@@ -212,6 +213,11 @@ class RemoteClient:
         body = {"spec": _spec_dict(spec, owner), "id": id}
         answer = self.request("POST", "/v1/pipelines", body, retry=id is not None)
         return RemoteRun(self, answer["id"])
+
+    def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        answer = self.request("POST", "/v1/pipelines/dry-run", {"spec": _spec_dict(spec, owner)})
+        return DryRun(**{**answer, "blocks": [BlockFit(**b) for b in answer["blocks"]]})
 
     def submit_many(self, specs: Iterable[Any], *, owner: str | None = None) -> list[RemoteRun]:
         return [self.submit(spec, owner=owner) for spec in specs]

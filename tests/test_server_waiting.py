@@ -62,3 +62,23 @@ def test_a_reason_says_turn_exactly_when_the_pipeline_fits_now(tmp_path_factory,
             assert (why.code == "turn") == fits
             if not fits:
                 assert why.shortfall == pytest.approx(epsilon - unlocked)
+
+
+def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing(server: Server, run_cli, tmp_path):
+    from tests.conftest import dump_database
+
+    remote = ps.connect(server.url, token=server.tokens["alice"])
+    with Ledger(server.db) as ledger:
+        ledger.grant([remote.submit(spec(blocks=["b1"], epsilon=0.5)).id])
+    before = dump_database(server.db)
+    plan = remote.dry_run(spec(blocks=["b0", "b1"], epsilon=0.7))
+    assert (plan.epsilon, plan.labels, [b.fits_now for b in plan.blocks]) == (0.7, ["ε", "δ"], [True, False])
+    assert (plan.blocks[1].dimension, plan.blocks[1].shortfall) == ("ε", pytest.approx(0.2))
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\ndataset: reviews\nblocks: [b0, b1]\nepsilon: 0.7\njob: {function: 'm:f'}\n")
+    here = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_DB": str(server.db)})
+    there = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_SERVER": server.url,
+                                                      "PRIVSCHED_TOKEN": server.tokens["alice"]})
+    assert here.stdout == there.stdout == (
+        "pipeline p on reviews: demand ε=0.7 at δ=0\nblock b0: fits now\nblock b1: does not fit now: ε short 0.2\n")
+    assert dump_database(server.db) == before

@@ -51,10 +51,15 @@ def submit(
     owner: Annotated[Optional[str], typer.Option(help="Owner, when the file gives none (default: you).")] = None,
     submission_id: Annotated[Optional[str], typer.Option(
         "--id", help="Submission id (with --server): submitting it again returns the same pipeline.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
     with _client(db) as client, errors():
+        if dry_run:
+            print("\n".join(client.dry_run(pipeline, owner=owner).lines()))
+            return
         run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id else {}))
         if not wait:
             print(run.id)

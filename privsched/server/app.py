@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -34,6 +35,7 @@ from privsched.server.models import (
     CancelOut,
     DatasetIn,
     DatasetOut,
+    DryRunOut,
     ErrorOut,
     LogsOut,
     PipelineOut,
@@ -167,6 +169,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         except DuplicateSubmission as exc:  # a concurrent request with the same id won
             return resubmitted(exc.pipeline_id, body.id, caller)
         return reply(pipeline_out(client.status(run.id), caller), 201)
+
+    @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
+    def dry_run(body: SubmitIn, caller: Caller) -> Response:
+        """The demand a submission would be charged and whether it fits each block now; writes nothing."""
+        access.require_submitter(caller)
+        spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.readable_dataset(client, identities, caller, spec.dataset)
+        return reply(DryRunOut.model_validate(asdict(client.dry_run(spec, owner=caller.name))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
     def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None,

@@ -199,5 +199,25 @@ class WaitingOut(Model):
     shortfall: float | None = None
 
 
+class BlockFitOut(Model):
+    key: str
+    fits_now: bool
+    fits_ever: bool
+    dimension: str | None = None
+    shortfall: float | None = None
+
+
+class DryRunOut(Model):
+    """What a submission would claim (:class:`privsched.service.dryrun.DryRun`)."""
+
+    name: str
+    dataset: str
+    demand: list[float]
+    labels: list[str]
+    epsilon: float
+    delta: float
+    blocks: list[BlockFitOut]
+
+
 class ErrorOut(Model):
     error: str = Field(description="What went wrong, on one line.")

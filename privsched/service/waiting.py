@@ -65,6 +65,21 @@ def snapshot_of(view: PendingView, now: float = 0.0) -> Snapshot:
                     clock=now)
 
 
+def shortfalls(accounting, demand: np.ndarray, available: np.ndarray,
+               capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For (E, K) demands against available budgets: whether each fits, the dimension that
+    decides (see the module docstring), and the shortfall d − u there (≤ 0 when it fits)."""
+    live = accounting.live(capacity)
+    fits = accounting.fits(demand, available, live)
+    with np.errstate(invalid="ignore"):
+        gap = demand - available
+    if accounting.is_rdp:  # the closest live order decides
+        dim = np.argmin(np.where(live, gap, np.inf), axis=1)
+    else:  # the worst dimension decides
+        dim = np.argmax(gap, axis=1)
+    return fits, dim, gap[np.arange(len(gap)), dim]
+
+
 def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Policy | None = None,
                     now: float = 0.0) -> list[WaitingReason]:
     """The reason of every pending pipeline in ``view``; ``block_keys`` maps block ids to
@@ -84,17 +99,7 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
 
     demand = view.edge_demand
     unlocked = view.unlocked[view.edge_block]
-    capacity = view.capacity[view.edge_block]
-    live = accounting.live(capacity)
-    fits = accounting.fits(demand, unlocked, live)
-    with np.errstate(invalid="ignore"):
-        gap = demand - unlocked
-    if accounting.is_rdp:  # the closest live order decides
-        gap = np.where(live, gap, np.inf)
-        dim = np.argmin(gap, axis=1)
-    else:  # the worst dimension decides
-        dim = np.argmax(gap, axis=1)
-    edge_gap = gap[np.arange(len(gap)), dim]
+    fits, dim, edge_gap = shortfalls(accounting, demand, unlocked, view.capacity[view.edge_block])
     labels = accounting.dimension_labels()
 
     reasons = []
