@@ -388,14 +388,25 @@ class Client:
     def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
         """Why each pending pipeline (of ``dataset``, else of every dataset) waits, ranked
         in ``policy``'s order (a :class:`~privsched.policies.base.Policy`; default arrival)."""
+        from privsched.ledger.connection import open_database
+        from privsched.ledger.quotas import QuotaCheck
         from privsched.service.waiting import waiting_reasons
 
         found: dict[int, WaitingReason] = {}
-        for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
-            view = self.ledger.pending_view(name)
-            if len(view.pipeline_ids):
+        db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
+        try:
+            quotas = QuotaCheck.load(db)
+            for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
+                view = self.ledger.pending_view(name)
+                if not len(view.pipeline_ids):
+                    continue
+                info = self.ledger.get_dataset(name)
                 keys = {b.id: b.key for b in self.ledger.list_blocks(name)}
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy))
+                quota = None if quotas is None else (
+                    lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy, quota=quota))
+        finally:
+            db.close()
         return found
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:

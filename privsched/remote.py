@@ -206,6 +206,11 @@ class RemoteClient:
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/unlock", body)
         return [BlockOut.model_validate(b).info() for b in answer]
 
+    def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
+        """Cap what ``team`` may hold on each block of ``dataset`` (admins; None lifts it)."""
+        path = f"/v1/datasets/{quote(dataset, safe='')}/quotas/{quote(team, safe='')}"
+        return self.request("PUT", path, {"share": share}, retry=True)["quotas"]
+
     # -- pipelines ----------------------------------------------------------------------------
     def submit(self, spec: Any, *, owner: str | None = None, id: str | None = None) -> RemoteRun:
         """Submit a pipeline; with a submission ``id``, a repeat returns the pipeline

@@ -1,5 +1,5 @@
-"""User commands: ``user add``, ``user list`` and ``user revoke`` (the server's identities;
-on the local database, or through ``--server`` with an admin's token)."""
+"""User and quota commands: ``user add``, ``user list``, ``user revoke`` and ``quota set``
+(on the local database, or through ``--server`` with an admin's token)."""
 
 from __future__ import annotations
 
@@ -81,3 +81,35 @@ def user_revoke(
 
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+quota_app = typer.Typer(help="Team quotas: the share of each block's capacity a team may hold.", no_args_is_help=True)
+app.add_typer(quota_app, name="quota")
+
+
+@quota_app.command("set")
+def quota_set(
+    dataset: Annotated[str, typer.Argument(help="Dataset.")],
+    team: Annotated[str, typer.Argument(help="Team.")],
+    share: Annotated[str, typer.Argument(help="Share of each block's capacity in [0, 1], or 'none' to lift it.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Cap what a team may hold (allocated plus consumed) on each block of a dataset."""
+    from privsched.cli.common import fail
+    from privsched.cli.remote_option import remote_client, server_url
+
+    try:
+        value = None if share == "none" else float(share)
+    except ValueError:
+        fail(f"share must be a number in [0, 1] or 'none', got {share!r}")
+    if server_url() is not None:
+        with remote_client() as client, errors():
+            client.set_quota(dataset, team, value)
+    else:
+        from privsched.ledger import Ledger
+
+        with errors(), Ledger(db) as ledger:
+            dataset_id = ledger.get_dataset(dataset).id
+        with _identities(db) as identities, errors():
+            identities.set_quota(dataset_id, team, value)
+    print(f"quota of team {team} on {dataset}: {'none' if value is None else f'{value:g} of each block'}")

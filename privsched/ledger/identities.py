@@ -24,6 +24,7 @@ import sqlite_utils
 
 from privsched.ledger.connection import open_database, run_transaction
 from privsched.ledger.errors import LedgerError
+from privsched.ledger.quotas import TABLE as QUOTA_TABLE
 
 T = TypeVar("T")
 
@@ -34,13 +35,14 @@ ROLES = ("viewer", "submitter", "admin")
 TOKEN_PREFIX = "psk_"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 
-_TABLES = """
+_TABLES = f"""
 CREATE TABLE IF NOT EXISTS users (
     name TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT, token_hash TEXT NOT NULL UNIQUE,
     created_at REAL NOT NULL, revoked_at REAL) STRICT;
 CREATE TABLE IF NOT EXISTS dataset_teams (
     dataset_id INTEGER NOT NULL REFERENCES datasets(id), team TEXT NOT NULL,
     PRIMARY KEY (dataset_id, team)) STRICT;
+{QUOTA_TABLE};
 CREATE TABLE IF NOT EXISTS submissions (
     pipeline_id INTEGER PRIMARY KEY REFERENCES pipelines(id), submitter TEXT NOT NULL, team TEXT,
     submission_id TEXT UNIQUE) STRICT;
@@ -182,6 +184,24 @@ class Identities:
     def may_read(self, user: User, dataset_id: int) -> bool:
         teams = self.dataset_teams(dataset_id)
         return user.is_admin or not teams or user.team in teams
+
+    def set_quota(self, dataset_id: int, team: str, share: float | None) -> None:
+        """Cap what ``team`` may hold on each block of a dataset at ``share`` × capacity
+        (:mod:`privsched.ledger.quotas`); None lifts the cap."""
+        team = check_name(team, "team name")
+        if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 1):
+            raise LedgerError(f"a quota share must be a number in [0, 1], got {share!r}")
+
+        def body() -> None:
+            self.db.execute("DELETE FROM team_quotas WHERE dataset_id = ? AND team = ?", [dataset_id, team])
+            if share is not None:
+                self.db.execute("INSERT INTO team_quotas (dataset_id, team, share) VALUES (?, ?, ?)",
+                                [dataset_id, team, float(share)])
+
+        self._write(body)
+
+    def quotas(self, dataset_id: int) -> dict[str, float]:
+        return dict(self._rows("SELECT team, share FROM team_quotas WHERE dataset_id = ? ORDER BY team", [dataset_id]))
 
     # ----------------------------------------------------------------- submissions
     def submission(self, submission_id: str) -> int | None:

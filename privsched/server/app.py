@@ -39,6 +39,8 @@ from privsched.server.models import (
     ErrorOut,
     LogsOut,
     PipelineOut,
+    QuotaIn,
+    QuotaOut,
     SchedulerOut,
     SubmitIn,
     TokenOut,
@@ -149,6 +151,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:
         access.require_admin(caller, "release budget")
         return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys)])
+
+    @app.put("/v1/datasets/{name}/quotas/{team}", response_model=QuotaOut, tags=["datasets"])
+    def set_quota(name: str, team: str, body: QuotaIn, caller: Caller) -> Response:
+        """Cap the share of each block's capacity ``team`` may hold on the dataset (null lifts it)."""
+        access.require_admin(caller, "set quotas")
+        info = access.readable_dataset(client, identities, caller, name)
+        identities.set_quota(info.id, team, body.share)
+        return reply(QuotaOut(dataset=name, quotas=identities.quotas(info.id)))
 
     # -- pipelines ----------------------------------------------------------------------------
     @app.post("/v1/pipelines", response_model=PipelineOut, status_code=201, tags=["pipelines"])

@@ -165,6 +165,15 @@ class UnlockIn(Model):
     keys: list[str] | None = Field(None, description="Only these blocks (default: every active block).")
 
 
+class QuotaIn(Model):
+    share: float | None = Field(description="Share of each block's capacity in [0, 1]; null lifts the quota.")
+
+
+class QuotaOut(Model):
+    dataset: str
+    quotas: dict[str, float] = Field(description="Team → share of each block's capacity it may hold.")
+
+
 class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
@@ -188,7 +197,7 @@ class WaitingOut(Model):
     """Why a pending pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
 
     pipeline_id: int
-    code: Literal["budget", "turn"]
+    code: Literal["budget", "quota", "turn"]
     rank: int
     pending: int
     order: str
@@ -197,6 +206,7 @@ class WaitingOut(Model):
     demand: float | None = None
     unlocked: float | None = None
     shortfall: float | None = None
+    team: str | None = None
 
 
 class BlockFitOut(Model):

@@ -14,6 +14,7 @@ only for its turn: the scheduler's next pass, behind those ranked before it.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the remote client reads reasons without loading the policie
 @dataclass(frozen=True)
 class WaitingReason:
     pipeline_id: int
-    code: str  # "budget": does not fit the unlocked budget; "turn": fits, waits for its turn
+    code: str  # "budget": does not fit the unlocked budget; "quota": its team's quota; "turn": waits its turn
     rank: int  # 1-based position among the dataset's pending pipelines in the policy's order
     pending: int  # how many pipelines are pending on the dataset
     order: str  # the order ranked in: the serving policy's name, or "arrival"
@@ -36,12 +37,15 @@ class WaitingReason:
     demand: float | None = None  # the demand in that block and dimension
     unlocked: float | None = None  # the unlocked budget there
     shortfall: float | None = None  # demand − unlocked (> 0)
+    team: str | None = None  # the team at its quota ("quota" only)
 
     def text(self) -> str:
         """One short line, for the REASON column and ``status``."""
         rank = f"rank {self.rank}/{self.pending} ({self.order})"
         if self.code == "turn":
             return f"fits now; waits for its turn, {rank}"
+        if self.code == "quota":
+            return f"quota: team {self.team} would exceed its quota on block {self.block}; {rank}"
         return (f"budget: block {self.block} {self.dimension} needs {self.demand:.4g}, "
                 f"unlocked {self.unlocked:.4g} (short {self.shortfall:.4g}); {rank}")
 
@@ -49,6 +53,8 @@ class WaitingReason:
         """A few words, for the REASON column of ``privsched list``."""
         if self.code == "turn":
             return f"turn {self.rank}/{self.pending}"
+        if self.code == "quota":
+            return f"quota {self.team} {self.block}"
         return f"budget {self.block} {self.dimension} short {self.shortfall:.3g}"
 
     def to_dict(self) -> dict:
@@ -81,10 +87,12 @@ def shortfalls(accounting, demand: np.ndarray, available: np.ndarray,
 
 
 def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Policy | None = None,
-                    now: float = 0.0) -> list[WaitingReason]:
+                    now: float = 0.0, quota: Callable | None = None) -> list[WaitingReason]:
     """The reason of every pending pipeline in ``view``; ``block_keys`` maps block ids to
     keys. Ranks follow ``policy.order`` when the policy orders pipelines one by one
-    (``per_pipeline_order``), else arrival order."""
+    (``per_pipeline_order``), else arrival order. ``quota(pipeline_id, block_ids, demand,
+    capacity)`` gives (team, index of the block) when a pipeline that fits the budget
+    would exceed its team's quota (:meth:`privsched.ledger.quotas.QuotaCheck.refusal`)."""
     from privsched.policies.fcfs import FirstComeFirstServed
 
     accounting = view.accounting
@@ -108,7 +116,14 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
         common = dict(pipeline_id=int(view.pipeline_ids[p]), rank=int(rank[p]), pending=count, order=order_name)
         short = edges[~fits[edges]]
         if len(short) == 0:
-            reasons.append(WaitingReason(code="turn", **common))
+            blocks = view.block_ids[view.edge_block[edges]]
+            over = None if quota is None else quota(common["pipeline_id"], blocks.tolist(), demand[edges],
+                                                      view.capacity[view.edge_block[edges]])
+            if over is None:
+                reasons.append(WaitingReason(code="turn", **common))
+            else:
+                reasons.append(WaitingReason(code="quota", team=over[0], block=block_keys.get(int(blocks[over[1]])),
+                                             **common))
             continue
         e = short[np.argmax(edge_gap[short])]
         d = int(dim[e])
