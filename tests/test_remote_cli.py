@@ -19,7 +19,7 @@ import pytest
 import privsched as ps
 from privsched.ledger import Ledger
 from privsched.remote import RemoteError
-from tests.conftest import REPO
+from tests.conftest import REPO, dump_database
 from tests.server_fixtures import make_database
 
 
@@ -131,3 +131,13 @@ def test_a_server_killed_mid_request_loses_and_duplicates_no_submission(served: 
     with Ledger(served.db) as ledger:
         assert len(ledger.list_pipelines()) == len(resubmitted)  # one pipeline per id, none lost
         assert ledger.audit().ok
+
+
+def test_a_submission_id_without_a_server_is_refused_and_writes_nothing(run_cli, tmp_path: Path):
+    db = tmp_path / "p.db"
+    make_database(db)
+    before = dump_database(db)
+    done = run_cli("submit", write(tmp_path, "a", "[b0]", 0.1), "--id", "x", env={"PRIVSCHED_DB": str(db)})
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == "error: --id (an idempotent submission) needs --server or PRIVSCHED_SERVER\n"
+    assert dump_database(db) == before

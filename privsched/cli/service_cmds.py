@@ -56,11 +56,15 @@ def submit(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
+    from privsched.cli.remote_option import server_url
+
+    if submission_id is not None and server_url() is None:
+        fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with _client(db) as client, errors():
         if dry_run:
             print("\n".join(client.dry_run(pipeline, owner=owner).lines()))
             return
-        run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id else {}))
+        run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id is not None else {}))
         if not wait:
             print(run.id)
             return
