@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -69,7 +70,26 @@ def api_for_options(db: str | os.PathLike, listen: str | None, until_idle: bool,
     text = listen if listen is not None else ("none" if until_idle else DEFAULT_LISTEN)
     if text == "none":
         return nullcontext()
-    return http_api(db, parse_listen(text, tls_cert, tls_key, insecure), log, policy)
+    address = parse_listen(text, tls_cert, tls_key, insecure)
+    if listen is None:  # the default address: a scheduler still runs if it is taken
+        return _default_api(db, address, log, policy)
+    return http_api(db, address, log, policy)
+
+
+@contextmanager
+def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None,
+                 policy: Any) -> Iterator[Listen | None]:
+    try:
+        api = http_api(db, listen, log, policy)
+        bound = api.__enter__()
+    except ValueError as exc:
+        print(f"warning: no HTTP API: {exc}; pass --listen HOST:PORT for another address", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield bound
+    finally:
+        api.__exit__(None, None, None)
 
 
 @contextmanager
