@@ -31,7 +31,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from privsched.jobs.runner import JobResult
-from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Ledger, LedgerError, PipelineInfo
+from privsched.ledger import (
+    AuditReport,
+    BlockInfo,
+    BlockSpec,
+    DatasetInfo,
+    Ledger,
+    LedgerError,
+    PipelineInfo,
+    PipelineRequest,
+)
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
@@ -283,6 +292,10 @@ class Client:
                     claim: Callable[[list[int]], None] | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
+        return [Run(self, i) for i in self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)]
+
+    def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
+        """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
@@ -294,7 +307,7 @@ class Client:
             if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
             requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
-        return [Run(self, i) for i in self.ledger.submit_many(requests, claim=claim)]
+        return requests
 
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""

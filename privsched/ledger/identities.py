@@ -218,19 +218,22 @@ class Identities:
             pipeline_ids)}
 
     @staticmethod
-    def claim(db: sqlite_utils.Database, user: User, submission_id: str | None) -> Callable[[list[int]], None]:
+    def claim(db: sqlite_utils.Database, entries: list[tuple[User, str | None]]) -> Callable[[list[int]], None]:
         """What :meth:`Ledger.submit_many` runs inside its transaction (on the ledger's
-        connection ``db``): record the submitter and team of the new pipelines, refusing a
-        submission id already used (:class:`DuplicateSubmission`; nothing is recorded)."""
+        connection ``db``): record the submitter, team and submission id of each new
+        pipeline (``entries``, in order), refusing a submission id already used
+        (:class:`DuplicateSubmission`; then nothing is recorded)."""
 
         def record(ids: list[int]) -> None:
-            if submission_id is not None:
+            for (_, submission_id) in entries:
+                if submission_id is None:
+                    continue
                 found = db.execute("SELECT pipeline_id FROM submissions WHERE submission_id = ?",
                                    [submission_id]).fetchone()
                 if found is not None:
                     raise DuplicateSubmission(found[0])
             db.conn.executemany(
                 "INSERT INTO submissions (pipeline_id, submitter, team, submission_id) VALUES (?, ?, ?, ?)",
-                [(i, user.name, user.team, submission_id if n == 0 else None) for n, i in enumerate(ids)])
+                [(i, user.name, user.team, submission_id) for i, (user, submission_id) in zip(ids, entries)])
 
         return record

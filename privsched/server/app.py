@@ -26,6 +26,7 @@ from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, User
 from privsched.server import access
 from privsched.server.access import ApiError, NotFound
+from privsched.server.batching import SubmitBatcher
 from privsched.server.limits import BodyLimit
 from privsched.server.models import (
     MAX_BODY,
@@ -80,10 +81,12 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
+    batcher = SubmitBatcher(client.ledger)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
+        batcher.close()
         identities.close()
         client.close()
 
@@ -174,11 +177,12 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
                 return resubmitted(existing, body.id, caller)
         if not caller.is_admin:
             spec = spec.model_copy(update={"owner": caller.name})
+        (request,) = client.requests([spec], owner=caller.name)
         try:
-            run = client.submit(spec, owner=caller.name, claim=Identities.claim(client.ledger.db, caller, body.id))
+            pipeline_id = batcher.submit(request, caller, body.id)
         except DuplicateSubmission as exc:  # a concurrent request with the same id won
             return resubmitted(exc.pipeline_id, body.id, caller)
-        return reply(pipeline_out(client.status(run.id), caller), 201)
+        return reply(pipeline_out(client.status(pipeline_id), caller), 201)
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:

@@ -9,6 +9,11 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 
+#: A body declared at most this many times the limit is read and dropped before the 413,
+#: so that a client still sending sees the answer rather than a reset connection.
+DRAIN = 16
+
+
 class TooLarge(HTTPException):
     """Raised while the app reads a body past the limit; the app's handler answers 413."""
 
@@ -29,6 +34,8 @@ class BodyLimit:
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            if declared.isdigit() and int(declared) <= DRAIN * self.limit:
+                await self._drain(receive)  # so that the client, still sending, reads the answer
             await self._refuse(send)
             return
         seen = 0
@@ -52,6 +59,13 @@ class BodyLimit:
         except TooLarge:
             if not started:
                 await self._refuse(send)
+
+    @staticmethod
+    async def _drain(receive: Receive) -> None:
+        while True:
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body"):
+                return
 
     async def _refuse(self, send: Send) -> None:
         body = json.dumps({"error": f"request body over {self.limit} bytes"}).encode()
