@@ -179,3 +179,24 @@ def test_an_admin_manages_users_and_a_revoked_token_stops_working(server: Server
     assert token not in stored and len(stored) == 64  # only the SHA-256 is kept
 
 
+
+
+def test_concurrent_submissions_each_get_their_own_outcome(server: Server):
+    """Submissions that share a transaction: one that can never be granted (ε 5 > ε_G 1)
+    is refused alone, and every other is recorded once."""
+    answers: dict[int, tuple[int, dict]] = {}
+
+    def post(i: int) -> None:
+        body = {"spec": spec(name=f"p{i}", epsilon=5.0 if i % 4 == 0 else 0.01)}
+        answers[i] = server.call("POST", "/v1/pipelines", body, user="alice")
+
+    threads = [threading.Thread(target=post, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, (status, answer) in answers.items():
+        assert status == (400 if i % 4 == 0 else 201), answer
+    with Ledger(server.db) as ledger:
+        names = sorted(p.name for p in ledger.list_pipelines())
+    assert names == sorted(f"p{i}" for i in range(16) if i % 4)
