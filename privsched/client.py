@@ -36,6 +36,7 @@ from privsched.ledger import (
     BlockInfo,
     BlockSpec,
     DatasetInfo,
+    Event,
     Ledger,
     LedgerError,
     PipelineInfo,
@@ -440,6 +441,14 @@ class Client:
 
     def audit(self) -> AuditReport:
         return self.ledger.audit()
+
+    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
+        """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""
+        found = self.ledger.events(pipeline_id=pipeline_id)
+        if dataset is None:
+            return found
+        dataset_id = self.ledger.get_dataset(dataset).id
+        return [event for event in found if event.dataset_id == dataset_id]
 
     # -- scheduling in-process --------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from typing import TypeVar
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.budgets.capacity import block_capacity, validate_epsilon_delta
+from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
 from privsched.ledger import lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
@@ -100,8 +100,8 @@ class Ledger:
         block of it gets capacity ε_G, or the curve ε_G(α) of DESIGN §3.2 under RDP."""
         name = check.name(name, "dataset name")
         mode = check.accounting_mode(accounting, alphas)
-        if conversion not in ("paper", "tight"):
-            raise LedgerError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
+        if conversion not in CONVERSIONS:
+            raise LedgerError(f"unknown conversion {conversion!r} (expected one of {', '.join(CONVERSIONS)})")
         try:
             validate_epsilon_delta(epsilon, delta)
             capacity = block_capacity(mode, float(epsilon), float(delta), conversion)  # type: ignore[arg-type]
