@@ -200,3 +200,9 @@ def test_concurrent_submissions_each_get_their_own_outcome(server: Server):
     with Ledger(server.db) as ledger:
         names = sorted(p.name for p in ledger.list_pipelines())
     assert names == sorted(f"p{i}" for i in range(16) if i % 4)
+
+
+def test_the_dashboard_is_served_to_admins_only(server: Server):
+    assert server.call("GET", "/api/dashboard/queue")[0] == 200
+    assert server.call("GET", "/api/dashboard/queue", user="alice")[0] == 403
+    assert server.call("GET", "/api/dashboard/queue", user=None)[0] == 401
