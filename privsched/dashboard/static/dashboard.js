@@ -9,11 +9,11 @@ let timer = null;
 
 function token() { return sessionStorage.getItem("privsched-token") || ""; }
 
-async function getJSON(path) {
-  const response = await fetch(path, { headers: { Authorization: "Bearer " + token() } });
+async function getJSON(path, method) {
+  const response = await fetch(path, { method: method || "GET", headers: { Authorization: "Bearer " + token() } });
   if (response.status === 401) { showLogin("Token refused (401)."); throw new Error("unauthorised"); }
   const body = await response.json();
-  if (!response.ok) { throw new Error(body.error || body.detail || response.statusText); }
+  if (!response.ok) { throw new Error(`${response.status}: ${body.error || body.detail || response.statusText}`); }
   return body;
 }
 
@@ -81,7 +81,7 @@ function historyChart(history) {
 }
 
 async function showBlocks() {
-  const datasets = await getJSON("/api/dashboard/blocks");
+  const datasets = await getJSON("/v1/dashboard/blocks");
   const parts = [el("h2", { text: "Datasets and blocks" }), legend()];
   for (const dataset of datasets) {
     parts.push(el("h3", { text: `${dataset.name} (${dataset.accounting}, ε_G=${num(dataset.epsilon)}, δ_G=${num(dataset.delta)})` }));
@@ -97,7 +97,7 @@ async function showBlocks() {
 function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, text: String(row.id) }); }
 
 async function showQueue() {
-  const queue = await getJSON("/api/dashboard/queue");
+  const queue = await getJSON("/v1/dashboard/queue");
   view.replaceChildren(
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
@@ -114,10 +114,27 @@ async function showQueue() {
   );
 }
 
+let cancelResult = "";
+
+async function cancel(id) {
+  try {
+    const answer = await getJSON(`/v1/pipelines/${encodeURIComponent(id)}/cancel`, "POST");
+    cancelResult = "cancel: " + (answer.outcome || answer.state || "done");
+  } catch (error) {
+    cancelResult = "cancel refused: " + error.message;
+  }
+  refresh();
+}
+
 async function showPipeline(id) {
-  const p = await getJSON("/api/dashboard/pipelines/" + encodeURIComponent(id));
+  const p = await getJSON("/v1/dashboard/pipelines/" + encodeURIComponent(id));
+  const cancelButton = el("button", { id: "cancel", text: "Cancel" });
+  cancelButton.addEventListener("click", () => cancel(p.id));
+  const ended = ["completed", "failed", "timed_out", "cancelled"].includes(p.state);
   view.replaceChildren(
     el("h2", { text: `Pipeline ${p.id}: ${p.name}` }),
+    ended ? null : cancelButton,
+    el("p", { id: "cancel-result", class: "error", text: cancelResult }),
     table(["state", "dataset", "owner", "submitted", "granted", "started", "ended", "message"],
       [[el("span", { id: "pipeline-state", text: p.state }), p.dataset, p.owner, when(p.submitted_at), when(p.granted_at),
         when(p.started_at), when(p.finished_at), p.message || ""]]),
@@ -130,22 +147,26 @@ async function showPipeline(id) {
       (p.demands[0] ? p.demands[0].curve : []).map((c, i) => [c.dimension, num(c.value), num(p.demands[0].capacity[i].value)])),
     el("h3", { text: "Job" }), el("pre", { text: JSON.stringify(p.job, null, 2) }),
     el("h3", { text: "Released metrics (differentially private)" }), el("pre", { text: JSON.stringify(p.metrics, null, 2) }),
-    el("h3", { text: "Log (end)" }), el("pre", { id: "log", text: p.log_tail }),
+    el("h3", { text: "Log (end)" }),
+    el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
   );
 }
 
 async function showAudit() {
-  const audit = await getJSON("/api/dashboard/audit");
+  const audit = await getJSON("/v1/dashboard/audit");
   view.replaceChildren(
     el("h2", { text: "Audit" }),
     el("p", { id: "audit-result", class: audit.ok ? "ok" : "error",
       text: audit.ok ? `ok: ${audit.blocks} blocks, ${audit.events} events, every invariant holds`
                      : `${audit.violations.length} violation(s)` }),
     el("ul", {}, ...audit.violations.map((v) => el("li", { text: v }))),
+    el("p", { text: "Event chain head (keep it elsewhere; privsched audit --expect HEAD checks it later):" }),
+    el("pre", { id: "chain-head", text: audit.head }),
   );
 }
 
 function route() {
+  if (!location.hash.startsWith("#pipeline/")) { cancelResult = ""; }
   const [page, argument] = (location.hash.slice(1) || "blocks").split("/");
   for (const name of ["blocks", "queue", "audit"]) {
     document.getElementById("nav-" + name).classList.toggle("current", name === page);
