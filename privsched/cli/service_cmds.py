@@ -192,13 +192,15 @@ def serve(
     from privsched.policies import make_policy
     from privsched.server.runner import api_for_options
     from privsched.service.serve import ServiceError
-    from privsched.spec import parse_duration
+    from privsched.service.resources import make_pool
+    from privsched.spec import parse_duration, parse_memory
 
     local_only("serve")
     with errors():
         period = parse_duration(tick)
         life = None if lifetime is None else parse_duration(lifetime)
         ranking = make_policy(policy, n=n, lifetime=life).policy
+        make_pool(gpus, cpus, None if memory is None else parse_memory(memory))  # sizes checked before any start
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
