@@ -6,7 +6,7 @@ Every generator is seeded and deterministic and returns a validated
 
 from __future__ import annotations
 
-import inspect
+import math
 import typing
 from functools import partial
 from typing import Callable
@@ -46,17 +46,13 @@ def check_params(generator: Callable[..., Trace], params: dict) -> None:
     hints = typing.get_type_hints(function)
     fixed = generator.keywords if isinstance(generator, partial) else {}
     for key, value in params.items():
-        if key not in inspect.signature(function).parameters or key in fixed or key == "seed":
-            raise ValueError(f"unknown workload parameter {key!r}")
+        if key not in hints or key in fixed or key == "seed" or isinstance(value, str) or value is None:
+            continue  # the generator reports unknown names and checks its own text and None values
         kinds = typing.get_args(hints[key]) or (hints[key],)
-        if value is None and type(None) in kinds:
-            continue
-        if str in kinds:
-            if not isinstance(value, str):
-                raise ValueError(f"workload parameter {key} must be a string, got {value!r}")
-        elif int in kinds and float not in kinds:
+        if int in kinds and float not in kinds:
             check_number(value, f"workload parameter {key}", 0, MAX_COUNT, integer=True)
-        elif value != inspect.signature(function).parameters[key].default:  # e.g. an infinite default
+        elif isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)
+                                         and abs(value) > MAX_NUMBER):
             check_number(value, f"workload parameter {key}", -MAX_NUMBER, MAX_NUMBER)
 
 

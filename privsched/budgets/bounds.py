@@ -21,7 +21,7 @@ from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
-MIN_EPSILON, MAX_EPSILON = 1e-6, 1e4
+MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 #: Smallest positive δ (a subnormal δ has no meaning and loses precision in ln(1/δ)).
 MIN_DELTA = 1e-300
 MIN_NOISE, MAX_NOISE = 1e-6, 1e12
@@ -43,6 +43,11 @@ def check_number(value: Any, what: str, low: float, high: float, *, low_open: bo
     """``value`` if it is a real number (not a bool) in [low, high] (or (low, high]); an
     integral value is returned as an ``int`` when ``integer``. Raises ``ValueError``."""
     must = f"{what} must" if what else "must"
+    if isinstance(value, str):  # YAML 1.1 reads 1e-8 (no dot) as text
+        try:
+            value = float(value.strip()) if len(value) <= 64 else value
+        except ValueError:
+            pass
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{must} be a number, got {shown(value)}")
     if integer:

@@ -55,7 +55,7 @@ MAX_ORDERS = 256
 
 Time = bounded(-MAX_TIME, MAX_TIME)
 Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
-Timeout = bounded(MIN_DURATION, MAX_DURATION)
+Timeout = bounded(MIN_DURATION, MAX_TIME)
 Share = bounded(MIN_EPSILON, MAX_DEMAND)
 CurveValue = bounded(0.0, MAX_DEMAND)
 
