@@ -7,7 +7,6 @@ from privsched.budgets.curves import (
     gaussian_sigma,
     laplace_curve,
     rdp_to_epsilon,
-    subsampled_gaussian_curve,
 )
 from privsched.budgets.mechanisms import (
     Composed,
@@ -21,6 +20,7 @@ from privsched.budgets.mechanisms import (
     mechanism_json,
     parse_mechanism,
 )
+from privsched.budgets.sgm import calibrate_noise_multiplier, subsampled_gaussian_curve
 
 __all__ = [
     "DEFAULT_ALPHAS",
@@ -33,6 +33,7 @@ __all__ = [
     "Mechanism",
     "SubsampledGaussian",
     "block_capacity",
+    "calibrate_noise_multiplier",
     "demand_vector",
     "gaussian_curve",
     "gaussian_sigma",

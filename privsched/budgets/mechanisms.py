@@ -18,8 +18,8 @@ from privsched.budgets.curves import (
     gaussian_curve,
     gaussian_sigma,
     laplace_curve,
-    subsampled_gaussian_curve,
 )
+from privsched.budgets.sgm import subsampled_gaussian_curve
 
 
 class _Mechanism(BaseModel):

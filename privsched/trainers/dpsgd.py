@@ -31,7 +31,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from privsched.budgets.accounting import Accounting, leq
-from privsched.budgets.curves import subsampled_gaussian_curve
+from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.jobs.context import JobContext
 from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.data import bag_of_words, load_blocks, split
