@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import console, errors, fail
 
 ParamOption = Annotated[
