@@ -7,6 +7,10 @@ baselines measured in the same run: ``python -c pass`` (the interpreter alone) a
 blocks and a few pending pipelines. Target: every command that does not itself compute
 answers within 0.3 s.
 
+A second table times ``privsched simulate multi-block --policy dpf-n --n 175`` as a whole
+process, with and without ``--plots``, against the simulation's own run time (the
+``runtime_s`` its summary reports). Target: whole process ≤ simulation + 0.5 s.
+
 Run from the repository root: ``.venv/bin/python benchmarks/cli.py``. ``--repo`` and
 ``--python`` measure another checkout and environment (e.g. the previous version) with the
 same script.
@@ -100,6 +104,7 @@ def main() -> None:
             ("audit", lambda i: cli("audit", "--db", db)),
         ]
         rows = [(name, median_time(make, args.repeats, env, work)) for name, make in commands]
+        simulations = [(flag, simulate_times(cli, flag, args.repeats, env, work)) for flag in ("--no-plots", "--plots")]
     (bare, _), (package, _) = rows[0][1], rows[1][1]
     print(f"privsched at {repo}, median of {args.repeats} whole-process runs, {args.blocks} blocks")
     print(f"| command | wall s | CPU s | wall − python -c pass | × python -c pass | × import privsched | ≤ {TARGET_S} s |")
@@ -107,6 +112,27 @@ def main() -> None:
     for name, (wall, cpu) in rows:
         met = "" if name.startswith("python") else ("yes" if wall <= TARGET_S else "no")
         print(f"| {name} | {wall:.3f} | {cpu:.3f} | {wall - bare:.3f} | {wall / bare:.1f} | {wall / package:.1f} | {met} |")
+    print()
+    print("| simulate multi-block, dpf-n N = 175 | whole process s | CPU s | simulation s | overhead s | ≤ 0.5 s |")
+    print("|---|---:|---:|---:|---:|---|")
+    for flag, (wall, cpu, simulation) in simulations:
+        overhead = wall - simulation
+        print(f"| {flag} | {wall:.3f} | {cpu:.3f} | {simulation:.3f} | {overhead:.3f} | {'yes' if overhead <= 0.5 else 'no'} |")
+
+
+def simulate_times(
+    cli: Callable[..., list[str]], flag: str, repeats: int, env: dict[str, str], cwd: Path
+) -> tuple[float, float, float]:
+    """Median whole-process wall and CPU time of a simulation, and median simulation time."""
+    walls, cpus, runs = [], [], []
+    for i in range(repeats):
+        out = cwd / f"sim{flag}{i}"
+        wall, cpu = timed(cli("simulate", "multi-block", "--policy", "dpf-n", "--n", "175", "--out", str(out), flag),
+                          env, cwd)
+        walls.append(wall)
+        cpus.append(cpu)
+        runs.append(json.loads((out / "summary.json").read_text())["runtime_s"])
+    return statistics.median(walls), statistics.median(cpus), statistics.median(runs)
 
 
 if __name__ == "__main__":
