@@ -37,7 +37,11 @@ app.add_typer(budget_app, name="budget")
 
 
 def _open(db: Path, *, create: bool = False) -> Ledger:
+    from privsched.cli.remote_option import remote_client, server_url
     from privsched.ledger import Ledger
+
+    if server_url() is not None:
+        return remote_client().ledger
 
     with errors():
         return Ledger(db, create=create)
@@ -61,7 +65,7 @@ def dataset_create(
     delta: Annotated[float, typer.Option("--delta", help="Global δ_G of every block.")],
     accounting: Annotated[str, typer.Option(help="basic (ε, δ) composition or rdp.")] = "rdp",
     alphas: Annotated[Optional[str], typer.Option(help="RDP orders, comma-separated (default grid).")] = None,
-    conversion: Annotated[str, typer.Option(help="RDP capacity rule: paper or tight.")] = "paper",
+    conversion: Annotated[str, typer.Option(help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive (δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""
@@ -200,13 +204,32 @@ def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray
     return "0" if epsilon == 0 else f"{epsilon:.4g}"
 
 
+def _printable(text: str) -> str:
+    """``text`` with control and other non-printable characters shown as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 @app.command()
-def audit(db: DbOption = DEFAULT_DB) -> None:
-    """Recompute every balance from the event log and check every invariant (exit 1 naming each violation)."""
-    with _open(db) as ledger, errors():
-        report = ledger.audit()
+def audit(
+    db: DbOption = DEFAULT_DB,
+    export: Annotated[bool, typer.Option(
+        "--export", help="Print only the event log's chain head (<event id>:<sha256>) to keep elsewhere.")] = False,
+    expect: Annotated[Optional[str], typer.Option(
+        "--expect", metavar="HEAD",
+        help="A chain head kept earlier: fail unless the log still holds it (history not rewritten).")] = None,
+) -> None:
+    """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
+    it and check every invariant (exit 1 naming each violation)."""
+    from privsched.client import connect
+
+    with errors(), connect(db, create=False) as client:
+        report = client.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
-            print(f"violation: {violation}", file=sys.stderr)
+            print(f"violation: {_printable(violation)}", file=sys.stderr)
         raise typer.Exit(1)
-    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")
+    if export:
+        print(report.head)
+        return
+    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds; "
+                  f"chain head {report.head}", highlight=False, markup=False)
