@@ -165,8 +165,8 @@ def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, ste
 def calibrate_noise_multiplier(
     sample_rate: float, steps: int, epsilon: float, delta: float, tolerance: float = 0.01
 ) -> float:
-    """Smallest noise multiplier σ found by bisection such that ``steps`` steps at rate q
-    reach at most (ε, δ) under the RDP accountant, to within ``tolerance``·ε below ε.
+    """A noise multiplier σ, found by bisection, with which ``steps`` steps at rate q reach
+    at most (ε, δ) under the RDP accountant and at least (1 − ``tolerance``)·ε.
 
     The search of Opacus' ``get_noise_multiplier`` (``accountant="rdp"``,
     ``epsilon_tolerance = tolerance·ε``): double σ from 20 until ε(σ) ≤ ε, then bisect
