@@ -14,7 +14,7 @@ import pytest
 from .conftest import REPO
 
 HEAVY = ("torch", "opacus", "ray", "matplotlib", "scipy")
-COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "service_cmds", "demo_cmds")
+COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "service_cmds", "demo_cmds", "user_cmds")
 
 #: Runs ``privsched <argv>`` through ``main`` and prints the modules of interest it loaded.
 PROBE = f"""
