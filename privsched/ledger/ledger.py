@@ -18,10 +18,11 @@ from typing import TypeVar
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.budgets.capacity import block_capacity, validate_epsilon_delta
+from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
 from privsched.ledger import launches, lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
+from privsched.ledger.chain import parse_head
 from privsched.ledger.connection import open_database, run_transaction
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -36,7 +37,7 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
-from privsched.ledger.moves import Moves, settle
+from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.schema import pack, unpack, unpack_rows
 
 T = TypeVar("T")
@@ -114,8 +115,8 @@ class Ledger:
         block of it gets capacity ε_G, or the curve ε_G(α) of DESIGN §3.2 under RDP."""
         name = check.name(name, "dataset name")
         mode = check.accounting_mode(accounting, alphas)
-        if conversion not in ("paper", "tight"):
-            raise LedgerError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
+        if conversion not in CONVERSIONS:
+            raise LedgerError(f"unknown conversion {conversion!r} (expected one of {', '.join(CONVERSIONS)})")
         try:
             validate_epsilon_delta(epsilon, delta)
             capacity = block_capacity(mode, float(epsilon), float(delta), conversion)  # type: ignore[arg-type]
@@ -138,7 +139,11 @@ class Ledger:
                  pack(capacity), at],
             )
             moves = Moves(self.db, at)
-            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}")
+            definition = {"name": name, "accounting": mode.name, "alphas": list(mode.alphas),
+                          "epsilon": float(epsilon), "delta": float(delta), "conversion": conversion,
+                          "capacity": capacity.tolist()}
+            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}",
+                              detail=detail_text(definition))
             moves.flush()
             return self._dataset_by_id(cursor.lastrowid)
 
@@ -209,8 +214,9 @@ class Ledger:
                 [(ids[k], pack(info.capacity), zero, zero, zero, zero) for k in keys],
             )
             moves = Moves(self.db, at)
+            locations = {s.key: s.location for s in specs}
             for key in keys:
-                moves.add_block(ids[key], info.id, info.capacity)
+                moves.add_block(ids[key], info.id, info.capacity, key, locations[key])
                 if fraction > 0:
                     moves.move(ids[key], "locked", "unlocked", info.capacity * fraction, kind="unlock")
             moves.flush()
@@ -271,7 +277,7 @@ class Ledger:
             raise LedgerError(f"owner must be a string, got {request.owner!r}")
         job = check.json_text(request.job, "job")
         resources = check.json_text(request.resources, "resources")
-        demands = check.request_demands(request, info.accounting)
+        demands = check.request_demands(request, info.accounting, info.capacity)
         keys = list(demands)
         found = {
             key: (block_id, state, unpack(capacity))
@@ -303,7 +309,11 @@ class Ledger:
             "INSERT INTO demands (pipeline_id, block_id, position, demand) VALUES (?, ?, ?, ?)",
             [(pipeline_id, found[key][0], i, pack(demands[key])) for i, key in enumerate(keys)],
         )
-        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id)
+        submitted = {"name": name, "owner": request.owner, "weight": weight, "timeout": timeout,
+                     "mechanism": request.mechanism, "job": job, "resources": resources,
+                     "demands": [[found[key][0], demands[key].tolist()] for key in keys]}
+        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id,
+                          detail=detail_text(submitted))
         return pipeline_id
 
     def get_pipeline(self, pipeline_id: int) -> PipelineInfo:
@@ -735,7 +745,15 @@ class Ledger:
         return self._read(lambda: launches.read(self.db, ids))
 
     # ------------------------------------------------------------------------ audit
-    def audit(self) -> AuditReport:
-        """Recompute every balance from the event log; check the identity and the safety
-        invariant of every block, and every pipeline's holdings."""
-        return self._read(lambda: audit_database(self.db))
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """Verify the event log's hash chain (and, with ``expect``, that it still holds that
+        chain head, ``<event id>:<hex SHA-256>`` from an earlier report's ``head``); rebuild
+        datasets, blocks, pipelines, demands and every balance from the events and compare;
+        check the identity and the safety invariant of every block, and every pipeline's
+        holdings."""
+        if expect is not None:
+            try:
+                parse_head(expect)
+            except ValueError as exc:
+                raise LedgerError(str(exc)) from exc
+        return self._read(lambda: audit_database(self.db, expect))

@@ -14,7 +14,9 @@ import sqlite_utils
 
 from privsched.ledger import launches
 
-#: Bumped whenever the schema changes; stored in ``PRAGMA user_version``.
+#: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
+#: the hash chain over the event log (``events.detail`` and ``events.hash``), the lease's
+#: generation and the launch records.
 SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
@@ -127,9 +129,11 @@ def create_schema(db: sqlite_utils.Database) -> None:
             "target": str,
             "amount": bytes,
             "reason": str,
+            "detail": str,  # canonical JSON of what a creation or submission recorded (chain.py)
+            "hash": bytes,  # SHA-256 link over the previous row's hash and this row (chain.py)
         },
         pk="id",
-        not_null=["at", "kind"],
+        not_null=["at", "kind", "hash"],
         strict=True,
     )
     db["events"].create_index(["pipeline_id"])
