@@ -31,7 +31,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
@@ -123,6 +123,9 @@ class Scheduler:
                 self._unresolved[info.id] = (info, record)
                 continue
             token = None if record is None else record.token
+            if record is not None and record.pid is not None:
+                # The ledger's pid, not the run folder's file, which the job itself may write.
+                write_atomic(self.runs.pid_file(info.id), f"{record.pid} {record.start_ticks or ''}\n")
             alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
 
