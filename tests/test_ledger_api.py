@@ -166,6 +166,17 @@ def test_a_pipeline_can_carry_a_mechanism_instead_of_a_demand(ledger):
     assert info.mechanism == mechanism
 
 
+def test_a_request_whose_demand_is_below_its_mechanisms_curve_is_refused_and_nothing_changes(ledger, dump_db):
+    mechanism = '{"kind": "gaussian", "sigma": 4.0}'
+    alphas = np.array(ledger.get_dataset("reviews").accounting.alphas)
+    before = dump_db(ledger.path)
+    with pytest.raises(LedgerError, match="below the curve of its mechanism"):
+        ledger.submit(PipelineRequest("stat", "reviews", ["r1"], demand=alphas / 64, mechanism=mechanism))
+    assert dump_db(ledger.path) == before
+    pid = ledger.submit(PipelineRequest("stat", "reviews", ["r1"], demand=alphas / 32, mechanism=mechanism))
+    assert ledger.get_pipeline(pid).mechanism == mechanism
+
+
 def test_complete_consumes_what_was_spent_and_releases_the_rest(ledger):
     pid = basic(ledger, eps=0.5)
     ledger.grant([pid])
@@ -400,10 +411,10 @@ def test_overspending_a_grant_is_refused_and_changes_nothing(ledger, dump_db):
 
 
 def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negative(ledger):
-    from privsched.budgets import EpsilonDelta, demand_vector
+    from privsched.budgets import Gaussian, demand_vector, gaussian_sigma
 
     ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
-    demand = demand_vector(EpsilonDelta(epsilon=1.0, delta=1e-9), ledger.get_dataset("reviews").accounting)
+    demand = demand_vector(Gaussian(sigma=gaussian_sigma(1.0, 1e-9)), ledger.get_dataset("reviews").accounting)
     for _ in range(3):
         pid = ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=demand), now=2)
         assert ledger.grant([pid], now=2) == [pid]
@@ -416,11 +427,11 @@ def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negat
 
 
 def test_audit_passes_when_settling_in_another_order_leaves_rounding_residue_at_dead_orders(ledger):
-    from privsched.budgets import EpsilonDelta, demand_vector
+    from privsched.budgets import Gaussian, demand_vector, gaussian_sigma
 
     ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
     accounting = ledger.get_dataset("reviews").accounting
-    demands = [demand_vector(EpsilonDelta(epsilon=e, delta=1e-9), accounting) for e in (0.1, 0.5, 1.0)]
+    demands = [demand_vector(Gaussian(sigma=gaussian_sigma(e, 1e-9)), accounting) for e in (0.1, 0.5, 1.0)]
     ids = [ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=d), now=2) for d in demands]
     assert ledger.grant(ids, now=2) == ids
     for i in (2, 0, 1):

@@ -27,7 +27,7 @@ from typing import TypeVar
 
 import sqlite_utils
 
-from privsched.ledger.errors import LedgerError
+from privsched.ledger.errors import LedgerError, StorageFull
 from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
 
 T = TypeVar("T")
@@ -66,7 +66,8 @@ def retrying(action: Callable[[], T]) -> T:
 def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immediate: bool = True) -> T:
     """Run ``body`` as one transaction (``BEGIN IMMEDIATE`` for writes, ``BEGIN`` for
     consistent multi-query reads); roll back on any error; retry the whole transaction
-    while the database is busy. SQLite errors other than busy become :class:`LedgerError`."""
+    while the database is busy. SQLite errors other than busy become :class:`LedgerError`
+    (:class:`StorageFull` when the database could not grow)."""
     conn = db.conn
 
     def attempt() -> T:
@@ -85,6 +86,8 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
             raise
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise StorageFull(f"database error: {exc}") from exc
         raise LedgerError(f"database error: {exc}") from exc
 
 

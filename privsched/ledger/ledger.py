@@ -18,8 +18,8 @@ from typing import TypeVar
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.budgets.capacity import block_capacity, validate_epsilon_delta
-from privsched.ledger import lease, rows
+from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
+from privsched.ledger import launches, lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
 from privsched.ledger.chain import parse_head
@@ -54,6 +54,7 @@ class Ledger:
         self.db = open_database(self.path, create=create)
         self._datasets: dict[int, DatasetInfo] = {}
         self._lock = threading.RLock()  # one transaction at a time on this connection
+        self._fence: tuple[str, int] | None = None  # (holder, generation) while this ledger holds the lease
 
     @classmethod
     def init(cls, path: str | os.PathLike) -> Ledger:
@@ -75,6 +76,20 @@ class Ledger:
 
     # ----------------------------------------------------------------- transactions
     def _write(self, body: Callable[[], T]) -> T:
+        """One write transaction; while this ledger holds the scheduler lease, it first checks,
+        inside the transaction, that the lease was not taken over since (lease module)."""
+        with self._lock:
+            fence = self._fence
+            if fence is None:
+                return run_transaction(self.db, body)
+
+            def fenced() -> T:
+                lease.check_fence(self.db, *fence)
+                return body()
+
+            return run_transaction(self.db, fenced)
+
+    def _lease_write(self, body: Callable[[], T]) -> T:
         with self._lock:
             return run_transaction(self.db, body)
 
@@ -100,8 +115,8 @@ class Ledger:
         block of it gets capacity ε_G, or the curve ε_G(α) of DESIGN §3.2 under RDP."""
         name = check.name(name, "dataset name")
         mode = check.accounting_mode(accounting, alphas)
-        if conversion not in ("paper", "tight"):
-            raise LedgerError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
+        if conversion not in CONVERSIONS:
+            raise LedgerError(f"unknown conversion {conversion!r} (expected one of {', '.join(CONVERSIONS)})")
         try:
             validate_epsilon_delta(epsilon, delta)
             capacity = block_capacity(mode, float(epsilon), float(delta), conversion)  # type: ignore[arg-type]
@@ -457,8 +472,10 @@ class Ledger:
                           pipeline_id=pipeline_id)
         return True
 
-    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None) -> None:
-        """granted → running, recording where the job runs."""
+    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None,
+                     launch_token: str | None = None) -> None:
+        """granted → running, recording where the job runs and, with ``launch_token``, that
+        its launch began (:mod:`privsched.ledger.launches`)."""
         (pipeline_id,) = check.ids([pipeline_id])
         text = check.json_text(placement, "placement")
         at = check.now_or_clock(now)
@@ -470,6 +487,9 @@ class Ledger:
             moves = Moves(self.db, at)
             moves.state_event("run", "granted", "running", dataset_id=dataset_id, pipeline_id=pipeline_id)
             moves.flush()
+            if launch_token is not None:
+                generation = None if self._fence is None else self._fence[1]
+                launches.record_launching(self.db, pipeline_id, launch_token, generation, at)
 
         self._write(body)
 
@@ -672,34 +692,57 @@ class Ledger:
     # ------------------------------------------------------------------------ lease
     def acquire_lease(self, holder: str, ttl: float, now: float | None = None) -> bool:
         """Take the scheduler lease if it is free, expired, already ours, or held by a dead
-        process of this host. Exactly one scheduler per database."""
+        process of this host. Exactly one scheduler per database: from now on every write
+        of this ledger is fenced with the lease's new generation (see the lease module)."""
         holder = check.name(holder, "lease holder")
         ttl = check.finite_number(ttl, "lease ttl", low_open=True)
         at = check.now_or_clock(now)
 
-        def body() -> bool:
+        def body() -> int | None:
             if not lease.is_free(lease.current(self.db), holder, at):
-                return False
-            lease.take(self.db, holder, ttl, at)
-            return True
+                return None
+            return lease.take(self.db, holder, ttl, at)
 
-        return self._write(body)
+        generation = self._lease_write(body)
+        if generation is not None:
+            self._fence = (holder, generation)
+        return generation is not None
 
     def renew_lease(self, holder: str, ttl: float, now: float | None = None) -> bool:
         """Extend our lease; False if somebody else holds it now."""
         holder = check.name(holder, "lease holder")
         ttl = check.finite_number(ttl, "lease ttl", low_open=True)
         at = check.now_or_clock(now)
-        return self._write(lambda: lease.renew(self.db, holder, ttl, at))
+        return self._lease_write(lambda: lease.renew(self.db, holder, ttl, at))
 
     def release_lease(self, holder: str) -> None:
-        self._write(lambda: lease.drop(self.db, holder))
+        self._lease_write(lambda: lease.drop(self.db, holder))
+        if self._fence is not None and self._fence[0] == holder:
+            self._fence = None
 
     def lease_holder(self, now: float | None = None) -> dict | None:
         """The current, unexpired lease (holder, pid, host, acquired_at, expires_at), or None."""
         at = check.now_or_clock(now)
         row = self._read(lambda: lease.current(self.db))
         return row if row is not None and row["expires_at"] > at else None
+
+    # --------------------------------------------------------------------- launches
+    def record_started(self, pipeline_id: int, token: str, pid: int | None = None,
+                       start_ticks: str | None = None, now: float | None = None) -> None:
+        """A running pipeline's job process exists (launching → started)."""
+        (pipeline_id,) = check.ids([pipeline_id])
+        at = check.now_or_clock(now)
+
+        def body() -> None:
+            if not launches.record_started(self.db, pipeline_id, token, pid, start_ticks, at):
+                raise LedgerError(f"pipeline {pipeline_id} has no launch {token!r}")
+
+        self._write(body)
+
+    def launch_records(self, pipeline_ids: Sequence[int]) -> dict[int, launches.LaunchRecord]:
+        """The launch records of these pipelines (those that have one)."""
+        ids = check.ids(pipeline_ids)
+        return self._read(lambda: launches.read(self.db, ids))
 
     # ------------------------------------------------------------------------ audit
     def audit(self, expect: str | None = None) -> AuditReport:

@@ -156,7 +156,21 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
         vectors = {k: demand for k in keys}
     if not vectors:
         raise LedgerError(f"pipeline {request.name!r} requests no blocks")
+    if request.mechanism is not None and (request.demand is not None or request.demands is not None):
+        curve = mechanism_curve(request.mechanism, accounting)
+        for key, demand in vectors.items():
+            if not np.all(demand >= curve):
+                raise LedgerError(f"demand on block {key!r} is below the curve of its mechanism {request.mechanism}")
     return vectors
+
+
+def mechanism_curve(mechanism: str, accounting: Accounting) -> np.ndarray:
+    """The demand vector of a stored mechanism description: a stored demand must be at
+    least this, or what the ledger charges is not what the job releases."""
+    try:
+        return vector(demand_vector(parse_mechanism(mechanism), accounting), accounting.dims, "mechanism demand")
+    except ValueError as exc:
+        raise LedgerError(f"invalid mechanism: {exc}") from exc
 
 
 def spent_per_block(
