@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.ledger import Ledger, LedgerError, PipelineRequest, chain
-from privsched.ledger.schema import pack
+from privsched.ledger.schema import SCHEMA_VERSION, pack
 
 from .conftest import REPO
 
@@ -362,17 +362,18 @@ def test_an_untouched_ledger_passes_after_a_sigkill_mid_grant(tmp_db, kill_after
 
 
 # ---------------------------------------------------------------------- schema version
-def test_a_database_of_the_older_schema_is_refused_in_one_line(tmp_db, dump_db):
+@pytest.mark.parametrize("version", range(1, SCHEMA_VERSION))
+def test_a_database_of_an_older_schema_is_refused_in_one_line(tmp_db, dump_db, version):
     with Ledger.init(tmp_db):
         pass
     conn = sqlite3.connect(tmp_db)
-    conn.execute("PRAGMA user_version = 1")
+    conn.execute(f"PRAGMA user_version = {version}")
     conn.close()
     before = dump_db(tmp_db)
-    with pytest.raises(LedgerError, match="older ledger schema version 1 .*version 2"):
+    with pytest.raises(LedgerError, match=f"older ledger schema version {version} .*version {SCHEMA_VERSION}"):
         Ledger(tmp_db)
     result = cli("audit", "--db", tmp_db)
-    assert result.returncode == 1 and "older ledger schema version 1" in result.stderr
+    assert result.returncode == 1 and f"older ledger schema version {version}" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
     assert dump_db(tmp_db) == before
 
