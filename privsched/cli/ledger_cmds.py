@@ -37,7 +37,11 @@ app.add_typer(budget_app, name="budget")
 
 
 def _open(db: Path, *, create: bool = False) -> Ledger:
+    from privsched.cli.remote_option import remote_client, server_url
     from privsched.ledger import Ledger
+
+    if server_url() is not None:
+        return remote_client().ledger
 
     with errors():
         return Ledger(db, create=create)
@@ -216,10 +220,8 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    from privsched.client import connect
-
-    with errors(), connect(db, create=False) as client:
-        report = client.audit(expect=expect)
+    with _open(db) as ledger, errors():
+        report = ledger.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
             print(f"violation: {_printable(violation)}", file=sys.stderr)
