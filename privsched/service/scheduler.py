@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
@@ -259,14 +259,15 @@ class Scheduler:
         return True
 
     def _placement_record(self, placement: Placement) -> dict:
-        return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        record = {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        return {**record, "sandbox": self.executor.sandbox}
 
     def _launch(self, info: PipelineInfo, placement: Placement, started_at: float) -> Launch:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
-        document = {**json.loads(context.to_json()), "job": info.job}
-        (folder / "context.json").write_text(json.dumps(document))
+        document = {**json.loads(context.to_json()), "job": info.job, "protected": self._protected(info)}
+        write_atomic(folder / "context.json", json.dumps(document))
         return Launch(
             pipeline_id=info.id,
             context=self.runs.context(info.id),
@@ -276,6 +277,12 @@ class Scheduler:
             started_at=started_at,
             max_runtime=info.job.get("max_runtime"),
         )
+
+    def _protected(self, info: PipelineInfo) -> list[str]:
+        """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
+        granted = {(info.dataset, key) for key in info.block_keys}
+        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        return self.runs.protected() + others
 
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
         dataset = self.ledger.get_dataset(info.dataset)
@@ -296,7 +303,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
             device="cuda" if placement.gpus else "cpu",
-            workdir=self.runs.folder(info.id),
+            workdir=self.runs.workdir(info.id),
             params=params,
         )
 
