@@ -279,7 +279,8 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     grant = {key: b.grant.tolist() for key, b in ctx.blocks.items()}
     unconfined_note = {} if confined else {"sandbox": "none"}
     if not isinstance(report, dict):
-        note = f"exited with code {os.waitstatus_to_exitcode(status)}"
+        code = os.waitstatus_to_exitcode(status)
+        note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         return JobResult(ctx.pipeline_id, False, message=f"job {note} without writing its result")
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
