@@ -129,18 +129,36 @@ def job_callable(job: dict[str, Any]) -> Callable[[JobContext], Any]:
 
 
 def job_confinement(document: dict[str, Any], ctx: JobContext, tmp: Path, network: bool) -> Confinement:
-    """What a job may reach: the Python environment, privsched, the job's code, its run
-    folder and private tmp, and (built-in jobs only) its granted blocks' files; user jobs
-    reach their blocks through the supervisor (:mod:`privsched.jobs.primitives`)."""
+    """What a job may reach: the Python environment, privsched, the job's code (its module's
+    file or its top-level package, while its ``pythonpath`` folders may only be listed), its
+    work folder and private tmp, and (built-in jobs only) its granted blocks' files; user
+    jobs reach their blocks through the supervisor (:mod:`privsched.jobs.primitives`)."""
     job = document["job"]
+    pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     read = python_roots() + [str(Path(__file__).resolve().parents[2])]
-    read += [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
-    module = str(job.get("function") or "").rpartition(":")[0]
-    if module.endswith(".py"):
-        read.append(str(Path(module).resolve()))
+    read += _code_roots(str(job.get("function") or ""), pythonpath)
     if job.get("kind"):
         read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
-    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(tmp)), network=network)
+    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(tmp)), listable=tuple(pythonpath),
+                       network=network)
+
+
+def _code_roots(entry: str, pythonpath: list[str]) -> list[str]:
+    """The file of the job's module, or the folders of its top-level package, found the way
+    the import will find them (without running any of the job's code)."""
+    from importlib.machinery import PathFinder
+
+    module = entry.rpartition(":")[0]
+    if module.endswith(".py"):
+        return [str(Path(module).resolve())]
+    if not module:
+        return []
+    spec = PathFinder.find_spec(module.split(".")[0], [*pythonpath, *sys.path])
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [str(Path(p).resolve()) for p in spec.submodule_search_locations]
+    return [str(Path(spec.origin).resolve())] if spec.origin else []
 
 
 def _children(parent: int) -> list[int]:

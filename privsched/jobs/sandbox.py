@@ -3,7 +3,8 @@
 A process calls :func:`confine` once, before it imports any of the job's code: from then
 on it, and every process it starts, may only
 
-- read (and execute) the folders and files of :attr:`Confinement.read`;
+- read (and execute) the folders and files of :attr:`Confinement.read`, and list (not
+  open) the entries of :attr:`Confinement.listable`;
 - read and write beneath :attr:`Confinement.write` (its run folder and a private tmp);
 - bind or connect TCP sockets when :attr:`Confinement.network` allows it (ABI ≥ 4);
 - reach abstract unix sockets and send signals inside its own sandbox (ABI ≥ 6).
@@ -118,6 +119,7 @@ class Confinement:
 
     read: tuple[str, ...]  # folders or files: read and execute beneath them
     write: tuple[str, ...]  # folders: every filesystem right beneath them
+    listable: tuple[str, ...] = ()  # folders whose entries may be listed, not opened
     network: bool = False  # whether TCP bind and connect stay allowed
     devices: tuple[str, ...] = field(default=("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"))
 
@@ -152,6 +154,7 @@ def confine(rules: Confinement) -> int:
     try:
         grants = [(p, READ) for p in rules.read] + [(p, WRITE) for p in rules.write]
         grants += [(p, FS_READ_FILE | FS_WRITE_FILE) for p in rules.devices]
+        grants += [(p, FS_READ_DIR) for p in rules.listable]
         for path, access in grants:
             _add_path(libc, ruleset, path, access & fs)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
