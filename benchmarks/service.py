@@ -127,32 +127,29 @@ def latencies(client: Client, env: dict, folder: Path, probes: int) -> tuple[lis
     return by_cli, by_api
 
 
-def grant_to_start(folder: Path, mode: str, probes: int) -> list[float]:
-    """Seconds from each probe's grant to its job's first line, the scheduler confining
-    jobs with ``mode``."""
-    client = connect(folder / f"start-{mode}.db")
-    client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="basic")
-    client.add_blocks("reviews", [("b0", str(folder / "b0.npz"))])
+def start_probe(client: Client, mode: str, i: int) -> float:
+    """Seconds from one probe's grant to its job's first line, the scheduler confining jobs
+    with ``mode``."""
     job = {"function": "tests.sandbox_jobs:records_start", "pythonpath": [str(REPO)]}
-    delays = []
-    for i in range(probes):
-        run = client.submit({"name": f"start-{i}", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.01,
-                             "job": job, "resources": {"cpus": 0.01}})
-        client.run_until_idle("fcfs", tick=0.01, cpus=1, gpus=0, sandbox=mode)
-        info = client.status(run.id)
-        started = float((client.runs.workdir(run.id) / "started").read_text())
-        delays.append(started - info.granted_at)
-    client.close()
-    return delays
+    run = client.submit({"name": f"start-{i}", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.01,
+                         "job": job, "resources": {"cpus": 0.01}})
+    client.run_until_idle("fcfs", tick=0.01, cpus=1, gpus=0, sandbox=mode)
+    info = client.status(run.id)
+    return float((client.runs.workdir(run.id) / "started").read_text()) - info.granted_at
 
 
 def confinement(probes: int) -> None:
     folder = Path(tempfile.mkdtemp(prefix="privsched-bench-"))
     np.savez(folder / "b0.npz", rating=np.arange(10.0))
-    by_mode: dict[str, list[float]] = {"none": [], "landlock": []}
-    for _ in range(probes):  # alternate, so that the machine's load weighs on both alike
-        for mode in by_mode:
-            by_mode[mode] += grant_to_start(folder, mode, 1)
+    clients: dict[str, Client] = {}
+    for mode in ("none", "landlock"):
+        clients[mode] = connect(folder / f"start-{mode}.db")
+        clients[mode].create_dataset("reviews", epsilon=10, delta=1e-7, accounting="basic")
+        clients[mode].add_blocks("reviews", [("b0", str(folder / "b0.npz"))])
+    by_mode: dict[str, list[float]] = {mode: [] for mode in clients}
+    for i in range(probes):  # alternate, so that the machine's load weighs on both alike
+        for mode, client in clients.items():
+            by_mode[mode].append(start_probe(client, mode, i))
     base = statistics.median(by_mode["none"])
     print(f"\ngrant → first line of the job, {probes} probes per mode (local executor)\n")
     print("| sandbox | median (ms) | max (ms) | ratio to none |")
@@ -160,6 +157,8 @@ def confinement(probes: int) -> None:
     for mode, values in by_mode.items():
         print(f"| {mode} | {1000 * statistics.median(values):.0f} | {1000 * max(values):.0f} | "
               f"{statistics.median(values) / base:.2f} |")
+    for client in clients.values():
+        client.close()
 
 
 def main() -> None:

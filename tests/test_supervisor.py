@@ -8,12 +8,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privsched.budgets import Accounting
 from privsched.jobs.context import BlockGrant, JobContext
@@ -165,3 +168,44 @@ def test_confine_denies_reads_writes_and_tcp_outside_the_rules(tmp_path: Path):
     assert output.returncode == 0, output.stderr
     assert (allowed / "out.txt").read_text() == "ok"
     assert lines == ["denied"] * (3 if ABI >= 4 else 2) + ([] if ABI >= 4 else ["other"])
+
+
+@pytest.fixture(scope="module")
+def account_blocks(tmp_path_factory) -> dict[str, str]:
+    return blocks(tmp_path_factory.mktemp("account"))
+
+
+def account_for(block_files: dict[str, str], folder: Path):
+    from privsched.jobs.primitives import Account
+
+    ctx = JobContext(1, "job", "reviews", Accounting.basic(), 1e-9,
+                     {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in block_files.items()}, workdir=folder)
+    return Account(ctx, folder)
+
+
+@given(st.lists(st.floats(0.001, 0.6), max_size=8))
+@settings(max_examples=40, deadline=None)
+def test_primitives_charge_what_they_released_and_refuse_anything_beyond_the_grant(account_blocks, epsilons):
+    account = account_for(account_blocks, Path(tempfile.mkdtemp()))
+    released = 0.0
+    for epsilon in epsilons:
+        try:
+            account.handle({"op": "count", "epsilon": epsilon})
+            released += epsilon
+        except PermissionError:
+            assert released + epsilon > GRANT[0] * (1 - 1e-12)
+    assert account.spent[0] == pytest.approx(released, rel=1e-12, abs=1e-15)
+    assert account.spent[0] <= GRANT[0] and account.used_primitives == bool(released)
+
+
+@given(st.binary(max_size=200) | st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.floats(),
+                                                                                   st.text(max_size=8)), max_size=5)
+       .map(lambda d: json.dumps(d).encode()))
+@settings(max_examples=100, deadline=None)
+def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_blocks, line):
+    account = account_for(account_blocks, Path(tempfile.mkdtemp()))
+    report, answer = account._answer(line)
+    assert (report is None) != (answer is None)
+    if answer is not None:
+        assert set(json.loads(answer)) <= {"ok", "error"}
+    assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks
