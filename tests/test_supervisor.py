@@ -209,3 +209,20 @@ def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_b
     if answer is not None:
         assert set(json.loads(answer)) <= {"ok", "error"}
     assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks
+
+
+@needs_landlock
+@pytest.mark.skipif(ABI < 4, reason="Landlock TCP rules need ABI 4")
+@pytest.mark.parametrize(("asks", "allowed", "connects"), [(True, True, True), (True, False, False),
+                                                           (False, True, False)])
+def test_tcp_stays_open_only_when_the_pipeline_asks_and_the_operator_allows(tmp_path: Path, asks, allowed, connects):
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        job = {**hostile("connects"), "network": asks}
+        context = write_context(tmp_path / "run", job, blocks(tmp_path), params={"port": server.getsockname()[1]})
+        result = result_of(context, *(["--network"] if allowed else []))
+    assert result.completed is connects
+    assert connects or result.message.startswith("PermissionError")
