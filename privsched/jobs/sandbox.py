@@ -121,7 +121,17 @@ class Confinement:
     write: tuple[str, ...]  # folders: every filesystem right beneath them
     listable: tuple[str, ...] = ()  # folders whose entries may be listed, not opened
     network: bool = False  # whether TCP bind and connect stay allowed
-    devices: tuple[str, ...] = field(default=("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"))
+    devices: tuple[str, ...] = field(default_factory=lambda: DEVICES + gpu_devices())  # read, write, ioctl
+
+
+#: Character devices every job may use.
+DEVICES: tuple[str, ...] = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random")
+
+
+def gpu_devices() -> tuple[str, ...]:
+    """NVIDIA's device files (CUDA opens them and calls ioctl on them); which GPUs a job uses is set
+    by ``CUDA_VISIBLE_DEVICES``, not by the sandbox."""
+    return tuple(sorted(str(p) for p in Path("/dev").glob("nvidia*")))
 
 
 def _check(result: int, what: str) -> int:
@@ -153,7 +163,7 @@ def confine(rules: Confinement) -> int:
                                   ctypes.c_uint32(0)), "create_ruleset")
     try:
         grants = [(p, READ) for p in rules.read] + [(p, WRITE) for p in rules.write]
-        grants += [(p, FS_READ_FILE | FS_WRITE_FILE) for p in rules.devices]
+        grants += [(p, FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV | FS_READ_DIR) for p in rules.devices]
         grants += [(p, FS_READ_DIR) for p in rules.listable]
         for path, access in grants:
             _add_path(libc, ruleset, path, access & fs)
