@@ -70,8 +70,8 @@ class Channel:
         return answer["ok"]
 
     def fetch_block(self, key: str) -> Path:
-        """A private copy of a granted block's data, in the job's tmp (the job is then
-        charged its whole grant)."""
+        """A private copy of a granted block's data, which the job may read but not change
+        (the job is then charged its whole grant)."""
         return Path(self.call({"op": "block", "key": key}))
 
     def finish(self, report: dict) -> None:
@@ -89,10 +89,11 @@ def _jsonable(value: Any) -> Any:
 @dataclass
 class Account:
     """The supervisor's side: what a job spent through primitives, and whether it read a
-    block itself. ``tmp`` is the job's private folder, where block copies go."""
+    block itself. Block copies go to ``copies``, a folder the job may read, not write (so
+    it cannot plant links there for the supervisor to write through)."""
 
     ctx: JobContext
-    tmp: Path
+    copies: Path
     spent: np.ndarray = field(init=False)
     used_primitives: bool = False
     read_blocks: bool = False
@@ -157,7 +158,7 @@ class Account:
         source = Path(self.ctx.blocks[key].location)  # type: ignore[arg-type]
         if not source.exists():
             return source  # nothing to copy: the job gets the path, and fails to open it
-        target = self.tmp / "blocks" / str(list(self.ctx.blocks).index(key)) / source.name
+        target = self.copies / str(list(self.ctx.blocks).index(key)) / source.name
         if target.exists():
             return target
         target.parent.mkdir(mode=0o700, parents=True)

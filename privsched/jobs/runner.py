@@ -128,18 +128,22 @@ def job_callable(job: dict[str, Any]) -> Callable[[JobContext], Any]:
     return load_function(job["function"], job.get("pythonpath", ()))
 
 
-def job_confinement(document: dict[str, Any], ctx: JobContext, tmp: Path, network: bool) -> Confinement:
+def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, network: bool) -> Confinement:
     """What a job may reach: the Python environment, privsched, the job's code (its module's
     file or its top-level package, while its ``pythonpath`` folders may only be listed), its
-    work folder and private tmp, and (built-in jobs only) its granted blocks' files; user
-    jobs reach their blocks through the supervisor (:mod:`privsched.jobs.primitives`)."""
+    work folder and private tmp (``private/tmp``), and (built-in jobs only) its granted
+    blocks' files; user jobs reach their blocks through the supervisor
+    (:mod:`privsched.jobs.primitives`), which copies them into ``private/blocks``, a folder
+    they may read but not write."""
     job = document["job"]
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     read = python_roots() + [str(Path(__file__).resolve().parents[2])]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     if job.get("kind"):
         read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
-    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(tmp)), listable=tuple(pythonpath),
+    else:
+        read.append(str(private / "blocks"))
+    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=tuple(pythonpath),
                        network=network)
 
 
@@ -243,9 +247,12 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
     builtin = bool(document["job"].get("kind"))
     network = network and bool(document["job"].get("network"))
     ctx.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix="privsched-job-"))
+    private = Path(tempfile.mkdtemp(prefix="privsched-job-"))
+    tmp = private / "tmp"
+    for folder in (tmp, private / "blocks"):
+        folder.mkdir(mode=0o700)
     try:
-        rules = job_confinement(document, ctx, tmp, network) if mode == "landlock" else None
+        rules = job_confinement(document, ctx, private, network) if mode == "landlock" else None
         if rules is not None:
             hits = exposed(rules.read + rules.write, document.get("protected", ()))
             if hits:
@@ -269,7 +276,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
             return bool(status)
 
         try:
-            account = Account(ctx, tmp)
+            account = Account(ctx, private / "blocks")
             report = account.serve(ours, ended)
             if not status:
                 status.append(os.waitpid(pid, 0)[1])
@@ -279,7 +286,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
             ours.close()
         return _result(ctx, builtin, rules is not None, account, report, status[0])
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _end_on_signal(signum: int, frame: Any) -> None:

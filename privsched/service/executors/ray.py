@@ -19,6 +19,9 @@ share the fate of their driver, so a scheduler restart would kill every running 
   pipeline id and its start time as recorded in the ledger, so a restarted scheduler finds
   the jobs an earlier one submitted (:meth:`RayExecutor.attach`), and Ray itself refuses a
   second submission of the same job.
+- **Confinement.** The entry runs the job under the same supervisor and Landlock sandbox as
+  the local executor (:mod:`privsched.jobs.runner`), with the operator's sandbox mode in the
+  job's environment; a worker whose kernel has no Landlock refuses the job.
 - **Logs.** The Ray job's output is copied into the pipeline's log file as it runs.
 - **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
   that ended without a result, fails with its data assumed touched, except when Ray reports
