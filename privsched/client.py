@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from privsched.jobs.runner import JobResult
-from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Ledger, LedgerError, PipelineInfo
+from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Event, Ledger, LedgerError, PipelineInfo
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
@@ -345,8 +345,18 @@ class Client:
         path = self.log_path(pipeline_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def audit(self) -> AuditReport:
-        return self.ledger.audit()
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table
+        rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""
+        return self.ledger.audit(expect=expect)
+
+    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
+        """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""
+        found = self.ledger.events(pipeline_id=pipeline_id)
+        if dataset is None:
+            return found
+        dataset_id = self.ledger.get_dataset(dataset).id
+        return [event for event in found if event.dataset_id == dataset_id]
 
     # -- scheduling in-process --------------------------------------------------------------
 

@@ -9,8 +9,8 @@ anything, refuses a release beyond the grant, and answers with the noisy value o
 that used only primitives is charged exactly their sum (sequential composition: curves and
 (ε, δ) add, DESIGN §3.4); one that read a block itself is charged its whole grant.
 
-The noise is the statistic code's (Laplace scale Δ/ε, Dwork & Roth 2014 Thm 3.6; Gaussian,
-Thm A.1), drawn from OS entropy, and is reached through :func:`release` alone.
+The noise is the statistic code's (Laplace scale Δ/ε, Dwork & Roth 2014 Thm 3.6; Gaussian;
+OpenDP's floating-point-safe samplers from OS entropy), reached through :func:`release` alone.
 
 The protocol is one JSON object per line each way: the job sends ``{"op": ...}`` and reads
 ``{"ok": value}`` or ``{"error": message}``; its last message is ``{"op": "done", ...}``.
@@ -19,7 +19,6 @@ The protocol is one JSON object per line each way: the job sends ``{"op": ...}``
 from __future__ import annotations
 
 import json
-import secrets
 import select
 import shutil
 import socket
@@ -43,10 +42,10 @@ class PrimitiveRefused(PermissionError):
 
 def release(job: Any, mechanism: Any, values: np.ndarray | None, n: int) -> dict:
     """The one call into the statistic code: ``job``'s release of ``values`` (``n``
-    records) with the charged ``mechanism``'s noise, drawn from OS entropy."""
+    records) with the charged ``mechanism``'s noise (OpenDP, from OS entropy)."""
     from privsched.trainers.statistics import dp_statistic
 
-    return dp_statistic(job, mechanism, values, n, np.random.default_rng(secrets.randbits(128)))
+    return dp_statistic(job, mechanism, values, n)
 
 
 class Channel:

@@ -14,8 +14,9 @@ Landlock (:mod:`privsched.jobs.sandbox`) *before* importing any job code, answer
 privacy primitives (:mod:`privsched.jobs.primitives`) and, when the job's process ends,
 kills every process it left behind, detached or not. The supervisor alone writes the result
 (DESIGN §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
-confined, it spent only through primitives (then exactly their sum); a job that ends without
-reporting fails with its data assumed touched. An executor that finds no result file after
+confined, it spent only through primitives (then exactly their sum). A job that started may
+have read its blocks, so a failure always counts as having touched data (its grant is
+consumed), and so does a job that ends without reporting. An executor that finds no result file after
 the process ended fails the pipeline conservatively.
 """
 
@@ -213,6 +214,7 @@ def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | N
     code = 0
     try:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.environ.pop("PRIVSCHED_LAUNCH_TOKEN", None)  # executors find the supervisor by it, never a job
         os.environ["TMPDIR"] = str(tmp)
         tempfile.tempdir = str(tmp)
         os.chdir(ctx.workdir)
@@ -227,8 +229,7 @@ def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | N
         except BaseException as exc:  # the job's own failure, whatever it is, is its result
             traceback.print_exc()
             message = f"{type(exc).__name__}: {exc}".splitlines()[0]
-            report = {"completed": False, "message": message, "touched_data": ctx.touched_data,
-                      "metrics": ctx.metrics}
+            report = {"completed": False, "message": message, "metrics": ctx.metrics}
         sys.stdout.flush()
         sys.stderr.flush()
         ctx.channel.finish(report)
@@ -247,6 +248,8 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
     builtin = bool(document["job"].get("kind"))
     network = network and bool(document["job"].get("network"))
     ctx.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for block in ctx.blocks.values():  # relative locations resolve from the job's work folder
+        block.location = None if block.location is None else str(ctx.workdir / block.location)
     private = Path(tempfile.mkdtemp(prefix="privsched-job-"))
     tmp = private / "tmp"
     for folder in (tmp, private / "blocks"):
@@ -298,8 +301,8 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
             status: int) -> JobResult:
     """How the job is settled (DESIGN §4.4). A built-in job's report is privsched's own code
     measuring its spend; a user job is charged its whole grant unless, confined, it spent
-    only through primitives (then exactly their sum). A failed user job has touched its
-    data whatever it says (a failed built-in job says whether it read any)."""
+    only through primitives (then exactly their sum). A failed job has touched its data,
+    whatever it says."""
     grant = {key: b.grant.tolist() for key, b in ctx.blocks.items()}
     unconfined_note = {} if confined else {"sandbox": "none"}
     if not isinstance(report, dict):
@@ -309,8 +312,7 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
     if not report.get("completed"):
-        touched = bool(report.get("touched_data", True)) if builtin else True
-        return JobResult(ctx.pipeline_id, False, touched_data=touched, message=str(report.get("message", ""))[:500],
+        return JobResult(ctx.pipeline_id, False, touched_data=True, message=str(report.get("message", ""))[:500],
                          metrics=metrics)
     if builtin:
         spent = grant if report.get("spent") is None else {key: report["spent"] for key in ctx.blocks}
