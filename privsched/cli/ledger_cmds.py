@@ -37,7 +37,11 @@ app.add_typer(budget_app, name="budget")
 
 
 def _open(db: Path, *, create: bool = False) -> Ledger:
+    from privsched.cli.remote_option import remote_client, server_url
     from privsched.ledger import Ledger
+
+    if server_url() is not None:
+        return remote_client().ledger
 
     with errors():
         return Ledger(db, create=create)

@@ -38,6 +38,7 @@ from privsched.ledger.models import (
     PipelineRequest,
 )
 from privsched.ledger.moves import Moves, detail_text, settle
+from privsched.ledger.quotas import QuotaCheck
 from privsched.ledger.schema import pack, unpack, unpack_rows
 
 T = TypeVar("T")
@@ -254,14 +255,26 @@ class Ledger:
         never be granted (DESIGN §4.4)."""
         return self.submit_many([request], now)[0]
 
-    def submit_many(self, requests: Sequence[PipelineRequest], now: float | None = None) -> list[int]:
-        """Submit several pipelines in one transaction: all are recorded, or none."""
+    def submit_many(
+        self,
+        requests: Sequence[PipelineRequest],
+        now: float | None = None,
+        *,
+        claim: Callable[[list[int]], None] | None = None,
+    ) -> list[int]:
+        """Submit several pipelines in one transaction: all are recorded, or none.
+
+        ``claim(ids)`` runs inside that transaction once the pipelines are inserted (on
+        this ledger's connection): what it writes commits with them, and if it raises,
+        nothing is recorded (e.g. who submitted them, under which submission id)."""
         at = check.now_or_clock(now)
 
         def body() -> list[int]:
             moves = Moves(self.db, at)
             ids = [self._insert_pipeline(request, at, moves) for request in requests]
             moves.flush()
+            if claim is not None:
+                claim(ids)
             return ids
 
         return self._write(body)
@@ -439,11 +452,12 @@ class Ledger:
                 edges[pipeline_id].append((block_id, demand))
             moves = Moves(self.db, at)
             moves.load(b for pending in edges.values() for b, _ in pending)
+            quotas = QuotaCheck.load(self.db)
             granted = []
             for pipeline_id in ids:
                 if states[pipeline_id] != "pending" or not edges[pipeline_id]:
                     continue
-                if self._allocate(moves, pipeline_id, edges[pipeline_id]):
+                if self._allocate(moves, pipeline_id, edges[pipeline_id], quotas):
                     states[pipeline_id] = "granted"
                     granted.append(pipeline_id)
             self.db.conn.executemany(
@@ -455,8 +469,10 @@ class Ledger:
 
         return self._write(body)
 
-    def _allocate(self, moves: Moves, pipeline_id: int, edges: list[tuple[int, bytes]]) -> bool:
-        """Allocate a pipeline's demand on every block if it fits on all of them."""
+    def _allocate(self, moves: Moves, pipeline_id: int, edges: list[tuple[int, bytes]],
+                  quotas: QuotaCheck | None = None) -> bool:
+        """Allocate a pipeline's demand on every block if it fits on all of them (and
+        within its team's quota, :mod:`privsched.ledger.quotas`)."""
         block_ids = [b for b, _ in edges]
         if any(moves.states[b] != "active" for b in block_ids):
             return False
@@ -465,6 +481,9 @@ class Ledger:
         unlocked = np.stack([moves.balances[b]["unlocked"] for b in block_ids])
         capacity = np.stack([moves.balances[b]["capacity"] for b in block_ids])
         if not np.all(accounting.fits(demand, unlocked, accounting.live(capacity))):
+            return False
+        if quotas is not None and not quotas.take(pipeline_id, moves.datasets[block_ids[0]], block_ids, demand,
+                                                  capacity, accounting):
             return False
         for block_id, amount in zip(block_ids, demand):
             moves.move(block_id, "unlocked", "allocated", amount, kind="grant", pipeline_id=pipeline_id)
