@@ -305,7 +305,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = input_problem(info.job, self._block_locations(info), self.runs.folder(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
@@ -343,14 +343,15 @@ class Scheduler:
         return True
 
     def _placement_record(self, placement: Placement) -> dict:
-        return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        record = {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        return {**record, "sandbox": self.executor.sandbox}
 
     def _launch(self, info: PipelineInfo, placement: Placement, started_at: float, token: str | None) -> Launch:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
-        document = {**json.loads(context.to_json()), "job": info.job}
-        (folder / "context.json").write_text(json.dumps(document))
+        document = {**json.loads(context.to_json()), "job": info.job, "protected": self._protected(info)}
+        write_atomic(folder / "context.json", json.dumps(document))
         return Launch(
             pipeline_id=info.id,
             context=self.runs.context(info.id),
@@ -361,6 +362,12 @@ class Scheduler:
             max_runtime=info.job.get("max_runtime"),
             token=token,
         )
+
+    def _protected(self, info: PipelineInfo) -> list[str]:
+        """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
+        granted = {(info.dataset, key) for key in info.block_keys}
+        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
         """The data location of each block the pipeline was granted."""
@@ -386,7 +393,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
             device="cuda" if placement.gpus else "cpu",
-            workdir=self.runs.folder(info.id),
+            workdir=self.runs.workdir(info.id),
             params=params,
         )
 
