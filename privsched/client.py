@@ -356,6 +356,8 @@ class Client:
         *,
         n: int | None = None,
         lifetime: float | None = None,
+        k: int = 50,
+        unlock: str | None = None,
         tick: float = 1.0,
         until_idle: bool = False,
         gpus: int | None = None,
@@ -374,7 +376,8 @@ class Client:
         from privsched.service.serve import serve_options
 
         return serve_options(
-            self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
+            self.path, policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle,
+            gpus=gpus, cpus=cpus,
             memory=memory, executor=executor, ray_address=ray_address, stop=stop, log=log,
         )
 

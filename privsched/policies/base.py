@@ -28,7 +28,7 @@ class Snapshot:
     accounting: Accounting
     capacity: np.ndarray  # (B, K) each block's total budget
     unlocked: np.ndarray  # (B, K) budget available to grant now (RDP: may be < 0 at some α)
-    pipeline_ids: np.ndarray  # (P,) str ids, the last tie-break
+    pipeline_ids: np.ndarray  # (P,) ids (ledger: int, trace: str), the last tie-break
     arrival: np.ndarray  # (P,) arrival times; arrival order is the second tie-break
     weight: np.ndarray  # (P,) profit of granting each pipeline (1 by default)
     edge_pipeline: np.ndarray  # (E,) int

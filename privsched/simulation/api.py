@@ -13,10 +13,6 @@ from privsched.simulation.instance import Instance
 from privsched.simulation.results import SimulationResult, used_share
 from privsched.simulation.trace import Trace, load_trace
 
-#: Names accepted besides the registry's: DPack with an explicit unlock rule.
-POLICY_ALIASES = {"dpack-n": ("dpack", "n"), "dpack-t": ("dpack", "t")}
-
-
 def resolve_policy(
     policy: str | PolicySpec,
     *,
@@ -25,16 +21,13 @@ def resolve_policy(
     k: int = 50,
     unlock: str | None = None,
 ) -> PolicySpec:
-    """A :class:`PolicySpec` from a registry name (or ``dpack-n`` / ``dpack-t``) and its parameters."""
+    """A :class:`PolicySpec` from a registry name and its parameters
+    (:func:`privsched.policies.make_policy`, as ``serve`` does)."""
     if isinstance(policy, PolicySpec):
         return policy
     from privsched.policies import make_policy
 
-    name, unlock = POLICY_ALIASES.get(policy, (policy, unlock))
-    spec = make_policy(name, n=n, lifetime=lifetime, k=k, unlock=unlock)
-    if policy != name:
-        spec = PolicySpec(name=policy, policy=spec.policy, unlock=spec.unlock, params=spec.params)
-    return spec
+    return make_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
 
 
 def load_workload(
@@ -127,8 +120,7 @@ def simulate(
     """Simulate a scheduling policy over a workload (DESIGN §4, §5).
 
     ``workload_or_trace`` is a workload name (see ``workloads.WORKLOADS``), a trace file, or a
-    :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` (or
-    ``dpack-n`` / ``dpack-t``) with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
+    :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
     :class:`PolicySpec`. ``seed`` and ``**workload_params`` go to the workload generator;
     ``duration`` is the arrival window; ``tick`` the per-time unlock period (default
     lifetime/100).
