@@ -41,8 +41,10 @@ from pydantic import (
     model_validator,
 )
 
+from privsched.errors import BadInput, validation_message
 
-class SpecError(ValueError):
+
+class SpecError(BadInput):
     """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
 
 
@@ -250,16 +252,6 @@ class PipelineSpec(_Model):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping that :meth:`parse` turns back into an equal specification."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """One line naming every invalid field of a pydantic error."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(dict.fromkeys(parts))
 
 
 def load_spec(path: str | Path) -> PipelineSpec:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
 import typer
+
+from privsched.errors import PrivschedError
 
 app = typer.Typer(
     name="privsched",
@@ -34,7 +37,9 @@ for _name in _COMMAND_MODULES:
 
 def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
-    parse) is reported like every other bad input: one ``error:`` line on stderr."""
+    parse) is reported like every other bad input: one ``error:`` line on stderr; so is any
+    :class:`~privsched.errors.PrivschedError`. Any other exception is a bug: its traceback,
+    then one ``error:`` line saying so, exit status 70."""
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:  # click's usage and parameter errors
@@ -45,4 +50,11 @@ def main() -> None:
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
+    except PrivschedError as exc:  # a refusal no command turned into a message itself
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except Exception:  # a bug, not bad input: show it as one
+        traceback.print_exc()
+        print("error: internal error in privsched (a bug; the traceback above says where)", file=sys.stderr)
+        sys.exit(70)
     sys.exit(code if isinstance(code, int) else 0)

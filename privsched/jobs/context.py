@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting, leq
+from privsched.errors import Forbidden
 
 
-class BlockAccessError(PermissionError):
+class BlockAccessError(Forbidden):
     """A job asked for a block outside its grant."""
 
 

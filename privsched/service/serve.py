@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from privsched.errors import Conflict
 from privsched.ledger import Ledger
 from privsched.policies.base import PolicySpec
 from privsched.service.executors.base import Executor
@@ -28,7 +29,7 @@ from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler, TickReport
 
 
-class ServiceError(RuntimeError):
+class ServiceError(Conflict, RuntimeError):
     """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
 
 
@@ -151,6 +152,8 @@ def serve_options(
     *,
     n: int | None = None,
     lifetime: float | None = None,
+    k: int = 50,
+    unlock: str | None = None,
     tick: float = 1.0,
     until_idle: bool = False,
     gpus: int | None = None,
@@ -161,13 +164,14 @@ def serve_options(
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ServeSummary:
-    """:func:`serve` with the policy, executor and pool given by name and sizes (the
-    options of ``privsched serve``). Bad options raise ``ValueError`` with one line."""
+    """:func:`serve` with the policy (:func:`~privsched.policies.make_policy`'s names and
+    options, as ``privsched simulate`` takes them), executor and pool given by name and
+    sizes (the options of ``privsched serve``). Bad options raise ``ValueError`` with one line."""
     from privsched.policies import make_policy
     from privsched.service.executors import make_executor
     from privsched.spec import parse_memory
 
-    spec = make_policy(policy, n=n, lifetime=lifetime)
+    spec = make_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
     runner = make_executor(executor, ray_address)
     pool = runner.pool(gpus, cpus, None if memory is None else parse_memory(memory))
     return serve(
