@@ -32,13 +32,13 @@ import numpy as np
 
 from privsched.jobs.runner import JobResult
 from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Ledger, LedgerError, PipelineInfo
+from privsched.ledger.states import PipelineState
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
-FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 
 BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
@@ -99,12 +99,12 @@ class Run:
         return self.client.status(self.id)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PipelineState:
         return self.info.state
 
     @property
     def done(self) -> bool:
-        return self.status in FINAL_STATES
+        return self.status.is_final()
 
     @property
     def grant(self) -> dict[str, np.ndarray]:
@@ -322,15 +322,15 @@ class Client:
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
         unknown: ``LedgerError``."""
         info = self.ledger.get_pipeline(pipeline_id)
-        if info.state == "running":
+        if info.state is PipelineState.RUNNING:
             self.runs.request_cancel(pipeline_id)
             return "cancelling"
-        if info.state in FINAL_STATES:
+        if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
             self.ledger.cancel(pipeline_id)
         except LedgerError:
-            if self.ledger.get_pipeline(pipeline_id).state != "running":
+            if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
             self.runs.request_cancel(pipeline_id)  # started meanwhile
             return "cancelling"

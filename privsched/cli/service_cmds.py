@@ -133,13 +133,12 @@ def logs(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
-    from privsched.client import FINAL_STATES
 
     with _client(db) as client, errors():
         path = client.log_path(pipeline_id)
         offset = 0
         while True:
-            ended = client.status(pipeline_id).state in FINAL_STATES
+            ended = client.status(pipeline_id).state.is_final()
             if path.exists():
                 with open(path, "rb") as log:
                     log.seek(offset)

@@ -12,6 +12,7 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
+from privsched.ledger.states import PipelineState
 
 __all__ = [
     "AuditReport",
@@ -24,4 +25,5 @@ __all__ = [
     "PendingView",
     "PipelineInfo",
     "PipelineRequest",
+    "PipelineState",
 ]

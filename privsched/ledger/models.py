@@ -9,11 +9,12 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
+from privsched.ledger.states import PipelineState
 
-#: Pipeline life cycle states (DESIGN §4.4).
-PIPELINE_STATES = ("pending", "granted", "running", "completed", "failed", "timed_out", "cancelled")
+#: Pipeline life cycle states (DESIGN §4.4), as stored in the database.
+PIPELINE_STATES = tuple(state.value for state in PipelineState)
 #: States whose pipeline holds an allocation.
-HOLDING_STATES = ("granted", "running")
+HOLDING_STATES = tuple(state.value for state in PipelineState if state.holds_allocation())
 #: Balance buckets of a block; ``capacity = locked + unlocked + allocated + consumed``.
 BUCKETS = ("locked", "unlocked", "allocated", "consumed")
 
@@ -84,7 +85,7 @@ class PipelineInfo:
     id: int
     name: str
     dataset: str
-    state: str
+    state: PipelineState
     owner: str
     weight: float
     timeout: float | None
