@@ -214,7 +214,7 @@ class Client:
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (DESIGN §3.2)."""
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2)."""
         return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
 
     def datasets(self) -> list[DatasetInfo]:

@@ -4,7 +4,7 @@ A specification names the dataset and the blocks a pipeline reads (explicit keys
 ``last`` k blocks, or a key range), its privacy demand (``epsilon``/``delta``, an explicit
 ``mechanism`` description, or derived from a built-in job's training plan), the job itself
 (a built-in trainer ``kind`` or user code ``function: module:qualname``), the compute it
-needs, and its timeouts. Unknown fields and impossible values are errors (DESIGN §4.4).
+needs, and its timeouts. Unknown fields and impossible values are errors (docs/design.md §4.4).
 
 Example (YAML)::
 
@@ -221,7 +221,7 @@ class PipelineSpec(_Model):
     mechanism: dict[str, Any] | None = None
     job: JobSpec
     resources: Resources = Field(default_factory=Resources)
-    #: Longest wait for a grant, in seconds after submission (DESIGN §4.4); None waits forever.
+    #: Longest wait for a grant, in seconds after submission (docs/design.md §4.4); None waits forever.
     timeout: Duration | None = None
     #: Longest run once the job has started; the job is killed and failed after it.
     max_runtime: Duration | None = None

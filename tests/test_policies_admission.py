@@ -1,4 +1,4 @@
-"""The shared best-effort admission pass (DESIGN §4.2) against a naive reference walk."""
+"""The shared best-effort admission pass (docs/design.md §4.2) against a naive reference walk."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The MILP optimum (DESIGN §4.2): proven on small instances, never beaten online."""
+"""The MILP optimum (docs/design.md §4.2): proven on small instances, never beaten online."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""FCFS and DPF orders, their tie-breaks, and the OSDI'21 worked example (DESIGN §4.2)."""
+"""FCFS and DPF orders, their tie-breaks, and the OSDI'21 worked example (docs/design.md §4.2)."""
 
 from __future__ import annotations
 

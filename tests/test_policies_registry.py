@@ -1,4 +1,4 @@
-"""Policy names, parameters and unlock rules (DESIGN §4.1)."""
+"""Policy names, parameters and unlock rules (docs/design.md §4.1)."""
 
 from __future__ import annotations
 

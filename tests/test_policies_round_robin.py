@@ -1,4 +1,4 @@
-"""Round robin's water-filling (DESIGN §4.2): even split, capped at the need, conserved."""
+"""Round robin's water-filling (docs/design.md §4.2): even split, capped at the need, conserved."""
 
 from __future__ import annotations
 

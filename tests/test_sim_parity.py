@@ -1,6 +1,6 @@
 """The simulator and the live scheduler are one code path: the same trace, run by the
 simulator and by ``Scheduler.tick`` on a real ledger at the same clock instants, grants the
-same pipelines at the same times and times out the same ones (docs/design.md §5.3)."""
+same pipelines at the same times and times out the same ones (docs/design.md §6.4)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ class _Mechanism(BaseModel):
 
 class EpsilonDelta(_Mechanism):
     """A plain (ε, δ) demand. Under RDP it is charged as the Gaussian mechanism calibrated to
-    (ε, δ), σ = sqrt(2 ln(1.25/δ))/ε (DESIGN §5.1)."""
+    (ε, δ), σ = sqrt(2 ln(1.25/δ))/ε (docs/design.md §5.1)."""
 
     kind: Literal["epsilon_delta"] = "epsilon_delta"
     epsilon: PositiveFloat
@@ -95,7 +95,7 @@ def mechanism_json(mechanism: Mechanism) -> str:
 
 
 def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
-    """The budget vector a mechanism spends on each block it reads (DESIGN §3.4)."""
+    """The budget vector a mechanism spends on each block it reads (docs/design.md §3.4)."""
     if isinstance(mechanism, Composed):
         return np.sum([demand_vector(part, accounting) for part in mechanism.parts], axis=0)
     if isinstance(mechanism, Explicit):

@@ -2,7 +2,7 @@
 
 :func:`plan_mechanism` turns a job's parameters into its privacy demand at submit time;
 :func:`run_builtin` runs a granted job inside its :class:`~privsched.jobs.context.JobContext`
-(reading only granted blocks) and reports the budget it actually spent (DESIGN §4.4).
+(reading only granted blocks) and reports the budget it actually spent (docs/design.md §4.4).
 Training code (torch, Opacus) is imported only when a job runs.
 """
 

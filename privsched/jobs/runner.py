@@ -7,7 +7,7 @@ The context file is a :class:`~privsched.jobs.context.JobContext` in JSON with o
 "module:qualname"}`` or ``"path/to/file.py:function"``, plus ``pythonpath`` folders to import
 it from). The job is called with the context. The result file says whether it completed and
 what it spent on each granted block — its grant in full when it did not call
-``report_spent`` (DESIGN §4.4: a job is charged what it was granted unless it reports less) —
+``report_spent`` (docs/design.md §4.4: a job is charged what it was granted unless it reports less) —
 or that it failed and whether it had touched data. An executor that finds no result file
 after the process ended fails the pipeline conservatively.
 """

@@ -1,4 +1,4 @@
-"""The SQLite budget ledger: the single source of truth for privacy budget (DESIGN §6)."""
+"""The SQLite budget ledger: the single source of truth for privacy budget (docs/design.md §6)."""
 
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.ledger import Ledger

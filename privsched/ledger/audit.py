@@ -1,6 +1,6 @@
 """The audit: recompute every balance from the event log and check the ledger's invariants.
 
-Checks, per block and dimension (DESIGN §2, §3.3, §4.4):
+Checks, per block and dimension (docs/design.md §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);

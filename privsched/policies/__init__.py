@@ -1,6 +1,6 @@
 """Scheduling policies: pure, vectorised functions from a snapshot to the pipelines to grant.
 
-See DESIGN §4. ``make_policy(name, ...)`` pairs an ordering with its unlock rule.
+See docs/design.md §4. ``make_policy(name, ...)`` pairs an ordering with its unlock rule.
 """
 
 from privsched.policies.admission import admit_in_order

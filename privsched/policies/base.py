@@ -1,7 +1,7 @@
 """The contract between scheduling policies and their callers (simulator and live scheduler).
 
 A policy is a pure function from a :class:`Snapshot` to an :class:`Allocation`
-(DESIGN §4.2). Unlock rules (DESIGN §4.1) are separate objects, so any ordering can be
+(docs/design.md §4.2). Unlock rules (docs/design.md §4.1) are separate objects, so any ordering can be
 combined with any unlock rule. Nothing here performs I/O.
 """
 
@@ -93,7 +93,7 @@ def orders_per_pipeline(policy: Policy) -> bool:
 class UnlockRule(Protocol):
     """How locked budget becomes unlocked, as fractions of each block's capacity.
 
-    Callers apply ``min(locked, fraction × capacity)`` at every dimension (DESIGN §4.1).
+    Callers apply ``min(locked, fraction × capacity)`` at every dimension (docs/design.md §4.1).
     """
 
     name: str

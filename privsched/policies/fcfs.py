@@ -1,4 +1,4 @@
-"""First come, first served (DESIGN §4.2): grant in arrival order, unlock everything."""
+"""First come, first served (docs/design.md §4.2): grant in arrival order, unlock everything."""
 
 from __future__ import annotations
 

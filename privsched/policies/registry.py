@@ -1,4 +1,4 @@
-"""Policy names and the one function that builds a policy with its unlock rule (DESIGN §4)."""
+"""Policy names and the one function that builds a policy with its unlock rule (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Unlock rules: how a block's locked budget becomes available to the scheduler.
 
-DESIGN §4.1, after Luo et al., OSDI'21 §4.1 ("DPF-N" and "DPF-T"): budget is released
+docs/design.md §4.1, after Luo et al., OSDI'21 §4.1 ("DPF-N" and "DPF-T"): budget is released
 gradually so that early pipelines cannot drain a block before later ones arrive. Each rule
 only returns fractions of capacity; callers unlock ``min(locked, fraction × capacity)`` at
 every dimension (the same fraction at every RDP order).

@@ -1,5 +1,5 @@
 """The scheduling tick: unlock, expire, admit (order with the policy, commit the grants),
-place granted jobs on free compute, collect finished jobs and settle them (DESIGN §4.3–4.4).
+place granted jobs on free compute, collect finished jobs and settle them (docs/design.md §4.3–4.4).
 
 The scheduler keeps no budget of its own: every move goes through the ledger, so a
 restarted scheduler resumes from the ledger alone (:meth:`Scheduler.recover`).
@@ -11,7 +11,7 @@ simulator's computation too): ``on_block_created() + arrivals × on_pipeline_arr
 asked for the block. Whatever a crashed scheduler already unlocked is read back from the
 ledger (the block's locked budget), so a restart never unlocks the same arrival or the
 same span of time twice, and a per-time block is fully unlocked its lifetime after its
-creation (DESIGN §4.1).
+creation (docs/design.md §4.1).
 
 Round robin's water-filled reservations (Snapshot.reserved) live in the scheduler's memory
 only: the ledger still counts them as unlocked, a granted pipeline's reservation becomes its
@@ -112,6 +112,11 @@ class Scheduler:
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
+        """One scheduling cycle at clock ``now`` (docs/design.md §4.3): count the pipelines
+        that arrived, unlock, expire timed-out pipelines, admit (the policy orders each
+        dataset's pending pipelines; the ledger commits the grants in one transaction),
+        place granted jobs on free compute, collect ended jobs and settle them. Returns
+        what it did and what is left (:class:`TickReport`)."""
         report = TickReport()
         views = self._pending_views()
         self._count_arrivals(views)

@@ -117,7 +117,7 @@ def simulate(
     tick: float | None = None,
     **workload_params,
 ) -> SimulationResult:
-    """Simulate a scheduling policy over a workload (DESIGN §4, §5).
+    """Simulate a scheduling policy over a workload (docs/design.md §4, §5).
 
     ``workload_or_trace`` is a workload name (see ``workloads.WORKLOADS``), a trace file, or a
     :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready

@@ -1,4 +1,4 @@
-"""The discrete-event simulator: the scheduler's semantics without waiting (DESIGN §4.1, §4.3).
+"""The discrete-event simulator: the scheduler's semantics without waiting (docs/design.md §4.1, §4.3).
 
 At every instant the events are applied in the order block arrivals, unlocks (per-time
 ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one allocation
@@ -7,7 +7,7 @@ Unlocking raises each block to the fraction the live scheduler computes too
 (:func:`~privsched.policies.unlock.unlocked_fraction`), per-time rules on the grid
 ``first block arrival + k · tick`` (:attr:`Simulator.grid`).
 
-Every admission is a best-effort pass (DESIGN §4.2), and budget only comes back at the
+Every admission is a best-effort pass (docs/design.md §4.2), and budget only comes back at the
 next unlock, so the loop skips work that cannot change any decision:
 - After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
   arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
@@ -368,6 +368,11 @@ class Simulator:
     # -- the event loop ---------------------------------------------------------------------------
 
     def run(self) -> RunState:
+        """Simulate the whole workload: visit every instant at which something happens
+        (block or pipeline arrival, unlock grid instant) in time order, apply its events and
+        one allocation pass (module docstring; docs/design.md §4.3, §6.4), until nothing can
+        change. Pipelines with a deadline still pending at the end time out. Returns each
+        pipeline's outcome and grant time and each block's budget."""
         inst = self.inst
         B, P = inst.n_blocks, inst.n_pipelines
         at_creation = self.spec.unlock.on_block_created()

@@ -1,4 +1,4 @@
-"""DP statistics ("mice", DESIGN §5.2): counts, sums, means and histograms.
+"""DP statistics ("mice", docs/design.md §5.2): counts, sums, means and histograms.
 
 Each record contributes at most its value clipped to [lo, hi] (bounded contributions), so
 the released quantities have the sensitivities of :meth:`StatisticJob.parts`; the noise is

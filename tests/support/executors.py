@@ -2,7 +2,7 @@
 
 It runs no process: the scheduler's tick still writes every job's context file, and the job
 "spends" exactly what that file says it was granted on each block, so a settled pipeline
-consumes what it was granted, as a simulated one does (docs/design.md §5).
+consumes what it was granted, as a simulated one does (docs/design.md §6.4).
 """
 
 from __future__ import annotations
