@@ -2,6 +2,8 @@
 
 Every generator is seeded and deterministic and returns a validated
 :class:`privsched.simulation.Trace`; keyword parameters scale or reshape the workload.
+:data:`WORKLOADS` is registered with the simulator as the ``privsched.workloads`` entry
+point (``pyproject.toml``): ``privsched`` never imports this package.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Callable
 
+from privsched.simulation.registry import generate_workload
 from privsched.simulation.trace import Trace
 from workloads.heterogeneous import heterogeneous
 from workloads.macrobenchmark import macrobenchmark
@@ -28,10 +31,4 @@ WORKLOADS: dict[str, Callable[..., Trace]] = {
 
 def generate(name: str, *, seed: int = 0, **params) -> Trace:
     """The workload ``name`` with ``seed``; raises ValueError for an unknown name or parameter."""
-    generator = WORKLOADS.get(name)
-    if generator is None:
-        raise ValueError(f"unknown workload {name!r} (expected one of: {', '.join(WORKLOADS)})")
-    try:
-        return generator(seed=seed, **params)
-    except TypeError as exc:
-        raise ValueError(f"workload {name!r}: {exc}") from None
+    return generate_workload(WORKLOADS, name, seed, params)

@@ -112,14 +112,15 @@ def sweep(
     """Run a grid of policies and N / T values over workloads, with paper-style figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    import workloads as registry
     from privsched.simulation.api import resolve_policy
+    from privsched.simulation.registry import workload_generators
     from privsched.simulation.sweep import grid, summary_table, write_sweep
     from privsched.simulation.sweep import sweep as run_sweep
 
-    unknown = [w for w in workloads if w not in registry.WORKLOADS]
+    known = workload_generators()
+    unknown = [w for w in workloads if w not in known]
     if unknown:
-        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(registry.WORKLOADS)})")
+        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(known)})")
     if workers < 1:
         fail("--workers must be at least 1")
     ns, lifetimes = _numbers(n, int, "--n"), _numbers(lifetime, float, "--lifetime")
@@ -151,13 +152,13 @@ def trace(
     param: ParamOption = None,
 ) -> None:
     """Save a generated workload as a trace file."""
-    import workloads as registry
+    from privsched.simulation.registry import generate_workload, workload_generators
     from privsched.simulation.trace import save_trace
 
     params = _params(param)
     if duration is not None:
         params["duration"] = duration
     with errors():
-        document = registry.generate(workload, seed=seed, **params)
+        document = generate_workload(workload_generators(), workload, seed, params)
     save_trace(document, out)
     console.print(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

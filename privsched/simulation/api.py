@@ -10,6 +10,7 @@ import numpy as np
 from privsched.policies.base import PolicySpec
 from privsched.simulation.engine import STATUS_NAMES, Simulator
 from privsched.simulation.instance import Instance
+from privsched.simulation.registry import generate_workload, workload_generators
 from privsched.simulation.results import SimulationResult, used_share
 from privsched.simulation.trace import Trace, load_trace
 
@@ -47,19 +48,18 @@ def load_workload(
     elif isinstance(workload_or_trace, Trace):
         label, instance = "trace", workload_or_trace.instance
     else:
-        import workloads
-
         name = str(workload_or_trace)
-        if name in workloads.WORKLOADS:
+        generators = workload_generators()
+        if name in generators:
             params = dict(workload_params)
             if duration is not None:
                 params["duration"] = duration
-            return name, workloads.generate(name, seed=seed, **params).instance
+            return name, generate_workload(generators, name, seed, params).instance
         if workload_params:
             raise ValueError(f"workload parameters {sorted(workload_params)} apply to generated workloads only")
         path = Path(name)
         if not path.exists() and not name.endswith(".json"):
-            known = ", ".join(workloads.WORKLOADS)
+            known = ", ".join(generators)
             raise ValueError(f"unknown workload {name!r}: not a trace file nor one of: {known}")
         label, instance = path.stem, load_trace(path).instance
     if duration is not None:
@@ -119,7 +119,7 @@ def simulate(
 ) -> SimulationResult:
     """Simulate a scheduling policy over a workload (docs/design.md §4, §5).
 
-    ``workload_or_trace`` is a workload name (see ``workloads.WORKLOADS``), a trace file, or a
+    ``workload_or_trace`` is a registered workload name (:mod:`.registry`), a trace file, or a
     :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
     :class:`PolicySpec`. ``seed`` and ``**workload_params`` go to the workload generator;
     ``duration`` is the arrival window; ``tick`` the per-time unlock period (default
