@@ -69,9 +69,10 @@ def _summary_table(summary: dict) -> Table:
 
 @app.command()
 def simulate(
-    workload: Annotated[str, typer.Argument(help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
+    workload: Annotated[str, typer.Argument(
+        help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
     out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and plots.")],
-    policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t).")] = "dpf-n",
+    policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal).")] = "dpf-n",
     n: Annotated[Optional[int], typer.Option("--n", help="N: per-arrival unlock divisor.")] = None,
     lifetime: Annotated[Optional[float], typer.Option(help="T: data lifetime in seconds (per-time unlock).")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,

@@ -60,7 +60,8 @@ class Allocation:
 class Policy(Protocol):
     """Orders and admits pending pipelines."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def allocate(self, snapshot: Snapshot) -> Allocation: ...
 
@@ -96,7 +97,8 @@ class UnlockRule(Protocol):
     Callers apply ``min(locked, fraction × capacity)`` at every dimension (docs/design.md §4.1).
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def on_block_created(self) -> float:
         """Fraction unlocked when a block is created (1.0 for "all", else 0.0)."""
@@ -106,8 +108,9 @@ class UnlockRule(Protocol):
         """Fraction unlocked on each block a newly arrived pipeline demands (1/N, or 0)."""
         ...
 
-    def on_tick(self, elapsed: float) -> float:
-        """Fraction unlocked on every block per ``elapsed`` seconds of clock (elapsed/L, or 0)."""
+    def on_tick(self, elapsed: float | np.ndarray) -> float | np.ndarray:
+        """Fraction unlocked on every block per ``elapsed`` seconds of clock (elapsed/L, or 0),
+        element-wise for an array."""
         ...
 
 

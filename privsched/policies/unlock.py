@@ -39,7 +39,7 @@ class UnlockAll:
     def on_pipeline_arrival(self) -> float:
         return 0.0
 
-    def on_tick(self, elapsed: float) -> float:
+    def on_tick(self, elapsed: float | np.ndarray) -> float:
         return 0.0
 
 
@@ -63,7 +63,7 @@ class UnlockPerArrival:
     def on_pipeline_arrival(self) -> float:
         return 1.0 / self.n
 
-    def on_tick(self, elapsed: float) -> float:
+    def on_tick(self, elapsed: float | np.ndarray) -> float:
         return 0.0
 
 
