@@ -137,10 +137,8 @@ def unlocked_fraction(rule: UnlockRule, arrivals: np.ndarray, elapsed: np.ndarra
     clock time the rule has counted since the block's creation (Luo et al., OSDI'21 §4.1:
     DPF-N releases ε_G/N per arrival, DPF-T releases ε_G·Δt/T).
     """
-    arrivals = np.asarray(arrivals, dtype=float)
-    elapsed = np.maximum(np.asarray(elapsed, dtype=float), 0.0)
-    target = rule.on_block_created() + arrivals * rule.on_pipeline_arrival() + rule.on_tick(elapsed)
-    return np.minimum(1.0, np.broadcast_to(target, np.broadcast(arrivals, elapsed).shape))
+    target = rule.on_block_created() + np.asarray(arrivals, dtype=float) * rule.on_pipeline_arrival()
+    return np.minimum(target + rule.on_tick(np.maximum(elapsed, 0.0)), 1.0)
 
 
 def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -150,15 +148,16 @@ def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) ->
     :data:`UNLOCK_EPSILON` or the block has no capacity. A target of 1 unlocks whatever is
     still locked (step 1), rounding residues included. Idempotent: applying the step and
     asking again gives 0, so a restarted caller never unlocks the same share twice."""
-    capacity, locked = np.atleast_2d(capacity), np.atleast_2d(locked)
+    dim = capacity.argmax(axis=1)[:, None]
+    top = np.take_along_axis(capacity, dim, axis=1)[:, 0]
+    left = np.take_along_axis(locked, dim, axis=1)[:, 0]
     target = np.asarray(target, dtype=float)
-    rows = np.arange(capacity.shape[0])
-    dim = np.argmax(capacity, axis=1)
-    top = capacity[rows, dim]
-    safe = np.where(top > 0, top, 1.0)
-    done = 1.0 - locked[rows, dim] / safe
-    step = np.where((top > 0) & (target - done > UNLOCK_EPSILON), target - done, 0.0)
-    return np.where((target >= 1.0) & np.any(locked > 0, axis=1), 1.0, step)
+    step = target - (1.0 - left / np.where(top > 0, top, 1.0))  # target − done
+    step[(top <= 0) | ~(step > UNLOCK_EPSILON)] = 0.0
+    full = target >= 1.0
+    if full.any():
+        step[full & (locked > 0).any(axis=1)] = 1.0
+    return step
 
 
 def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -> np.ndarray:
