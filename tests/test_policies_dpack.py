@@ -13,7 +13,7 @@ from privsched.policies.admission import EdgeTable
 from privsched.policies.dpack import best_orders
 from privsched.policies.packing import Packing
 from privsched.policies.run_queue import RunQueue
-from tests.test_policies_admission import make_snapshot, naive_admit, snapshots, spends_within
+from tests.support.snapshots import make_snapshot, naive_admit, snapshots, spends_within
 
 RDP = Accounting.rdp((2.0, 8.0))
 

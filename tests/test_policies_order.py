@@ -6,7 +6,7 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting
 from privsched.policies import Snapshot, dpf_order, make_policy
-from tests.test_policies_admission import make_snapshot
+from tests.support.snapshots import make_snapshot
 
 
 def test_fcfs_grants_in_arrival_order_ties_by_id() -> None:
