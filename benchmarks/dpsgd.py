@@ -11,7 +11,9 @@ q = 0.05 on about ten daily blocks of 1,000 reviews (8,000 training reviews, bat
 about 400), in a process the executor gives one CPU (``OMP_NUM_THREADS=1``). Prints a markdown table;
 the ratio is private / non-private seconds per epoch, best of the repeats with epochs
 interleaved (which discounts interference from other processes), in wall-clock and in
-process CPU time. Every mode of a model is timed against the same non-private epochs.
+process CPU time. Every mode of a model is timed against the same non-private epochs, and
+the default mode also with Opacus' plain (non-secure) noise sampling, a configuration the
+built-in jobs never use, to show the cost of secure noise alone.
 """
 
 from __future__ import annotations
@@ -76,10 +78,13 @@ def main() -> None:
         modes = [mode for mode in GRAD_SAMPLE_MODES if mode != "ghost" or default == "ghost"]
         trainers = [plain_trainer(fresh(), train, job, device)]
         trainers += [private_trainer(fresh(), train, job, 1.0, mode, device) for mode in modes]
-        plain, *private = epoch_seconds(trainers, steps, args.repeats)
+        insecure = private_trainer(fresh(), train, job, 1.0, default, device)
+        insecure.optimizer.secure_mode = False  # benchmark baseline only: one normal draw per noise entry
+        plain, *private, plain_noise = epoch_seconds(trainers + [insecure], steps, args.repeats)
         for mode, times in zip(modes, private):
             label = f"{mode} (default)" if mode == default else mode
             rows.append((model_name, label, plain, times))
+        rows.append((model_name, f"{default}, non-secure noise", plain, plain_noise))
     batch = args.sample_rate * len(train)
     print(f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
           f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}\n")

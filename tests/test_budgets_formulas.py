@@ -19,8 +19,10 @@ from privsched.budgets import (
     EpsilonDelta,
     Gaussian,
     Laplace,
+    analytic_gaussian_sigma,
     demand_vector,
     gaussian_curve,
+    gaussian_delta,
     gaussian_sigma,
     laplace_curve,
     parse_mechanism,
@@ -147,10 +149,60 @@ def test_rdp_calibration_round_trip(epsilon, delta):
     assert hi < gaussian_sigma(epsilon, delta)
 
 
-def test_epsilon_delta_demand_under_rdp_is_the_calibrated_gaussian():
+def test_an_epsilon_delta_demand_with_positive_delta_under_rdp_is_refused_with_one_line():
+    with pytest.raises(ValueError, match="gaussian, laplace, subsampled_gaussian") as info:
+        demand_vector(EpsilonDelta(epsilon=0.5, delta=1e-9), Accounting.rdp())
+    assert "\n" not in str(info.value)
+
+
+def test_a_pure_epsilon_demand_under_rdp_is_min_of_epsilon_and_alpha_epsilon_squared_over_two():
     rdp = Accounting.rdp()
-    demand = demand_vector(EpsilonDelta(epsilon=0.5, delta=1e-9), rdp)
-    np.testing.assert_allclose(demand, gaussian_curve(gaussian_sigma(0.5, 1e-9), rdp.alphas))
+    alphas = np.array(rdp.alphas)
+    np.testing.assert_array_equal(demand_vector(EpsilonDelta(epsilon=0.5), rdp), np.minimum(0.5, alphas * 0.125))
+
+
+def randomized_response_divergence(alpha: float, epsilon: float) -> float:
+    """D_α of ε-randomized response, the largest of any ε-DP mechanism's; also the discrete
+    Laplace's at shift 1: (1/(α−1)) ln[(e^{ε(α−1)} + e^{−εα}) / (1 + e^{−ε})], summed exactly."""
+    p = 1 / (1 + math.exp(-epsilon))
+    return math.log(p**alpha * (1 - p) ** (1 - alpha) + (1 - p) ** alpha * p ** (1 - alpha)) / (alpha - 1)
+
+
+@fast
+@given(st.floats(1.1, 64), st.floats(0.01, 5))
+def test_the_pure_dp_charge_covers_laplace_and_randomized_response(alpha, epsilon):
+    charged = demand_vector(EpsilonDelta(epsilon=epsilon), Accounting.rdp([alpha]))[0]
+    assert charged >= laplace_divergence(alpha, 1 / epsilon) * (1 - 1e-9)
+    assert charged >= randomized_response_divergence(alpha, epsilon)
+
+
+def test_the_pure_dp_charge_exceeds_the_continuous_laplace_curve_where_discrete_laplace_does():
+    # why a statistic's Laplace noise (discrete, from OpenDP) is charged the pure-DP curve
+    assert randomized_response_divergence(2.0, 0.1) > laplace_curve(10.0, [2.0])[0]
+
+
+def exact_gaussian_delta(sigma: float, epsilon: float) -> float:
+    """Balle & Wang 2018 Thm 8 evaluated with 60-digit arithmetic (mpmath), independently
+    of scipy's log-space evaluation."""
+    import mpmath
+
+    mpmath.mp.dps = 60
+    s, e = mpmath.mpf(sigma), mpmath.mpf(epsilon)
+    return float(mpmath.ncdf(1 / (2 * s) - e * s) - mpmath.exp(e) * mpmath.ncdf(-1 / (2 * s) - e * s))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(0.01, 50), st.floats(1e-12, 1e-2))
+def test_analytic_gaussian_exact_delta_never_exceeds_the_charged_delta(epsilon, delta):
+    sigma = analytic_gaussian_sigma(epsilon, delta)
+    assert exact_gaussian_delta(sigma, epsilon) <= delta
+    assert exact_gaussian_delta(sigma * 0.999, epsilon) > delta  # and it is not wasteful
+
+
+def test_the_classical_calibration_exceeds_its_delta_at_large_epsilon():
+    # why basic accounting calibrates Gaussian noise with the analytic mechanism
+    assert exact_gaussian_delta(gaussian_sigma(10.0, 1e-5), 10.0) > 1e-5
+    assert gaussian_delta(gaussian_sigma(10.0, 1e-5), 10.0) > 1e-5
 
 
 def test_composed_mechanisms_add_up():
@@ -209,3 +261,26 @@ def test_rdp_to_epsilon_equals_opacus_get_privacy_spent(q, sigma, steps, delta):
     epsilon, order = rdp_to_epsilon(curve, DEFAULT_ALPHAS, delta)
     assert epsilon == pytest.approx(float(expected), rel=1e-12, abs=1e-12)
     assert order == float(best)
+
+
+@fast
+@given(st.floats(0.5, 20), st.floats(1e-10, 1e-3), st.sampled_from(["paper", "tight"]))
+def test_adaptive_capacity_makes_every_order_a_filter_at_delta_over_the_number_of_orders(epsilon, delta, rule):
+    """Union bound over the orders: each order α spent up to its capacity is
+    (ε_G, δ_G/|A|)-DP, so under adaptive demands the block is (ε_G, δ_G)-DP."""
+    adaptive = rdp_capacity(epsilon, delta, WIDE, f"{rule}-adaptive")
+    per_order = delta / len(WIDE)
+    for alpha, capacity in zip(WIDE, adaptive):
+        if capacity > 0:
+            assert to_epsilon([capacity], [alpha], per_order) <= epsilon * (1 + 1e-9)
+    np.testing.assert_array_equal(adaptive, rdp_capacity(epsilon, per_order, WIDE, rule))
+    assert np.all(adaptive <= rdp_capacity(epsilon, delta, WIDE, rule))
+
+
+def test_a_dataset_can_choose_the_adaptive_capacity_rule(tmp_path):
+    from privsched.ledger import Ledger
+
+    with Ledger.init(tmp_path / "l.db") as ledger:
+        info = ledger.create_dataset("d", 10.0, 1e-7, "rdp", conversion="paper-adaptive")
+        alphas = np.array(info.accounting.alphas)
+        np.testing.assert_allclose(info.capacity, np.maximum(0, 10 - np.log(len(alphas) / 1e-7) / (alphas - 1)))

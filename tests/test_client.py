@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import privsched as ps
-from privsched.budgets import Laplace, demand_vector, parse_mechanism
+from privsched.budgets import EpsilonDelta, parse_mechanism
 from privsched.client import Client, function_reference
 from privsched.ledger import LedgerError
 from privsched.service.resources import Pool
@@ -32,7 +32,7 @@ def client(tmp_db: Path) -> Client:
 
 
 def spec(**changes) -> dict:
-    return {"name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9,
+    return {"name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 0.0,
             "job": {"function": "tests.test_service_jobs:spend_half"}, **changes}
 
 
@@ -44,7 +44,7 @@ def test_connect_reads_the_database_from_the_environment(tmp_path: Path, monkeyp
 
 
 def test_a_decorated_function_runs_as_a_pipeline_and_reports_back(client: Client):
-    train = client.pipeline(dataset="reviews", blocks=ps.Last(3), epsilon=1.0, delta=1e-9, cpus=1)(jobs.spend_half)
+    train = client.pipeline(dataset="reviews", blocks=ps.Last(3), epsilon=1.0, delta=0.0, cpus=1)(jobs.spend_half)
     assert (train.function, train.pythonpath) == ("tests.test_service_jobs:spend_half", [str(REPO)])
     run = train.submit(lr=0.1)
     assert run.status == "pending" and run.info.job["params"] == {"lr": 0.1}
@@ -74,8 +74,16 @@ def test_decorator_arguments_are_validated_when_decorating(client: Client):
 def test_a_builtin_job_is_charged_its_own_plan(client: Client):
     run = client.submit(spec(job={"kind": "statistic", "params": {"query": "count"}}, delta=None))
     info = run.info
-    assert parse_mechanism(info.mechanism) == Laplace(scale=1.0, sensitivity=1.0)
-    np.testing.assert_allclose(info.demands["2026-01-10"], demand_vector(Laplace(scale=1.0), info_acc(client)))
+    assert parse_mechanism(info.mechanism) == EpsilonDelta(epsilon=1.0, delta=0.0)
+    np.testing.assert_allclose(info.demands["2026-01-10"], np.minimum(1.0, np.asarray(info_acc(client).alphas) / 2))
+
+
+def test_a_plain_epsilon_delta_function_pipeline_under_rdp_is_refused_with_one_line(client: Client, dump_db):
+    before = dump_db(client.path)
+    with pytest.raises(LedgerError, match="names its mechanism") as info:
+        client.submit(spec(delta=1e-9))
+    assert "\n" not in str(info.value)
+    assert dump_db(client.path) == before
 
 
 def info_acc(client: Client):

@@ -166,6 +166,17 @@ def test_a_pipeline_can_carry_a_mechanism_instead_of_a_demand(ledger):
     assert info.mechanism == mechanism
 
 
+def test_a_request_whose_demand_is_below_its_mechanisms_curve_is_refused_and_nothing_changes(ledger, dump_db):
+    mechanism = '{"kind": "gaussian", "sigma": 4.0}'
+    alphas = np.array(ledger.get_dataset("reviews").accounting.alphas)
+    before = dump_db(ledger.path)
+    with pytest.raises(LedgerError, match="below the curve of its mechanism"):
+        ledger.submit(PipelineRequest("stat", "reviews", ["r1"], demand=alphas / 64, mechanism=mechanism))
+    assert dump_db(ledger.path) == before
+    pid = ledger.submit(PipelineRequest("stat", "reviews", ["r1"], demand=alphas / 32, mechanism=mechanism))
+    assert ledger.get_pipeline(pid).mechanism == mechanism
+
+
 def test_complete_consumes_what_was_spent_and_releases_the_rest(ledger):
     pid = basic(ledger, eps=0.5)
     ledger.grant([pid])
@@ -355,9 +366,9 @@ K_RDP = 12
         (lambda L: L.add_blocks("stats", ["n"], unlocked_fraction=1.5), "unlocked fraction"),
         (lambda L: L.add_blocks("stats", []), "no blocks"),
         (lambda L: L.get_block("stats", "zz"), "unknown block"),
-        (lambda L: L.submit(PipelineRequest("p", "nope", ["d1"], demand=np.zeros(2))), "unknown dataset"),
-        (lambda L: L.submit(PipelineRequest("p", "stats", ["zz"], demand=np.zeros(2))), "unknown block"),
-        (lambda L: L.submit(PipelineRequest("p", "stats", [], demand=np.zeros(2))), "no blocks"),
+        (lambda L: L.submit(PipelineRequest("p", "nope", ["d1"], demand=np.array([0.1, 0.0]))), "unknown dataset"),
+        (lambda L: L.submit(PipelineRequest("p", "stats", ["zz"], demand=np.array([0.1, 0.0]))), "unknown block"),
+        (lambda L: L.submit(PipelineRequest("p", "stats", [], demand=np.array([0.1, 0.0]))), "no blocks"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([np.nan, 0]))), "finite"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([-0.1, 0]))), "non-negative"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.zeros(3))), "2 values"),
@@ -368,8 +379,8 @@ K_RDP = 12
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"])), "needs a demand"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], mechanism='{"kind": "gaussian", "sigma": 1}')),
          "basic accounting"),
-        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.zeros(2), weight=0)), "weight"),
-        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.zeros(2), timeout=-1)), "timeout"),
+        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([0.1, 0.0]), weight=0)), "weight"),
+        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([0.1, 0.0]), timeout=-1)), "timeout"),
         (lambda L: L.grant([999]), "unknown pipeline"),
         (lambda L: L.unlock({999: 0.5}), "unknown block"),
         (lambda L: L.unlock({1: float("nan")}), "fraction"),
@@ -400,10 +411,10 @@ def test_overspending_a_grant_is_refused_and_changes_nothing(ledger, dump_db):
 
 
 def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negative(ledger):
-    from privsched.budgets import EpsilonDelta, demand_vector
+    from privsched.budgets import Gaussian, demand_vector, gaussian_sigma
 
     ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
-    demand = demand_vector(EpsilonDelta(epsilon=1.0, delta=1e-9), ledger.get_dataset("reviews").accounting)
+    demand = demand_vector(Gaussian(sigma=gaussian_sigma(1.0, 1e-9)), ledger.get_dataset("reviews").accounting)
     for _ in range(3):
         pid = ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=demand), now=2)
         assert ledger.grant([pid], now=2) == [pid]
@@ -416,11 +427,11 @@ def test_audit_passes_after_repeated_partial_spends_that_drive_dead_orders_negat
 
 
 def test_audit_passes_when_settling_in_another_order_leaves_rounding_residue_at_dead_orders(ledger):
-    from privsched.budgets import EpsilonDelta, demand_vector
+    from privsched.budgets import Gaussian, demand_vector, gaussian_sigma
 
     ledger.unlock({ledger.get_block("reviews", "r1").id: 1.0}, now=1)
     accounting = ledger.get_dataset("reviews").accounting
-    demands = [demand_vector(EpsilonDelta(epsilon=e, delta=1e-9), accounting) for e in (0.1, 0.5, 1.0)]
+    demands = [demand_vector(Gaussian(sigma=gaussian_sigma(e, 1e-9)), accounting) for e in (0.1, 0.5, 1.0)]
     ids = [ledger.submit(PipelineRequest("p", "reviews", ["r1"], demand=d), now=2) for d in demands]
     assert ledger.grant(ids, now=2) == ids
     for i in (2, 0, 1):

@@ -58,18 +58,20 @@ def test_a_job_that_does_not_report_is_charged_its_whole_grant(tmp_path: Path):
     assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
 
 
-def test_failures_say_whether_data_was_touched(tmp_path: Path):
+def test_every_job_that_started_and_failed_counts_as_having_touched_data(tmp_path: Path):
     executor = LocalExecutor()
     results = run_to_end(
         executor,
         launch_for(tmp_path / "a", "raises_after_reading", pipeline_id=1),
         launch_for(tmp_path / "b", "raises_before_reading", pipeline_id=2),
         launch_for(tmp_path / "c", "reads_foreign_block", pipeline_id=3),
+        launch_for(tmp_path / "d", "reads_directly_then_raises", pipeline_id=4),
     )
     assert (results[1].completed, results[1].touched_data) == (False, True)
     assert results[1].message == "RuntimeError: the model diverged"
-    assert (results[2].completed, results[2].touched_data) == (False, False)
-    assert results[3].message.startswith("BlockAccessError") and not results[3].touched_data
+    assert (results[2].completed, results[2].touched_data) == (False, True)
+    assert results[3].message.startswith("BlockAccessError") and results[3].touched_data
+    assert (results[4].completed, results[4].touched_data) == (False, True)
     assert "Traceback" in (tmp_path / "a" / "job.log").read_text()
 
 

@@ -37,6 +37,13 @@ def raises_after_reading(ctx: JobContext) -> None:
     raise RuntimeError("the model diverged")
 
 
+def reads_directly_then_raises(ctx: JobContext) -> None:
+    """Takes a granted block's location without ``block_path`` (as code that opens the file
+    itself does), then fails."""
+    location = ctx.blocks[ctx.block_keys[0]].location
+    raise RuntimeError(f"failed after reading {location}")
+
+
 def raises_before_reading(ctx: JobContext) -> None:
     raise ValueError("bad hyper-parameter")
 

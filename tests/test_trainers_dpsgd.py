@@ -6,6 +6,7 @@ ghost clipping as exactly as from single-pass ghost clipping (tests/test_trainer
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from privsched.budgets import Accounting, demand_vector, leq, mechanism_json, subsampled_gaussian_curve
+from privsched.budgets import Accounting, EpsilonDelta, demand_vector, leq, mechanism_json, subsampled_gaussian_curve
 from privsched.jobs.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 from privsched.trainers.data import load_blocks
@@ -61,15 +62,17 @@ def job_context(
     return JobContext(1, "job", "reviews", accounting, DELTA, blocks, workdir=workdir, params=params)
 
 
-def expected_spent(accounting: Accounting, q: float, sigma: float, steps: int) -> np.ndarray:
-    """What Opacus' RDP accountant says ``steps`` steps cost."""
+def expected_spent(accounting: Accounting, q: float, sigma: float, steps: int, epsilon: float = 1.0) -> np.ndarray:
+    """What Opacus' RDP accountant says ``steps`` steps cost, plus the pure-DP held-out
+    accuracy release at 10 % of ε."""
+    accuracy = demand_vector(EpsilonDelta(epsilon=0.1 * epsilon), accounting)
     if accounting.is_rdp:
-        return subsampled_gaussian_curve(q, sigma, steps, accounting.alphas)
+        return subsampled_gaussian_curve(q, sigma, steps, accounting.alphas) + accuracy
     if steps == 0:
-        return np.zeros(2)
+        return accuracy
     accountant = RDPAccountant()
     accountant.history = [(sigma, q, steps)]
-    return np.array([accountant.get_epsilon(delta=DELTA), DELTA])
+    return np.array([accountant.get_epsilon(delta=DELTA), DELTA]) + accuracy
 
 
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -153,7 +156,7 @@ def test_reading_a_block_outside_the_grant_raises_before_opening_any(small_block
 def test_a_job_whose_charged_mechanism_differs_from_its_plan_fails(small_blocks, tmp_path):
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.01}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
-    ctx.params["mechanism"]["noise_multiplier"] /= 2
+    ctx.params["mechanism"]["parts"][0]["noise_multiplier"] /= 2
     with pytest.raises(ValueError, match="not the job's plan"):
         run_builtin(ctx)
     assert ctx.spent is None and not ctx.touched_data
@@ -166,6 +169,64 @@ def test_dpsgd_logreg_beats_chance_clearly_at_epsilon_one(large_blocks, tmp_path
     run_builtin(ctx)
     assert ctx.metrics["steps"] == 100
     assert ctx.metrics["heldout_accuracy"] > 0.7
+
+
+def released_numbers(ctx: JobContext, workdir: Path) -> list[float]:
+    """Every number a submitter can read: reported metrics and metrics.json."""
+    saved = json.loads((workdir / "metrics.json").read_text())
+    values = list(ctx.metrics.values()) + list(saved.values())
+    return [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def test_two_runs_of_the_same_job_release_different_models_and_metrics(small_blocks, tmp_path):
+    job = {"kind": "dpsgd", "model": "mlp", "sample_rate": 0.2, "epochs": 1, "lr": 0.05, "seed": 4}
+    runs = []
+    for name in ("a", "b"):
+        ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path / name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message="Secure RNG")  # no insecure-RNG path is taken
+            run_builtin(ctx)
+        runs.append((ctx, torch.load(tmp_path / name / "model.pt")))
+    (first, weights_a), (second, weights_b) = runs
+    assert any(not torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
+    assert (first.metrics["heldout_accuracy"], first.metrics["heldout_records_noisy"]) != (
+        second.metrics["heldout_accuracy"], second.metrics["heldout_records_noisy"])
+
+
+def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small_blocks, tmp_path):
+    job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.2, "epochs": 1, "lr": 0.05}
+    ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
+    run_builtin(ctx)
+    plan = {"model", "grad_sample_mode", "sample_rate", "noise_multiplier", "planned_steps", "steps", "stopped",
+            "accuracy_epsilon", "spent"}  # depend on the plan and the grant, not on the data
+    assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
+    # 200 records: no record count is released except the noisy held-out size
+    public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon")}
+    leaked = {v for v in released_numbers(ctx, tmp_path) if v in set(range(1, 201)) and v not in public}
+    assert leaked <= {ctx.metrics["heldout_records_noisy"]}
+
+
+def test_the_optimizer_draws_secure_noise_from_an_os_seeded_generator(small_blocks):
+    from privsched.trainers.dpsgd import private_trainer
+    from privsched.trainers.plans import parse_job
+
+    spec = parse_job({"kind": "dpsgd", "model": "mlp", "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "seed": 0})
+    data = TensorDataset(torch.zeros(20, 1000), torch.zeros(20, dtype=torch.long))
+    seeds = set()
+    for mode in ("ghost", "opacus-ghost", "hooks"):
+        trainer = private_trainer(build_model("mlp", 1000, 2), data, spec, 1.0, mode, torch.device("cpu"))
+        assert trainer.optimizer.secure_mode
+        seeds.add(trainer.optimizer.generator.initial_seed())
+        seeds.add(trainer.batches.generator.initial_seed())
+    assert len(seeds) == 6 and 0 not in seeds
+
+
+def test_patience_is_refused_with_one_line():
+    from privsched.trainers.plans import parse_job
+
+    with pytest.raises(ValueError, match="patience") as info:
+        parse_job({"kind": "dpsgd", "model": "mlp", "sample_rate": 0.1, "epochs": 1, "lr": 0.01, "patience": 2})
+    assert "\n" not in str(info.value)
 
 
 def test_poisson_batches_are_the_batches_opacus_samples_at_rate_q():

@@ -13,7 +13,6 @@ from privsched.budgets import (
     Composed,
     EpsilonDelta,
     Gaussian,
-    Laplace,
     SubsampledGaussian,
     demand_vector,
     gaussian_sigma,
@@ -23,6 +22,7 @@ from privsched.budgets import (
 from privsched.jobs.builtin import BUILTIN_KINDS, plan_mechanism
 from privsched.trainers.models import INPUTS
 from privsched.trainers.plans import MODEL_NAMES, parse_job
+from privsched.trainers.statistics import noise_of
 
 DPSGD = {"kind": "dpsgd", "model": "mlp", "sample_rate": 0.02, "epochs": 3, "lr": 0.1}
 
@@ -37,31 +37,39 @@ def test_every_planned_model_is_in_the_zoo():
 
 @pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")
 def test_dpsgd_plan_under_rdp_is_the_subsampled_gaussian_calibrated_by_opacus():
-    mechanism = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
-    assert isinstance(mechanism, SubsampledGaussian)
+    plan = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
+    assert isinstance(plan, Composed)
+    mechanism, accuracy = plan.parts
+    assert isinstance(mechanism, SubsampledGaussian) and accuracy == EpsilonDelta(epsilon=0.1, delta=0.0)
     assert mechanism.steps == math.ceil(3 / 0.02) == 150
-    expected = get_noise_multiplier(
-        target_epsilon=1.0, target_delta=1e-6, sample_rate=0.02, steps=150, accountant="rdp", epsilon_tolerance=0.01
+    expected = get_noise_multiplier(  # the training gets 90 % of ε, the held-out accuracy 10 %
+        target_epsilon=0.9, target_delta=1e-6, sample_rate=0.02, steps=150, accountant="rdp", epsilon_tolerance=0.01
     )
     assert mechanism.noise_multiplier == pytest.approx(expected, rel=0.02)
-    curve = demand_vector(mechanism, Accounting.rdp())
+    curve = demand_vector(plan, Accounting.rdp())
     epsilon, _ = rdp_to_epsilon(curve, Accounting.rdp().alphas, 1e-6)
     assert epsilon <= 1.0 * 1.25  # the coarse default grid converts a little looser than Opacus' own
 
 
 def test_dpsgd_plan_under_basic_is_its_epsilon_delta():
-    assert plan_mechanism(DPSGD, 0.5, 1e-9, Accounting.basic()) == EpsilonDelta(epsilon=0.5, delta=1e-9)
+    plan = plan_mechanism(DPSGD, 0.5, 1e-9, Accounting.basic())
+    assert plan == Composed(parts=[EpsilonDelta(epsilon=0.45, delta=1e-9), EpsilonDelta(epsilon=0.05)])
+    assert demand_vector(plan, Accounting.basic()) == pytest.approx([0.5, 1e-9])
 
 
-def test_laplace_count_has_scale_one_over_epsilon():
+def test_laplace_count_is_pure_dp_with_scale_one_over_epsilon():
     job = {"kind": "statistic", "query": "count"}
-    assert plan_mechanism(job, 0.1, 0.0, Accounting.basic()) == Laplace(scale=10.0, sensitivity=1.0)
+    mechanism = plan_mechanism(job, 0.1, 0.0, Accounting.basic())
+    assert mechanism == EpsilonDelta(epsilon=0.1, delta=0.0)
+    assert noise_of(mechanism, 1.0) == ("laplace", pytest.approx(10.0, rel=1e-15))
 
 
 def test_clipped_sum_sensitivity_is_the_largest_bound_magnitude():
     job = {"kind": "statistic", "query": "sum", "column": "rating", "bounds": [-3, 2]}
+    spec = parse_job(job)
     mechanism = plan_mechanism(job, 0.5, 0.0, Accounting.basic())
-    assert mechanism == Laplace(scale=6.0, sensitivity=3.0)
+    assert spec.parts() == [("sum", 3.0)]
+    assert noise_of(mechanism, 3.0) == ("laplace", pytest.approx(6.0, rel=1e-15))
     assert demand_vector(mechanism, Accounting.basic()) == pytest.approx([0.5, 0.0])
 
 
@@ -81,7 +89,8 @@ def test_mean_splits_its_budget_between_a_sum_and_a_count():
 
 def test_histogram_has_sensitivity_one():
     job = {"kind": "statistic", "query": "histogram", "column": "rating", "bounds": [0, 5], "bins": 5}
-    assert plan_mechanism(job, 2.0, 0.0, Accounting.rdp()) == Laplace(scale=0.5, sensitivity=1.0)
+    assert parse_job(job).parts() == [("histogram", 1.0)]
+    assert plan_mechanism(job, 2.0, 0.0, Accounting.rdp()) == EpsilonDelta(epsilon=2.0, delta=0.0)
 
 
 def test_a_charged_mechanism_in_place_of_the_noise_name_is_read_back():

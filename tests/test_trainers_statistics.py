@@ -21,20 +21,19 @@ VALUES = np.array([-4.0, 0.5, 1.0, 2.0, 2.5, 3.0, 9.0, 4.0])
 def releases(job: dict, epsilon: float, draws: int, delta: float = 1e-6) -> list:
     spec = parse_job(job)
     mechanism = plan_mechanism(job, epsilon, delta, Accounting.rdp())
-    rng = np.random.default_rng(0)
-    return [dp_statistic(spec, mechanism, VALUES, len(VALUES), rng)["value"] for _ in range(draws)]
+    return [dp_statistic(spec, mechanism, VALUES, len(VALUES))["value"] for _ in range(draws)]
 
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_count_sum_and_histogram_are_unbiased(noise):
     bounds = [0.0, 4.0]
     clipped = np.clip(VALUES, *bounds)
-    count = releases({"kind": "statistic", "query": "count", "mechanism": noise}, 1.0, 4000)
+    count = releases({"kind": "statistic", "query": "count", "mechanism": noise}, 1.0, 1500)
     assert np.mean(count) == pytest.approx(len(VALUES), abs=0.3)
-    total = releases({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "mechanism": noise}, 1.0, 4000)
+    total = releases({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "mechanism": noise}, 1.0, 1500)
     assert np.mean(total) == pytest.approx(clipped.sum(), abs=1.0)
     job = {"kind": "statistic", "query": "histogram", "column": "v", "bounds": bounds, "bins": 4, "mechanism": noise}
-    histogram = np.mean(releases(job, 1.0, 4000), axis=0)
+    histogram = np.mean(releases(job, 1.0, 1500), axis=0)
     exact, _ = np.histogram(clipped, bins=4, range=bounds)
     assert histogram == pytest.approx(exact, abs=0.3)
 
@@ -57,7 +56,7 @@ def test_a_mean_stays_within_its_bounds_even_when_noise_is_large():
 
 def test_noise_scale_follows_epsilon():
     job = {"kind": "statistic", "query": "count"}
-    spread = np.std(releases(job, 0.5, 3000))
+    spread = np.std(releases(job, 0.5, 1500))
     assert spread == pytest.approx(np.sqrt(2) * 2.0, rel=0.1)  # Laplace(b = 1/ε) has std √2·b
 
 
@@ -92,3 +91,71 @@ def test_an_unknown_column_fails_with_the_columns_there_are(tmp_path):
     with pytest.raises(ValueError, match="unknown column 'price'.*rating"):
         run_builtin(ctx)
     assert ctx.spent is None
+
+
+def reachable_from(output: float, exact: float) -> bool:
+    """Whether some float noise y gives ``exact + y == output`` in floating point: outputs
+    that fail this are provably not from ``exact`` (Mironov, CCS 2012)."""
+    guess = output - exact
+    for y in (guess, np.nextafter(guess, -np.inf), np.nextafter(guess, np.inf)):
+        if exact + y == output:
+            return True
+    return False
+
+
+def unreachable_fraction(outputs: list[float]) -> float:
+    return float(np.mean([not reachable_from(o, 1.0) for o in outputs]))
+
+
+@pytest.mark.parametrize("noise", ["laplace", "gaussian"])
+def test_a_released_count_of_zero_is_not_separable_from_one_by_reachable_outputs(noise):
+    spec = parse_job({"kind": "statistic", "query": "count", "mechanism": noise})
+    mechanism = plan_mechanism({"kind": "statistic", "query": "count", "mechanism": noise}, 0.1, 1e-6, Accounting.rdp())
+    outputs = [dp_statistic(spec, mechanism, None, 0)["value"] for _ in range(1000)]
+    assert unreachable_fraction(outputs) == 0.0  # the attacker is left at chance level
+
+
+def test_the_reachability_attack_separates_float_laplace_noise():
+    # the test above can fail: numpy's float Laplace added to 0 gives outputs 1 cannot reach
+    outputs = list(0.0 + np.random.default_rng().laplace(0.0, 10.0, 1000))
+    assert unreachable_fraction(outputs) > 0.05
+
+
+def test_two_runs_of_a_statistic_release_different_values():
+    job = {"kind": "statistic", "query": "count"}
+    assert len(set(releases(job, 1.0, 20))) > 1
+
+
+def test_a_statistic_refuses_a_seed_with_one_line():
+    with pytest.raises(ValueError, match="seed") as info:
+        parse_job({"kind": "statistic", "query": "count", "seed": 3})
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("query", ["sum", "mean", "histogram"])
+def test_a_nan_or_infinite_record_never_makes_a_release_nan(query):
+    values = np.array([1.0, np.nan, 2.0, np.inf, -np.inf, 3.0])
+    job = {"kind": "statistic", "query": query, "column": "v", "bounds": [0.5, 4.0]}
+    if query == "histogram":
+        job["bins"] = 2
+    spec = parse_job(job)
+    mechanism = plan_mechanism(job, 1e6, 0.0, Accounting.basic())
+    value = np.asarray(dp_statistic(spec, mechanism, values, len(values))["value"])
+    assert np.all(np.isfinite(value))
+    if query == "sum":  # NaN and ±inf count as the lower bound 0.5
+        assert value == pytest.approx(1.0 + 0.5 + 2.0 + 0.5 + 0.5 + 3.0, abs=1e-3)
+
+
+def test_a_statistic_whose_charge_exceeds_its_grant_releases_nothing(tmp_path):
+    paths = write_blocks(tmp_path / "blocks", days=1, per_day=20, seed=5)
+    job = {"kind": "statistic", "query": "count"}
+    accounting = Accounting.basic()
+    small = demand_vector(plan_mechanism(job, 0.1, 0.0, accounting), accounting)
+    params = {**job, "epsilon": 1.0, "delta": 0.0}
+    ctx = JobContext(
+        9, "count", "reviews", accounting, 1e-6,
+        {p.stem: BlockGrant(p.stem, str(p), small) for p in paths}, workdir=tmp_path / "run", params=params,
+    )
+    with pytest.raises(ValueError, match="exceeds its grant"):
+        run_builtin(ctx)
+    assert ctx.metrics == {} and ctx.spent is None and not (tmp_path / "run" / "metrics.json").exists()

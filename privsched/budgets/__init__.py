@@ -3,9 +3,12 @@
 from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting, leq
 from privsched.budgets.capacity import block_capacity, rdp_capacity, validate_epsilon_delta
 from privsched.budgets.curves import (
+    analytic_gaussian_sigma,
     gaussian_curve,
+    gaussian_delta,
     gaussian_sigma,
     laplace_curve,
+    pure_dp_curve,
     rdp_to_epsilon,
     subsampled_gaussian_curve,
 )
@@ -32,14 +35,17 @@ __all__ = [
     "Laplace",
     "Mechanism",
     "SubsampledGaussian",
+    "analytic_gaussian_sigma",
     "block_capacity",
     "demand_vector",
     "gaussian_curve",
+    "gaussian_delta",
     "gaussian_sigma",
     "laplace_curve",
     "leq",
     "mechanism_json",
     "parse_mechanism",
+    "pure_dp_curve",
     "rdp_capacity",
     "rdp_to_epsilon",
     "subsampled_gaussian_curve",

@@ -22,21 +22,20 @@ AccountingName = Literal["basic", "rdp"]
 #: Default RDP order grid (docs/design.md §3.1).
 DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 16.0, 32.0, 64.0)
 
-#: Relative tolerance of budget comparisons: float sums such as N unlocks of capacity/N
-#: must compare equal to the capacity they add up to.
+#: Relative tolerance of the audit's replay, which recomputes balances by summing events in
+#: another order and compares them with the stored ones. It is never used to grant budget.
 RELATIVE_TOLERANCE = 1e-9
 
 
 def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Element-wise ``a <= b`` up to :data:`RELATIVE_TOLERANCE` of the larger magnitude.
+    """Element-wise, exact ``a <= b``: a budget test that errs only by refusing.
 
-    The tolerance applies to finite values only: an infinite or NaN demand never fits.
+    No tolerance: a demand above the available budget by any amount, even one part in
+    10⁹, does not fit (docs/design.md §3.3), and a NaN demand never fits. Float rounding (N unlocks
+    of capacity/N summing a hair below capacity) can only make a demand refused.
     """
-    a = np.asarray(a, dtype=float)
-    b = np.asarray(b, dtype=float)
     with np.errstate(invalid="ignore"):
-        close = np.isfinite(a) & np.isfinite(b) & (a - b <= RELATIVE_TOLERANCE * np.maximum(np.abs(a), np.abs(b)))
-        return (a <= b) | close
+        return np.asarray(a, dtype=float) <= np.asarray(b, dtype=float)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting
 
-Conversion = Literal["paper", "tight"]
+Conversion = Literal["paper", "tight", "paper-adaptive", "tight-adaptive"]
+
+#: The capacity rules, with the guarantee each gives under *adaptively* chosen demands.
+CONVERSIONS: tuple[str, ...] = ("paper", "tight", "paper-adaptive", "tight-adaptive")
 
 
 def validate_epsilon_delta(epsilon: float, delta: float) -> None:
@@ -32,17 +35,29 @@ def rdp_capacity(
         ε_G(α) = max(0, ε_G − (ln(1/δ_G) − ln α)/(α − 1) − ln(1 − 1/α)),
     about 10–16 % more capacity at α = 4–5 for ε_G = 10, δ_G = 1e-7.
     Orders with capacity 0 are dead for the block.
+
+    Adaptivity. The ledger admits a demand when *some* order α fits, so the order that
+    ends up within capacity is chosen by the data-dependent sequence of demands. With demands
+    fixed in advance, the block is (ε_G, δ_G)-DP through the one order that holds. With
+    demands chosen adaptively (analysts react to releases, refunds depend on data), each
+    order α is an RDP filter (Feldman & Zrnic 2021, Thm. 3.1; Lécuyer 2021), valid at its own
+    α, and a union bound over the orders A gives (ε_G, |A|·δ_G) for ``paper``/``tight``. The
+    ``-adaptive`` rules convert each order with δ_G/|A| (|A| = the whole grid), so that the
+    union bound gives (ε_G, δ_G) under adaptive demands at the cost of ln|A|/(α − 1) of
+    capacity per order.
     """
     validate_epsilon_delta(epsilon, delta)
     if delta <= 0:
         raise ValueError("RDP accounting needs delta > 0 to convert to (epsilon, delta)")
     a = np.asarray(alphas, dtype=float)
+    if conversion.endswith("-adaptive"):
+        delta, conversion = delta / a.size, conversion.removesuffix("-adaptive")  # type: ignore[assignment]
     if conversion == "paper":
         curve = epsilon - math.log(1 / delta) / (a - 1)
     elif conversion == "tight":
         curve = epsilon - (math.log(1 / delta) - np.log(a)) / (a - 1) - np.log1p(-1 / a)
     else:
-        raise ValueError(f"unknown conversion {conversion!r} (expected 'paper' or 'tight')")
+        raise ValueError(f"unknown conversion {conversion!r} (expected one of {', '.join(CONVERSIONS)})")
     return np.maximum(curve, 0.0)
 
 

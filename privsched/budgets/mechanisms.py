@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, TypeAdapter
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.curves import (
     gaussian_curve,
-    gaussian_sigma,
     laplace_curve,
+    pure_dp_curve,
     subsampled_gaussian_curve,
 )
 
@@ -27,8 +27,12 @@ class _Mechanism(BaseModel):
 
 
 class EpsilonDelta(_Mechanism):
-    """A plain (ε, δ) demand. Under RDP it is charged as the Gaussian mechanism calibrated to
-    (ε, δ), σ = sqrt(2 ln(1.25/δ))/ε (docs/design.md §5.1)."""
+    """A plain (ε, δ) demand, valid for any mechanism that is (ε, δ)-DP.
+
+    Under basic accounting it is charged (ε, δ). Under RDP a pure ε-DP declaration (δ = 0)
+    is charged min(ε, αε²/2), a curve that holds for every ε-DP mechanism (Bun & Steinke
+    2016, Prop. 3.3); with δ > 0 no finite RDP curve holds in general (a mechanism may fail
+    outright with probability δ), so the demand is refused unless it names its mechanism."""
 
     kind: Literal["epsilon_delta"] = "epsilon_delta"
     epsilon: PositiveFloat
@@ -80,6 +84,9 @@ Mechanism = Annotated[
 ]
 Composed.model_rebuild()
 
+#: Mechanism descriptions that carry their own RDP curve (accepted under RDP with δ > 0).
+NAMED_MECHANISMS: tuple[str, ...] = ("gaussian", "laplace", "subsampled_gaussian", "composed", "explicit")
+
 _MECHANISM_ADAPTER: TypeAdapter = TypeAdapter(Mechanism)
 
 
@@ -108,9 +115,12 @@ def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
     if accounting.is_rdp:
         alphas = accounting.alphas
         if isinstance(mechanism, EpsilonDelta):
-            if mechanism.delta <= 0:
-                raise ValueError("an (epsilon, delta) demand under RDP needs delta > 0")
-            return gaussian_curve(gaussian_sigma(mechanism.epsilon, mechanism.delta), alphas)
+            if mechanism.delta > 0:
+                raise ValueError(
+                    "an (epsilon, delta > 0) demand has no RDP curve unless it names its mechanism: "
+                    f"describe it as one of {', '.join(NAMED_MECHANISMS)}, or declare delta = 0 (pure DP)"
+                )
+            return pure_dp_curve(mechanism.epsilon, alphas)
         if isinstance(mechanism, Gaussian):
             return gaussian_curve(mechanism.sigma, alphas, mechanism.sensitivity)
         if isinstance(mechanism, Laplace):

@@ -14,11 +14,13 @@ from privsched.budgets.mechanisms import Mechanism, mechanism_json
 from privsched.jobs.context import JobContext
 from privsched.trainers.plans import (
     DPSGDJob,
+    accuracy_epsilon,
     calibrate_noise,
     dpsgd_mechanism,
     parse_job,
     split_params,
     statistic_mechanism,
+    training_epsilon,
 )
 
 BUILTIN_KINDS: tuple[str, ...] = ("dpsgd", "statistic")
@@ -27,15 +29,15 @@ BUILTIN_KINDS: tuple[str, ...] = ("dpsgd", "statistic")
 def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """The privacy demand of a built-in job, as a mechanism description.
 
-    dpsgd: ``steps = ceil(E / q)``, σ from Opacus ``get_noise_multiplier`` (RDP) for
-    (ε, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP, ``EpsilonDelta(ε, δ)``
-    under basic. statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a
+    dpsgd: ``steps = ceil(E / q)``, σ from Opacus ``get_noise_multiplier`` (RDP) for the
+    training's (ε − ε_acc, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP,
+    ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy. statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a
     mean composing a sum and a count. Bad parameters raise a one-line ``ValueError``.
     """
     validate_epsilon_delta(epsilon, delta)
     spec = parse_job(job)
     if isinstance(spec, DPSGDJob):
-        sigma = calibrate_noise(spec.sample_rate, spec.steps, epsilon, delta)
+        sigma = calibrate_noise(spec.sample_rate, spec.steps, training_epsilon(epsilon), delta)
         return dpsgd_mechanism(spec, sigma, epsilon, delta, accounting)
     return statistic_mechanism(spec, epsilon, delta, accounting)
 
@@ -54,11 +56,11 @@ def run_builtin(ctx: JobContext) -> None:
     epsilon, delta = float(params["epsilon"]), float(params.get("delta") or 0.0)
     validate_epsilon_delta(epsilon, delta)
     if isinstance(spec, DPSGDJob):
-        sigma = calibrate_noise(spec.sample_rate, spec.steps, epsilon, delta)
+        sigma = calibrate_noise(spec.sample_rate, spec.steps, training_epsilon(epsilon), delta)
         _check_charged(charged, dpsgd_mechanism(spec, sigma, epsilon, delta, ctx.accounting))
         from privsched.trainers.dpsgd import run_dpsgd
 
-        run_dpsgd(ctx, spec, sigma, delta)
+        run_dpsgd(ctx, spec, sigma, delta, accuracy_epsilon(epsilon))
     else:
         mechanism = statistic_mechanism(spec, epsilon, delta, ctx.accounting)
         _check_charged(charged, mechanism)

@@ -8,7 +8,8 @@ The context file is a :class:`~privsched.jobs.context.JobContext` in JSON with o
 it from). The job is called with the context. The result file says whether it completed and
 what it spent on each granted block — its grant in full when it did not call
 ``report_spent`` (docs/design.md §4.4: a job is charged what it was granted unless it reports less) —
-or that it failed and whether it had touched data. An executor that finds no result file
+or that it failed. A job that started may have read its blocks by any path (it knows their
+locations), so a failure always counts as having touched data: its grant is consumed. An executor that finds no result file
 after the process ended fails the pipeline conservatively.
 """
 
@@ -116,7 +117,7 @@ def run_job(context_path: Path) -> JobResult:
     except BaseException as exc:  # the job's own failure, whatever it is, is its result
         traceback.print_exc()
         message = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return JobResult(ctx.pipeline_id, False, touched_data=ctx.touched_data, message=message, metrics=ctx.metrics)
+        return JobResult(ctx.pipeline_id, False, touched_data=True, message=message, metrics=ctx.metrics)
     return JobResult(ctx.pipeline_id, True, spent_per_block(ctx), ctx.touched_data, "", ctx.metrics)
 
 

@@ -134,7 +134,8 @@ class PendingView:
 class Event:
     """One row of the append-only log. With an ``amount`` it moves budget of ``block_id``
     from bucket ``source`` to bucket ``target`` (``source`` None: new capacity); without,
-    it moves a pipeline or block from state ``source`` to state ``target``."""
+    it moves a pipeline or block from state ``source`` to state ``target``. ``detail`` is the
+    canonical JSON a creation or submission recorded (definition, key, demands)."""
 
     id: int
     at: float
@@ -146,6 +147,7 @@ class Event:
     target: str | None
     amount: np.ndarray | None
     reason: str | None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -156,3 +158,4 @@ class AuditReport:
     violations: list[str]  # one line per problem, naming the block or pipeline
     blocks: int = 0  # blocks checked
     events: int = 0  # events replayed
+    head: str = ""  # the event log's chain head, ``<event id>:<hex SHA-256>``

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from privsched.budgets.accounting import RELATIVE_TOLERANCE
 from privsched.policies.admission import EdgeTable
 
 
@@ -93,9 +92,8 @@ class Packing:
         width = len(self.columns)
         size = self.size[blocks][:, None]
         base = (self.first[blocks][:, None] - 1) * width + np.arange(width)
-        # A sum s ≥ 0 passes ``leq(s, budget)`` iff budget ≥ 0 and s ≤ budget / (1 − tolerance).
-        budget = available[blocks][:, self.columns]
-        limit = np.where(budget >= 0, budget / (1 - RELATIVE_TOLERANCE), -1.0)
+        # A sum s ≥ 0 passes ``leq(s, budget)`` (exact) iff s ≤ budget.
+        limit = available[blocks][:, self.columns]
         position = np.zeros(limit.shape, dtype=np.intp)
         total = np.zeros(limit.shape)
         count = np.zeros(limit.shape)

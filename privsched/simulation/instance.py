@@ -14,7 +14,16 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.capacity import block_capacity
-from privsched.budgets.mechanisms import EpsilonDelta, Explicit, Laplace, Mechanism, demand_vector, mechanism_json
+from privsched.budgets.curves import gaussian_sigma
+from privsched.budgets.mechanisms import (
+    EpsilonDelta,
+    Explicit,
+    Gaussian,
+    Laplace,
+    Mechanism,
+    demand_vector,
+    mechanism_json,
+)
 from privsched.policies.base import Snapshot
 from privsched.simulation.trace import LastBlocks, Trace, TraceError, TracePipeline
 
@@ -100,7 +109,15 @@ class Instance:
         return np.repeat(starts, counts) + (np.arange(len(owner)) - first), owner
 
 
-def _mechanism(p: TracePipeline) -> Mechanism:
+def _plain(epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
+    """A trace's plain (ε, δ): under RDP with δ > 0, the Gaussian mechanism calibrated to it
+    (σ = sqrt(2 ln(1.25/δ))/ε, the OSDI'21 microbenchmarks' demand, docs/design.md §5.1); else (ε, δ)."""
+    if accounting.is_rdp and delta > 0:
+        return Gaussian(sigma=gaussian_sigma(epsilon, delta))
+    return EpsilonDelta(epsilon=epsilon, delta=delta)
+
+
+def _mechanism(p: TracePipeline, accounting: Accounting) -> Mechanism:
     """A pipeline's demand as a mechanism description (trace format rules)."""
     if p.curve is not None:
         if p.mechanism is not None or p.epsilon is not None:
@@ -112,7 +129,7 @@ def _mechanism(p: TracePipeline) -> Mechanism:
         raise ValueError("has no demand (give epsilon, demands, curve or mechanism)")
     if p.mechanism == "laplace":
         return Laplace(scale=1.0 / p.epsilon)
-    return EpsilonDelta(epsilon=p.epsilon, delta=p.delta)
+    return _plain(p.epsilon, p.delta, accounting)
 
 
 class _Demands:
@@ -132,7 +149,7 @@ class _Demands:
             key = ("object", mechanism_json(p.mechanism))
         vector = self.cache.get(key)
         if vector is None:
-            vector = self.cache[key] = demand_vector(_mechanism(p), self.accounting)
+            vector = self.cache[key] = demand_vector(_mechanism(p, self.accounting), self.accounting)
         return vector
 
     def epsilon(self, epsilon: float, delta: float) -> np.ndarray:
@@ -140,7 +157,7 @@ class _Demands:
         key = ("epsilon", epsilon, delta)
         vector = self.cache.get(key)
         if vector is None:
-            vector = self.cache[key] = demand_vector(EpsilonDelta(epsilon=epsilon, delta=delta), self.accounting)
+            vector = self.cache[key] = demand_vector(_plain(epsilon, delta, self.accounting), self.accounting)
         return vector
 
 

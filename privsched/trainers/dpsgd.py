@@ -7,19 +7,27 @@ for models whose trainable layers are all linear (:mod:`privsched.trainers.clipp
 the default for them); "opacus-ghost", Opacus' two-pass fast gradient clipping (the default for the other
 models); "hooks", Opacus' per-sample gradients. The noise
 multiplier σ is the one its plan was charged with (RDP calibration, docs/design.md §3.4). The
-trainer never takes a step whose cumulative cost ``compute_rdp(q, σ, steps, orders)`` would
-exceed the grant in any dimension, may stop earlier (``max_steps``, early stopping on the
-held-out loss), and reports the budget of the steps it actually took, read from the Opacus
-accountant that counted them: the scheduler releases the rest (docs/design.md §4.4).
+trainer never takes a step whose cumulative cost ``compute_rdp(q, σ, steps, orders)``, plus
+the held-out accuracy release, would exceed the grant in any dimension, may stop earlier
+(``max_steps``), and reports the budget of the steps it actually took, read from the Opacus
+accountant that counted them, plus the accuracy release: the scheduler releases the rest
+(docs/design.md §4.4).
 
-Held-out loss and accuracy are computed on records of the granted blocks kept out of
-training; like the paper's accuracy figures they are not themselves noised.
+Randomness: the Gaussian noise comes from Opacus' optimizer built with ``secure_mode=True``
+(each draw sums several normal samples, resisting floating-point attacks; Holohan & Braghin
+2021) on a generator seeded from OS entropy (:func:`secure_generator`); the Poisson batches
+and the held-out split draw from OS entropy too. The job's ``seed`` fixes only the model's
+initial weights. What leaves the job (``model.pt``, ``metrics.json``, reported metrics) is
+the model, the public plan, and a held-out accuracy released as a noisy histogram
+(correct, wrong) whose Laplace noise is part of the charged plan (:func:`release_accuracy`);
+no exact record count or un-noised metric.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import secrets
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,23 +36,24 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.curves import subsampled_gaussian_curve
+from privsched.budgets.mechanisms import EpsilonDelta, demand_vector
 from privsched.jobs.context import JobContext
 from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.data import bag_of_words, load_blocks, split
 from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
+from privsched.trainers.noise import laplace_scale, noisy, within_charge
 from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob
 
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
 
-#: Opacus warnings that say nothing about a correct run (secure RNG off by choice, backward
-#: hooks on modules whose inputs need no gradient, the RDP conversion's order range).
+#: Opacus warnings that say nothing about a correct run (backward hooks on modules whose
+#: inputs need no gradient, the RDP conversion's order range).
 _QUIET = (
-    "Secure RNG turned off",
     "Using a non-full backward hook",
     "Full backward hook is firing",
     "Optimal order is the largest alpha",
@@ -82,10 +91,16 @@ def examples(records: dict[str, np.ndarray], model: str, target: str) -> Example
 
 
 def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Examples, TensorDataset, TensorDataset]:
-    """The job's examples and their seeded (train, held-out) split."""
+    """The job's examples and their (train, held-out) split, drawn from OS entropy."""
     data = examples(records, job.model, job.target)
-    train_idx, held_idx = split(len(data.labels), job.holdout, job.seed)
+    train_idx, held_idx = split(len(data.labels), job.holdout)
     return data, data.subset(train_idx), data.subset(held_idx)
+
+
+def secure_generator() -> torch.Generator:
+    """A torch generator seeded with 64 bits from the OS (``secrets``), never from a user
+    seed: the source of DP-SGD's noise and Poisson sampling."""
+    return torch.Generator().manual_seed(secrets.randbits(64))
 
 
 class PoissonBatches:
@@ -151,13 +166,20 @@ def spent_budget(history: list[tuple[float, float, int]], accounting: Accounting
 
 
 def affordable_steps(
-    budget: np.ndarray, accounting: Accounting, sample_rate: float, sigma: float, delta: float, limit: int
+    budget: np.ndarray,
+    accounting: Accounting,
+    sample_rate: float,
+    sigma: float,
+    delta: float,
+    limit: int,
+    extra: np.ndarray | float = 0.0,
 ) -> int:
-    """Most steps (≤ ``limit``) whose cumulative cost stays within ``budget`` in every
-    dimension; the cost grows with the number of steps, so a bisection finds it."""
+    """Most steps (≤ ``limit``) whose cumulative cost plus ``extra`` (the other releases)
+    stays within ``budget`` in every dimension; the cost grows with the number of steps,
+    so a bisection finds it."""
 
     def fits(steps: int) -> bool:
-        return bool(np.all(leq(spent_budget([(sigma, sample_rate, steps)], accounting, delta), budget)))
+        return bool(np.all(leq(spent_budget([(sigma, sample_rate, steps)], accounting, delta) + extra, budget)))
 
     if fits(limit):
         return limit
@@ -169,7 +191,8 @@ def affordable_steps(
 
 
 def evaluate(model: nn.Module, data: TensorDataset, device: torch.device) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on ``data``."""
+    """Mean cross-entropy and accuracy of ``model`` on ``data``: exact, hence never released
+    from sensitive data (non-private baselines on synthetic data only)."""
     model.eval()
     inputs, labels = data.tensors
     with torch.no_grad():
@@ -258,46 +281,46 @@ def private_trainer(
         max_grad_norm=job.max_grad_norm,
         expected_batch_size=expected_batch_size(job, train),
         loss_reduction="mean",
+        generator=secure_generator(),
+        secure_mode=True,
     )
     accountant = RDPAccountant()
     optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    batches = PoissonBatches(train, job.sample_rate, torch.Generator().manual_seed(job.seed))
+    batches = PoissonBatches(train, job.sample_rate, secure_generator())
     return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
 
 
 def opacus_trainer(
     model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
 ) -> Trainer:
-    """Wrap a model with Opacus ``make_private`` in an Opacus clipping mode ("opacus-ghost"
-    or "hooks"); the nominal loader handed to ``make_private`` is never iterated."""
-    from opacus import PrivacyEngine
+    """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
+    matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
+    OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""
+    from opacus.accountants import RDPAccountant
+    from opacus.grad_sample.utils import prepare_module
+    from opacus.optimizers import get_optimizer_class
+    from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
     model.to(device)
-    batch_size = expected_batch_size(job, train)
-    loader = DataLoader(train, batch_size=batch_size)
-    criterion = nn.CrossEntropyLoss()
-    with warnings.catch_warnings():
-        for message in _QUIET:
-            warnings.filterwarnings("ignore", message=message)
-        engine = PrivacyEngine()
-        wrapped = engine.make_private(
-            module=model,
-            optimizer=make_optimizer(model, job),
-            criterion=criterion,
-            data_loader=loader,
-            noise_multiplier=sigma,
-            max_grad_norm=job.max_grad_norm,
-            poisson_sampling=False,  # PoissonBatches sample at rate q
-            grad_sample_mode=OPACUS_MODES[mode],
-        )
-    if mode == "opacus-ghost":
-        module, optimizer, criterion, _ = wrapped
-    else:
-        module, optimizer, _ = wrapped
-    optimizer.expected_batch_size = batch_size
-    optimizer.attach_step_hook(engine.accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    batches = PoissonBatches(train, job.sample_rate, torch.Generator().manual_seed(job.seed))
-    return Trainer(model, module, optimizer, criterion, batches, device, mode, engine.accountant)
+    grad_sample_mode = OPACUS_MODES[mode]
+    extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
+    module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
+    optimizer = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode=grad_sample_mode)(
+        optimizer=make_optimizer(model, job),
+        noise_multiplier=sigma,
+        max_grad_norm=job.max_grad_norm,
+        expected_batch_size=expected_batch_size(job, train),
+        loss_reduction="mean",
+        generator=secure_generator(),
+        secure_mode=True,
+    )
+    criterion: nn.Module = nn.CrossEntropyLoss()
+    if grad_sample_mode == "ghost":
+        criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")
+    accountant = RDPAccountant()
+    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
+    batches = PoissonBatches(train, job.sample_rate, secure_generator())
+    return Trainer(model, module, optimizer, criterion, batches, device, mode, accountant)
 
 
 def expected_batch_size(job: DPSGDJob, train: TensorDataset) -> int:
@@ -312,11 +335,9 @@ def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device:
     return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), batches, device)
 
 
-def fit(trainer: Trainer, steps: int, heldout: TensorDataset | None = None, patience: int | None = None) -> tuple[int, bool]:
-    """Take up to ``steps`` steps, in epochs of ``len(trainer.batches)`` steps; with
-    ``patience``, stop once the held-out loss has not improved for that many epochs.
-    Returns (steps taken, whether it stopped early)."""
-    taken, best, stale = 0, math.inf, 0
+def fit(trainer: Trainer, steps: int) -> int:
+    """Take ``steps`` steps, in epochs of ``len(trainer.batches)`` steps; returns the count."""
+    taken = 0
     with warnings.catch_warnings():
         for message in _QUIET:
             warnings.filterwarnings("ignore", message=message)
@@ -326,29 +347,57 @@ def fit(trainer: Trainer, steps: int, heldout: TensorDataset | None = None, pati
                     break
                 trainer.step(inputs, labels)
                 taken += 1
-            if patience is not None and heldout is not None and taken < steps:
-                loss, _ = evaluate(trainer.model, heldout, trainer.device)
-                best, stale = (loss, 0) if loss < best else (best, stale + 1)
-                if stale >= patience:
-                    return taken, True
-    return taken, False
+    return taken
 
 
-def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float) -> None:
-    """Train the job's model within its grant; save ``model.pt`` and ``metrics.json`` under
-    the work directory; report metrics and the budget actually spent."""
+def correct_wrong(model: nn.Module, data: TensorDataset, device: torch.device) -> np.ndarray:
+    """Exact histogram (correct, wrong) of the model's held-out predictions: never released
+    as is. One record moves one bin by one (L1 sensitivity 1)."""
+    model.eval()
+    inputs, labels = data.tensors
+    with torch.no_grad():
+        correct = int((model(inputs.to(device)).argmax(dim=1).cpu() == labels).sum()) if len(labels) else 0
+    model.train()
+    return np.array([correct, len(labels) - correct])
+
+
+def release_accuracy(model: nn.Module, heldout: TensorDataset, device: torch.device, epsilon: float) -> dict:
+    """The held-out accuracy as an ε-DP release: the histogram (correct, wrong) plus discrete
+    Laplace noise of scale 1/ε from OpenDP (Dwork & Roth 2014, Thm 3.6; sensitivity 1 for a
+    fixed model, so it composes adaptively with the training, Thm 3.16). Returns the noisy
+    accuracy c̃/(c̃ + w̃) clipped to [0, 1] and the noisy held-out size c̃ + w̃."""
+    exact = correct_wrong(model, heldout, device)
+    scale = within_charge("laplace", laplace_scale(1.0, epsilon), True, 2, 1.0, epsilon)
+    correct, wrong = noisy(exact, "laplace", scale, integer=True)
+    total = correct + wrong
+    accuracy = float(np.clip(correct / total, 0.0, 1.0)) if total > 0 else 0.0
+    return {"heldout_accuracy": accuracy, "heldout_records_noisy": int(total)}
+
+
+def initial_model(job: DPSGDJob, data: Examples) -> nn.Module:
+    """The model with its initial weights drawn from the job's ``seed`` (the only thing the
+    seed fixes), without leaving torch's global generator seeded."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(job.seed)
+        return build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
+
+
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float, accuracy_epsilon: float) -> None:
+    """Train the job's model within its grant, release its held-out accuracy with ε =
+    ``accuracy_epsilon``; save ``model.pt`` and ``metrics.json`` under the work directory;
+    report metrics and the budget actually spent."""
+    accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
     data, train, heldout = train_heldout(load_blocks(ctx), job)
     planned = min(job.steps, job.max_steps or job.steps)
-    steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned)
-    torch.manual_seed(job.seed)
-    model = build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
+    steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)
+    model = initial_model(job, data)
     mode = job.grad_sample_mode or default_mode(model)
     device = torch.device(ctx.device)
     trainer = private_trainer(model, train, job, sigma, mode, device)
-    taken, early = fit(trainer, steps, heldout, job.patience)
-    spent = spent_budget(trainer.history, ctx.accounting, delta)
-    loss, accuracy = evaluate(model, heldout, device)
-    reason = "early_stopping" if early else "budget" if steps < planned else "max_steps" if planned < job.steps else "plan"
+    taken = fit(trainer, steps)
+    spent = spent_budget(trainer.history, ctx.accounting, delta) + accuracy_cost
+    if not np.all(leq(spent, ctx.budget)):
+        raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
     metrics = {
         "model": job.model,
         "grad_sample_mode": mode,
@@ -356,15 +405,13 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float) -> Non
         "noise_multiplier": sigma,
         "planned_steps": job.steps,
         "steps": taken,
-        "stopped": reason,
-        "train_records": len(train),
-        "heldout_records": len(heldout),
-        "heldout_loss": loss,
-        "heldout_accuracy": accuracy,
+        "stopped": "budget" if steps < planned else "max_steps" if planned < job.steps else "plan",
+        **release_accuracy(model, heldout, device, accuracy_epsilon),
+        "accuracy_epsilon": accuracy_epsilon,
         "spent": spent.tolist(),
     }
+    ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), ctx.workdir / "model.pt")
     (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     ctx.report_metrics(**metrics)
-    ctx.report_spent(spent)

@@ -3,7 +3,8 @@
 Two kinds of built-in jobs (docs/design.md §5.2):
 - ``dpsgd``: a DP-SGD model (Abadi et al. 2016) trained with Poisson sampling rate q for E
   epochs, i.e. ``ceil(E / q)`` noisy steps, with the noise multiplier calibrated so that the
-  whole plan reaches the job's (ε, δ) under Opacus' RDP accountant.
+  training reaches (ε − ε_acc, δ) under Opacus' RDP accountant, and ε_acc = 10 % of ε spent
+  on releasing its held-out accuracy (pure DP, :data:`ACCURACY_SHARE`).
 - ``statistic``: a count, sum, mean or histogram released with the Laplace or Gaussian
   mechanism, contributions clipped to known bounds (Dwork & Roth 2014, §3.3 and App. A).
 
@@ -44,6 +45,9 @@ GRAD_SAMPLE_MODES: tuple[str, ...] = ("ghost", "opacus-ghost", "hooks")
 #: clipping applies to (``privsched.trainers.models.ghost_clipping_applies``).
 ALL_LINEAR_MODELS: tuple[str, ...] = ("logreg", "mlp", "text")
 
+#: Share of a DP-SGD job's ε spent on its noisy held-out accuracy (:func:`dpsgd_mechanism`).
+ACCURACY_SHARE = 0.1
+
 #: Noise of a DP statistic.
 NOISE_KINDS: tuple[str, ...] = ("laplace", "gaussian")
 
@@ -66,10 +70,19 @@ class DPSGDJob(_Job):
     target: Literal["sentiment", "category"] = "sentiment"
     holdout: float = Field(0.2, gt=0, lt=1)
     max_steps: int | None = Field(None, ge=1)
-    patience: int | None = Field(None, ge=1)
     grad_sample_mode: Literal["ghost", "opacus-ghost", "hooks"] | None = None
     embed_dim: int = Field(32, ge=1, le=1024)
     hidden: int = Field(64, ge=1, le=4096)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_patience(cls, data: object) -> object:
+        if isinstance(data, dict) and "patience" in data:
+            raise ValueError(
+                "patience is not supported: early stopping on the un-noised held-out loss would release data "
+                "outside the charge"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> DPSGDJob:
@@ -96,7 +109,13 @@ class StatisticJob(_Job):
     bounds: tuple[float, float] | None = None
     bins: int | None = Field(None, ge=1, le=10_000)
     mechanism: Literal["laplace", "gaussian"] = "laplace"
-    seed: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_seed(cls, data: object) -> object:
+        if isinstance(data, dict) and "seed" in data:
+            raise ValueError("a statistic takes no seed: its noise comes from OS entropy and cannot be replayed")
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> StatisticJob:
@@ -150,7 +169,9 @@ def split_params(params: dict) -> tuple[dict, Mechanism | None]:
     del fields["mechanism"]
     if fields.get("kind") == "statistic":
         parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
-        fields["mechanism"] = "laplace" if isinstance(parts[0], Laplace) else "gaussian"
+        first = parts[0]
+        pure = isinstance(first, Laplace) or (isinstance(first, EpsilonDelta) and first.delta == 0)
+        fields["mechanism"] = "laplace" if pure else "gaussian"
     return fields, mechanism
 
 
@@ -197,28 +218,48 @@ def calibrate_noise(sample_rate: float, steps: int, epsilon: float, delta: float
     return float(sigma)
 
 
+def accuracy_epsilon(epsilon: float) -> float:
+    """The ε of a DP-SGD job's held-out accuracy release: :data:`ACCURACY_SHARE` of its ε."""
+    return ACCURACY_SHARE * epsilon
+
+
+def training_epsilon(epsilon: float) -> float:
+    """The ε a DP-SGD job's training is calibrated to: what the accuracy release leaves."""
+    return epsilon - accuracy_epsilon(epsilon)
+
+
 def dpsgd_mechanism(
     job: DPSGDJob, noise_multiplier: float, epsilon: float, delta: float, accounting: Accounting
 ) -> Mechanism:
-    """What a DP-SGD plan charges: the subsampled Gaussian (q, σ, steps) under RDP, and the
-    (ε, δ) it was calibrated to under basic composition."""
+    """What a DP-SGD plan charges: its training, the subsampled Gaussian (q, σ, steps) under
+    RDP or the (ε − ε_acc, δ) it was calibrated to under basic composition, composed with the
+    pure ε_acc-DP accuracy release (charged min(ε_acc, αε_acc²/2) under RDP)."""
+    accuracy = EpsilonDelta(epsilon=accuracy_epsilon(epsilon), delta=0.0)
     if accounting.is_rdp:
-        return SubsampledGaussian(sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps)
-    return EpsilonDelta(epsilon=epsilon, delta=delta)
+        training: Mechanism = SubsampledGaussian(
+            sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps
+        )
+    else:
+        training = EpsilonDelta(epsilon=training_epsilon(epsilon), delta=delta)
+    return Composed(parts=[training, accuracy])
 
 
 def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """What a DP statistic charges: each released part gets an equal share of (ε, δ).
 
-    Laplace: scale b = Δ/ε_k (Dwork & Roth 2014, Thm 3.6). Gaussian: σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k
-    (Thm A.1), charged as its RDP curve, or as (ε_k, δ_k) under basic composition.
+    Laplace: a pure ε_k-DP release (scale b = Δ/ε_k, Dwork & Roth 2014 Thm 3.6), charged as
+    ``EpsilonDelta(ε_k, 0)``: ε_k under basic, min(ε_k, αε_k²/2) under RDP, a curve valid for
+    the discrete Laplace OpenDP samples (Bun & Steinke 2016, Prop. 3.3), whose RDP exceeds the
+    continuous Laplace curve. Gaussian: under RDP σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k (Thm A.1)
+    charged as its exact RDP curve; under basic, (ε_k, δ_k) with σ from the analytic Gaussian
+    mechanism (Balle & Wang 2018), valid for every ε.
     """
     parts = job.parts()
     share_eps, share_delta = epsilon / len(parts), delta / len(parts)
     mechanisms: list[Mechanism] = []
     for _, sensitivity in parts:
         if job.mechanism == "laplace":
-            mechanisms.append(Laplace(scale=sensitivity / share_eps, sensitivity=sensitivity))
+            mechanisms.append(EpsilonDelta(epsilon=share_eps, delta=0.0))
         elif share_delta <= 0:
             raise ValueError("the Gaussian mechanism needs delta > 0")
         elif accounting.is_rdp:
