@@ -56,12 +56,12 @@ class RemoteRun:
         return self.client.status(self.id)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PipelineState:
         return self.info.state
 
     @property
     def done(self) -> bool:
-        return PipelineState(self.status).is_final()
+        return self.status.is_final()
 
     def wait(self, timeout: float | None = None, poll: float = 0.2) -> RemoteRun:
         deadline = None if timeout is None else time.monotonic() + timeout

@@ -6,7 +6,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import uvicorn
 from fastapi import FastAPI, Header, HTTPException

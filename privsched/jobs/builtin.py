@@ -31,8 +31,9 @@ def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounti
 
     dpsgd: ``steps = ceil(E / q)``, σ from Opacus ``get_noise_multiplier`` (RDP) for the
     training's (ε − ε_acc, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP,
-    ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy. statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a
-    mean composing a sum and a count. Bad parameters raise a one-line ``ValueError``.
+    ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy.
+    statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a mean composing
+    a sum and a count. Bad parameters raise a one-line ``ValueError``.
     """
     validate_epsilon_delta(epsilon, delta)
     spec = parse_job(job)
