@@ -148,9 +148,8 @@ def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) ->
     :data:`UNLOCK_EPSILON` or the block has no capacity. A target of 1 unlocks whatever is
     still locked (step 1), rounding residues included. Idempotent: applying the step and
     asking again gives 0, so a restarted caller never unlocks the same share twice."""
-    dim = capacity.argmax(axis=1)[:, None]
-    top = np.take_along_axis(capacity, dim, axis=1)[:, 0]
-    left = np.take_along_axis(locked, dim, axis=1)[:, 0]
+    rows, dim = np.arange(len(capacity)), capacity.argmax(axis=1)
+    top, left = capacity[rows, dim], locked[rows, dim]
     target = np.asarray(target, dtype=float)
     step = target - (1.0 - left / np.where(top > 0, top, 1.0))  # target − done
     step[(top <= 0) | ~(step > UNLOCK_EPSILON)] = 0.0
