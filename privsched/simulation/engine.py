@@ -140,6 +140,8 @@ class Simulator:
     def _unlock(self, blocks: np.ndarray | slice, now: float) -> None:
         """Raise ``blocks`` (distinct) to the unlock rule's target at ``now``, as the live
         scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`)."""
+        if not self.locked[blocks].any():  # fully unlocked already: nothing to raise
+            return
         counted = self.grid.floor(now) if self.grid is not None else now
         target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], counted - self.inst.block_arrival[blocks])
         cap, locked = self.cap[blocks], self.locked[blocks]
