@@ -13,7 +13,7 @@ This process is the **supervisor**. It becomes a child subreaper
 Landlock (:mod:`privsched.jobs.sandbox`) *before* importing any job code, answers the job's
 privacy primitives (:mod:`privsched.jobs.primitives`) and, when the job's process ends,
 kills every process it left behind, detached or not. The supervisor alone writes the result
-(DESIGN §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
+(docs/design.md §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
 confined, it spent only through primitives (then exactly their sum). A job that started may
 have read its blocks, so a failure always counts as having touched data (its grant is
 consumed), and so does a job that ends without reporting. An executor that finds no result file after

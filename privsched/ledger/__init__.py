@@ -1,4 +1,4 @@
-"""The SQLite budget ledger: the single source of truth for privacy budget (DESIGN §6)."""
+"""The SQLite budget ledger: the single source of truth for privacy budget (docs/design.md §6)."""
 
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.ledger import Ledger
@@ -12,6 +12,7 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
+from privsched.ledger.states import PipelineState
 
 __all__ = [
     "AuditReport",
@@ -24,4 +25,5 @@ __all__ = [
     "PendingView",
     "PipelineInfo",
     "PipelineRequest",
+    "PipelineState",
 ]
