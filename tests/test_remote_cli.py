@@ -87,7 +87,7 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left
     commands = [["list"], ["list", "--state", "pending"], ["status", "1"], ["status", "3"], ["logs", "1"],
                 ["budget", "show"], ["budget", "show", "reviews"], ["blocks", "list", "reviews"], ["dataset", "list"],
-                ["audit"], ["status", "99"], ["cancel", "1"], ["logs", "99"], ["budget", "show", "nope"],
+                ["audit"], ["audit", "--export"], ["status", "99"], ["cancel", "1"], ["logs", "99"], ["budget", "show", "nope"],
                 ["submit", tmp_path / "missing.yaml"]]
     for command in commands:
         here, there = run_cli(*command, env=local), run_cli(*command, env=remote)

@@ -220,9 +220,9 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    from privsched.client import connect
+    from privsched.cli.remote_option import open_client
 
-    with errors(), connect(db, create=False) as client:
+    with errors(), open_client(db) as client:
         report = client.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
