@@ -2,48 +2,27 @@
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-import uvicorn
-from fastapi import FastAPI, Header, HTTPException
 
 import privsched as ps
-from privsched.dashboard.routes import dashboard_router
+from privsched.ledger.identities import Identities
+from privsched.server.runner import Listen, http_api
 from tests.support.dashboard import browser_missing, headless_chromium, populated_client, request
 
 pytestmark = pytest.mark.skipif(browser_missing() is not None, reason=browser_missing() or "")
-TOKEN = "viewer-token"
 
 
 @pytest.fixture
 def served(tmp_db: Path):
+    """``privsched serve``'s HTTP API on the loopback over a populated ledger, with an admin
+    and a viewer; yields the URL, the database and the users' tokens."""
     populated_client(tmp_db).close()
-    local = threading.local()
-
-    def client():
-        if not hasattr(local, "client"):
-            local.client = ps.connect(tmp_db, create=False)
-        return local.client
-
-    def viewer(authorization: str = Header("")) -> None:
-        if authorization != f"Bearer {TOKEN}":
-            raise HTTPException(401, "a valid token is required")
-
-    app = FastAPI()
-    app.include_router(dashboard_router(client, viewer))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}", tmp_db
-    server.should_exit = True
-    thread.join()
+    with Identities(tmp_db) as identities:
+        tokens = {"admin": identities.add_user("admin", "admin"), "vera": identities.add_user("vera", "viewer")}
+    with http_api(tmp_db, Listen("127.0.0.1", 0)) as bound:
+        yield bound.url, tmp_db, tokens
 
 
 @pytest.fixture
@@ -54,12 +33,14 @@ def browser(tmp_path: Path):
 
 
 def wait_for(browser, condition, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, 20, poll_frequency=0.1).until(condition, message=what)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+    return wait.until(condition, message=what)
 
 
-def login(browser, url: str, token: str = TOKEN) -> None:
+def login(browser, url: str, token: str) -> None:
     from selenium.webdriver.common.by import By
 
     browser.get(url + "/")
@@ -71,8 +52,8 @@ def login(browser, url: str, token: str = TOKEN) -> None:
 def test_pages_show_blocks_queue_pipeline_and_follow_a_grant(served, browser, tmp_path: Path):
     from selenium.webdriver.common.by import By
 
-    url, db = served
-    login(browser, url)
+    url, db, tokens = served
+    login(browser, url, tokens["admin"])
     rows = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.block"), "the block rows")
     keys = [row.find_element(By.TAG_NAME, "td").text for row in rows]
     assert sorted(keys) == ["d1", "d2", "d3", "r1"]
@@ -83,7 +64,9 @@ def test_pages_show_blocks_queue_pipeline_and_follow_a_grant(served, browser, tm
 
     browser.get(url + "/#queue")
     wait_for(browser, lambda b: "wait" in b.find_element(By.ID, "view").text, "the pending pipeline")
-    assert "bo[/]" in browser.find_element(By.ID, "view").text  # user text shown as text
+    text = browser.find_element(By.ID, "view").text
+    assert "bo[/]" in text  # user text shown as text
+    assert "budget: block d1 ε needs 0.9, unlocked 0.8" in text  # why it waits
     browser.save_screenshot(str(tmp_path / "queue.png"))
 
     # A grant made by somebody else shows up without a reload.
@@ -102,12 +85,31 @@ def test_pages_show_blocks_queue_pipeline_and_follow_a_grant(served, browser, tm
     browser.get(url + "/#audit")
     result = wait_for(browser, lambda b: b.find_elements(By.ID, "audit-result"), "the audit result")
     assert result[0].text.startswith("ok:")
+    assert browser.find_element(By.ID, "chain-head").text.count(":") == 1
+
+
+def test_a_viewer_reads_but_cannot_cancel(served, browser, tmp_path: Path):
+    from selenium.webdriver.common.by import By
+
+    url, db, tokens = served
+    with ps.connect(db, create=False) as client:
+        waiting = next(p.id for p in client.list() if p.state == "pending")
+    login(browser, url, tokens["vera"])
+    wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.block"), "the blocks page")
+    browser.get(f"{url}/#pipeline/{waiting}")
+    wait_for(browser, lambda b: b.find_elements(By.ID, "cancel"), "the cancel button")
+    assert browser.find_element(By.ID, "log").text == "(job logs are shown to admins only)"
+    browser.find_element(By.ID, "cancel").click()
+    wait_for(browser, lambda b: "403" in b.find_element(By.ID, "cancel-result").text, "the refusal")
+    browser.save_screenshot(str(tmp_path / "viewer-cancel.png"))
+    with ps.connect(db, create=False) as client:
+        assert client.status(waiting).state == "pending"
 
 
 def test_a_wrong_token_gets_the_login_form_back(served, browser):
     from selenium.webdriver.common.by import By
 
-    url, _ = served
+    url, _, _ = served
     login(browser, url, token="wrong")
     wait_for(browser, lambda b: "401" in b.find_element(By.ID, "login-error").text, "the refusal")
     assert browser.find_element(By.ID, "view").text == ""

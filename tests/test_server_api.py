@@ -202,7 +202,11 @@ def test_concurrent_submissions_each_get_their_own_outcome(server: Server):
     assert names == sorted(f"p{i}" for i in range(16) if i % 4)
 
 
-def test_the_dashboard_is_served_to_admins_only(server: Server):
-    assert server.call("GET", "/api/dashboard/queue")[0] == 200
-    assert server.call("GET", "/api/dashboard/queue", user="alice")[0] == 403
-    assert server.call("GET", "/api/dashboard/queue", user=None)[0] == 401
+def test_the_dashboard_shows_each_caller_only_the_datasets_of_its_team(server: Server):
+    names = lambda user: [d["name"] for d in server.call("GET", "/v1/dashboard/blocks", user=user)[1]]  # noqa: E731
+    assert names("vera") == ["reviews"]
+    assert names("rita") == names("admin") == ["reviews", "secret"]
+    assert server.call("GET", "/v1/dashboard/queue", user=None)[0] == 401
+    assert server.call("GET", "/v1/dashboard/audit", user="vera")[0] == 403
+    status, audit = server.call("GET", "/v1/dashboard/audit")
+    assert status == 200 and audit["ok"] and audit["head"]

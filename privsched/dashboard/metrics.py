@@ -21,11 +21,15 @@ from privsched.ledger.models import PIPELINE_STATES
 
 if TYPE_CHECKING:
     from privsched.client import Client
+    from privsched.dashboard.views import Readable
+    from privsched.service.waiting import WaitingReason
 
 #: Upper bounds (seconds) of the waiting-time histograms' buckets.
 WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0, 86400.0)
 #: The final states in which a job process ran: the outcomes of job runs.
 RUN_OUTCOMES = ("completed", "failed", "timed_out", "cancelled")
+#: Why a pending pipeline waits (:class:`~privsched.service.waiting.WaitingReason` codes).
+REASON_CODES = ("budget", "quota", "turn")
 
 
 def histogram(name: str, documentation: str, values: Iterable[float]) -> HistogramMetricFamily:
@@ -37,19 +41,32 @@ def histogram(name: str, documentation: str, values: Iterable[float]) -> Histogr
 
 
 class LedgerCollector(Collector):
-    """Collects every metric from one client's ledger when Prometheus scrapes."""
+    """Collects every metric of the readable datasets from one client's ledger when
+    Prometheus scrapes; ``reasons`` are the pending pipelines' waiting reasons."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, readable: Readable, reasons: dict[int, WaitingReason]) -> None:
         self.client = client
+        self.datasets = [dataset for dataset in client.datasets() if readable(dataset)]
+        self.reasons = reasons
 
     def collect(self) -> Iterator[Metric]:
         now = time.time()
-        pipelines = self.client.list()
+        names = {dataset.name for dataset in self.datasets}
+        ids = {dataset.id for dataset in self.datasets}
+        pipelines = [info for info in self.client.list() if info.dataset in names]
         states = Counter(info.state for info in pipelines)
         by_state = GaugeMetricFamily("privsched_pipelines", "Pipelines by state.", labels=["state"])
         for state in PIPELINE_STATES:
             by_state.add_metric([state], states.get(state, 0))
         yield by_state
+
+        waiting = Counter(self.reasons[info.id].code for info in pipelines
+                          if info.state == "pending" and info.id in self.reasons)
+        by_reason = GaugeMetricFamily("privsched_pending_pipelines", "Pending pipelines by why they wait.",
+                                      labels=["reason"])
+        for code in REASON_CODES:
+            by_reason.add_metric([code], waiting.get(code, 0))
+        yield by_reason
 
         yield histogram("privsched_admission_wait_time_seconds", "Submit-to-grant time of granted pipelines.",
                         [info.granted_at - info.submitted_at for info in pipelines if info.granted_at is not None])
@@ -62,7 +79,7 @@ class LedgerCollector(Collector):
             runs.add_metric([outcome], outcomes.get(outcome, 0))
         yield runs
 
-        events = Counter(event.kind for event in self.client.events())
+        events = Counter(event.kind for event in self.client.events() if event.dataset_id in ids)
         grants = CounterMetricFamily("privsched_grants", "Pipelines granted since the ledger was created.")
         grants.add_metric([], sum(1 for info in pipelines if info.granted_at is not None))
         yield grants
@@ -76,7 +93,7 @@ class LedgerCollector(Collector):
             "Share of each block's capacity in each bucket, at the block's reference dimension.",
             labels=["dataset", "block", "bucket"],
         )
-        for dataset in self.client.datasets():
+        for dataset in self.datasets:
             for block in self.client.blocks(dataset.name):
                 bar = budget_bar(block, dataset.accounting)
                 for bucket in BUCKETS:
@@ -84,8 +101,8 @@ class LedgerCollector(Collector):
         yield fractions
 
 
-def render(client: Client) -> bytes:
+def render(client: Client, readable: Readable, reasons: dict[int, WaitingReason]) -> bytes:
     """The metrics page body (Prometheus text exposition format 0.0.4)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(client))
+    registry.register(LedgerCollector(client, readable, reasons))
     return generate_latest(registry)

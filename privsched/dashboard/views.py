@@ -7,6 +7,7 @@ metrics the job released, which are DP by construction (docs/privacy.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +19,10 @@ from privsched.ledger import BlockInfo, DatasetInfo, PipelineInfo
 
 if TYPE_CHECKING:
     from privsched.client import Client
+    from privsched.service.waiting import WaitingReason
+
+#: Which datasets the reader may see (by name).
+Readable = Callable[[DatasetInfo], bool]
 
 #: How many ended pipelines the queue page lists, newest first.
 RECENT = 20
@@ -69,10 +74,10 @@ def budget_history(client: Client, dataset: DatasetInfo, blocks: list[BlockInfo]
     return history
 
 
-def blocks_page(client: Client) -> list[dict[str, Any]]:
-    """Every dataset with its blocks' bars and its budget over time."""
+def blocks_page(client: Client, readable: Readable) -> list[dict[str, Any]]:
+    """Every readable dataset with its blocks' bars and its budget over time."""
     page = []
-    for dataset in client.datasets():
+    for dataset in filter(readable, client.datasets()):
         blocks = client.blocks(dataset.name)
         page.append({
             "name": dataset.name,
@@ -85,8 +90,8 @@ def blocks_page(client: Client) -> list[dict[str, Any]]:
     return page
 
 
-def pipeline_row(info: PipelineInfo) -> dict[str, Any]:
-    """What the queue lists of a pipeline."""
+def pipeline_row(info: PipelineInfo, message: str | None) -> dict[str, Any]:
+    """What the queue lists of a pipeline (``message``: what the reader may see of its message)."""
     return {
         "id": info.id,
         "name": info.name,
@@ -99,24 +104,34 @@ def pipeline_row(info: PipelineInfo) -> dict[str, Any]:
         "finished_at": info.finished_at,
         "blocks": len(info.block_keys),
         "placement": info.placement,
-        "message": info.message,
+        "message": message,
     }
 
 
-def queue_page(client: Client) -> dict[str, list[dict[str, Any]]]:
-    """Pending pipelines (oldest first), granted ones waiting for compute, running jobs with
-    their placement, and the most recently ended pipelines."""
-    pipelines = client.list()
+def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingReason],
+               message: Callable[[PipelineInfo], str | None]) -> dict[str, list[dict[str, Any]]]:
+    """On the readable datasets: pending pipelines in the serving policy's order with why each
+    waits (``reasons``, :mod:`privsched.service.waiting`), granted ones waiting for compute,
+    running jobs with their placement, and the most recently ended pipelines."""
+    names = {dataset.name for dataset in filter(readable, client.datasets())}
+    pipelines = [info for info in client.list() if info.dataset in names]
     by_state: dict[str, list[PipelineInfo]] = {}
     for info in pipelines:
         by_state.setdefault(info.state, []).append(info)
+    pending = sorted(by_state.get("pending", []),
+                     key=lambda info: (info.dataset, reasons[info.id].rank if info.id in reasons else 0, info.id))
     ended = [info for info in pipelines if info.finished_at is not None]
     ended.sort(key=lambda info: info.finished_at or 0.0, reverse=True)
+
+    def rows(infos: list[PipelineInfo]) -> list[dict[str, Any]]:
+        return [pipeline_row(info, message(info)) for info in infos]
+
     return {
-        "pending": [pipeline_row(info) for info in by_state.get("pending", [])],
-        "granted": [pipeline_row(info) for info in by_state.get("granted", [])],
-        "running": [pipeline_row(info) for info in by_state.get("running", [])],
-        "recent": [pipeline_row(info) for info in ended[:RECENT]],
+        "pending": [{**pipeline_row(info, message(info)),
+                     "reason": reasons[info.id].text() if info.id in reasons else None} for info in pending],
+        "granted": rows(by_state.get("granted", [])),
+        "running": rows(by_state.get("running", [])),
+        "recent": rows(ended[:RECENT]),
     }
 
 
@@ -125,10 +140,11 @@ def _curve(vector: np.ndarray, accounting: Accounting) -> list[dict[str, Any]]:
             for label, value in zip(accounting.dimension_labels(), vector)]
 
 
-def pipeline_page(client: Client, pipeline_id: int) -> dict[str, Any]:
+def pipeline_page(client: Client, info: PipelineInfo, message: str | None, log_tail: bool) -> dict[str, Any]:
     """One pipeline: its row, spec (job and resources), charged demand against each block's
-    capacity, consumed budget, released metrics and the end of its log."""
-    info = client.status(pipeline_id)
+    capacity, consumed budget, released metrics and (``log_tail``: for readers allowed job
+    logs) the end of its log."""
+    pipeline_id = info.id
     dataset = next(d for d in client.datasets() if d.name == info.dataset)
     blocks = {block.key: block for block in client.blocks(info.dataset)}
     demands = []
@@ -143,17 +159,18 @@ def pipeline_page(client: Client, pipeline_id: int) -> dict[str, Any]:
             "consumed": None if info.consumed is None else _pair(info.consumed[key], dataset, capacity),
         })
     return {
-        **pipeline_row(info),
+        **pipeline_row(info, message),
         "job": info.job,
         "resources": info.resources,
         "mechanism": info.mechanism,
         "demands": demands,
         "metrics": client.run(pipeline_id).metrics,
-        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:],
+        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:] if log_tail else None,
     }
 
 
 def audit_page(client: Client) -> dict[str, Any]:
     """A fresh audit of the ledger."""
     report = client.audit()
-    return {"ok": report.ok, "violations": report.violations, "blocks": report.blocks, "events": report.events}
+    return {"ok": report.ok, "violations": report.violations, "blocks": report.blocks, "events": report.events,
+            "head": report.head}

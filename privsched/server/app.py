@@ -21,7 +21,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
-from privsched.dashboard.routes import dashboard_router
+from privsched.server.dashboard import dashboard_router
 from privsched.ledger import LedgerError
 from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, User
@@ -72,12 +72,6 @@ def current_user(request: Request) -> User:
     return access.authenticate(request.app.state.identities, request.headers.get("authorization"))
 
 
-def current_admin(request: Request) -> User:
-    caller = current_user(request)
-    access.require_admin(caller, "read the dashboard")
-    return caller
-
-
 #: A route parameter that authenticates the caller.
 Caller = Annotated[User, Depends(current_user)]
 
@@ -102,8 +96,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.state.client, app.state.identities = client, identities
     _errors(app)
-    # The dashboard's views ignore teams and show the tail of job logs: admins only.
-    app.include_router(dashboard_router(lambda: client, current_admin))
+    app.include_router(dashboard_router(client, identities, current_user, policy))
 
     def dataset_out(name: str, caller: User) -> DatasetOut:
         info = access.readable_dataset(client, identities, caller, name)

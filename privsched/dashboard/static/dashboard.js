@@ -6,14 +6,24 @@ const POLL_MS = 2000;
 const BUCKETS = ["consumed", "allocated", "unlocked", "locked"];
 const view = document.getElementById("view");
 let timer = null;
+let shown = "";
+
+// Replaces the view only when what it shows changed, so that polling neither flickers nor
+// swaps out an element the user is about to click.
+function render(data, build) {
+  const key = location.hash + "\n" + JSON.stringify(data);
+  if (key === shown) { return; }
+  shown = key;
+  view.replaceChildren(...build());
+}
 
 function token() { return sessionStorage.getItem("privsched-token") || ""; }
 
-async function getJSON(path) {
-  const response = await fetch(path, { headers: { Authorization: "Bearer " + token() } });
+async function getJSON(path, method) {
+  const response = await fetch(path, { method: method || "GET", headers: { Authorization: "Bearer " + token() } });
   if (response.status === 401) { showLogin("Token refused (401)."); throw new Error("unauthorised"); }
   const body = await response.json();
-  if (!response.ok) { throw new Error(body.error || body.detail || response.statusText); }
+  if (!response.ok) { throw new Error(`${response.status}: ${body.error || body.detail || response.statusText}`); }
   return body;
 }
 
@@ -81,7 +91,11 @@ function historyChart(history) {
 }
 
 async function showBlocks() {
-  const datasets = await getJSON("/api/dashboard/blocks");
+  const datasets = await getJSON("/v1/dashboard/blocks");
+  render(datasets, () => blocksPage(datasets));
+}
+
+function blocksPage(datasets) {
   const parts = [el("h2", { text: "Datasets and blocks" }), legend()];
   for (const dataset of datasets) {
     parts.push(el("h3", { text: `${dataset.name} (${dataset.accounting}, ε_G=${num(dataset.epsilon)}, δ_G=${num(dataset.delta)})` }));
@@ -91,14 +105,14 @@ async function showBlocks() {
     parts.push(el("p", { text: "Budget given out (orange) and consumed (red) over time, mean share per block:" }));
     parts.push(historyChart(dataset.history));
   }
-  view.replaceChildren(...parts);
+  return parts;
 }
 
 function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, text: String(row.id) }); }
 
 async function showQueue() {
-  const queue = await getJSON("/api/dashboard/queue");
-  view.replaceChildren(
+  const queue = await getJSON("/v1/dashboard/queue");
+  render(queue, () => [
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
       queue.pending.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, when(p.submitted_at), p.blocks, p.reason || ""])),
@@ -111,13 +125,30 @@ async function showQueue() {
     el("h2", { text: "Recently ended" }),
     table(["id", "name", "dataset", "owner", "state", "ended", "message"],
       queue.recent.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, p.state, when(p.finished_at), p.message || ""])),
-  );
+  ]);
+}
+
+let cancelResult = "";
+
+async function cancel(id) {
+  try {
+    const answer = await getJSON(`/v1/pipelines/${encodeURIComponent(id)}/cancel`, "POST");
+    cancelResult = "cancel: " + (answer.outcome || answer.state || "done");
+  } catch (error) {
+    cancelResult = "cancel refused: " + error.message;
+  }
+  refresh();
 }
 
 async function showPipeline(id) {
-  const p = await getJSON("/api/dashboard/pipelines/" + encodeURIComponent(id));
-  view.replaceChildren(
+  const p = await getJSON("/v1/dashboard/pipelines/" + encodeURIComponent(id));
+  const cancelButton = el("button", { id: "cancel", text: "Cancel" });
+  cancelButton.addEventListener("click", () => cancel(p.id));
+  const ended = ["completed", "failed", "timed_out", "cancelled"].includes(p.state);
+  render({ p, cancelResult }, () => [
     el("h2", { text: `Pipeline ${p.id}: ${p.name}` }),
+    ended ? null : cancelButton,
+    el("p", { id: "cancel-result", class: "error", text: cancelResult }),
     table(["state", "dataset", "owner", "submitted", "granted", "started", "ended", "message"],
       [[el("span", { id: "pipeline-state", text: p.state }), p.dataset, p.owner, when(p.submitted_at), when(p.granted_at),
         when(p.started_at), when(p.finished_at), p.message || ""]]),
@@ -130,22 +161,26 @@ async function showPipeline(id) {
       (p.demands[0] ? p.demands[0].curve : []).map((c, i) => [c.dimension, num(c.value), num(p.demands[0].capacity[i].value)])),
     el("h3", { text: "Job" }), el("pre", { text: JSON.stringify(p.job, null, 2) }),
     el("h3", { text: "Released metrics (differentially private)" }), el("pre", { text: JSON.stringify(p.metrics, null, 2) }),
-    el("h3", { text: "Log (end)" }), el("pre", { id: "log", text: p.log_tail }),
-  );
+    el("h3", { text: "Log (end)" }),
+    el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
+  ]);
 }
 
 async function showAudit() {
-  const audit = await getJSON("/api/dashboard/audit");
-  view.replaceChildren(
+  const audit = await getJSON("/v1/dashboard/audit");
+  render(audit, () => [
     el("h2", { text: "Audit" }),
     el("p", { id: "audit-result", class: audit.ok ? "ok" : "error",
       text: audit.ok ? `ok: ${audit.blocks} blocks, ${audit.events} events, every invariant holds`
                      : `${audit.violations.length} violation(s)` }),
     el("ul", {}, ...audit.violations.map((v) => el("li", { text: v }))),
-  );
+    el("p", { text: "Event chain head (keep it elsewhere; privsched audit --expect HEAD checks it later):" }),
+    el("pre", { id: "chain-head", text: audit.head }),
+  ]);
 }
 
 function route() {
+  if (!location.hash.startsWith("#pipeline/")) { cancelResult = ""; }
   const [page, argument] = (location.hash.slice(1) || "blocks").split("/");
   for (const name of ["blocks", "queue", "audit"]) {
     document.getElementById("nav-" + name).classList.toggle("current", name === page);
@@ -170,6 +205,7 @@ function showLogin(message) {
   document.getElementById("login").hidden = false;
   document.getElementById("logout").hidden = true;
   document.getElementById("login-error").textContent = message || "";
+  shown = "";
   view.replaceChildren();
 }
 
