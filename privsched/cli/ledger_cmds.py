@@ -220,10 +220,8 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    from privsched.cli.remote_option import open_client
-
-    with errors(), open_client(db) as client:
-        report = client.audit(expect=expect)
+    with _open(db) as ledger, errors():
+        report = ledger.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
             print(f"violation: {_printable(violation)}", file=sys.stderr)

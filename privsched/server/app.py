@@ -240,7 +240,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(SchedulerOut(holder=client.scheduler()))
 
     @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
-    def audit(caller: Caller, expect: str | None = None) -> Response:
+    def audit(caller: Caller, expect: Annotated[str | None, Query()] = None) -> Response:
         """The hash chain verified and every balance rebuilt from the event log (``expect``:
         a chain head kept earlier, which the log must still hold)."""
         access.require_admin(caller, "audit the ledger")
