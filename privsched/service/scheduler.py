@@ -31,14 +31,14 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
 from privsched.service.executors.base import Executor, Launch
-from privsched.service.launching import LaunchLock, clear_spawn_marker, mark_spawning, spawn_was_attempted
+from privsched.service.launching import LaunchFiles
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
@@ -92,6 +92,7 @@ class Scheduler:
         self.executor = executor
         self.compute = FreeCompute(pool)
         self.runs = runs
+        self.launches = LaunchFiles(runs.root)
         self.log = log
         self._arrivals: Counter[int] = Counter()  # block id -> pipelines that asked for it
         self._last_seen = 0  # highest pipeline id counted in _arrivals
@@ -122,6 +123,9 @@ class Scheduler:
                 self._unresolved[info.id] = (info, record)
                 continue
             token = None if record is None else record.token
+            if record is not None and record.pid is not None:
+                # The ledger's pid, not the run folder's file, which the job itself may write.
+                write_atomic(self.runs.pid_file(info.id), f"{record.pid} {record.start_ticks or ''}\n")
             alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
 
@@ -131,13 +135,12 @@ class Scheduler:
         → adopted (its process found by pid or launch token), or settled from its result, or
         charged in full when it ended without one (DESIGN §4.4)."""
         for pipeline_id, (info, record) in list(self._unresolved.items()):
-            folder = self.runs.folder(pipeline_id, create=True)
-            lock = LaunchLock(folder)
+            lock = self.launches.lock(pipeline_id)
             if not lock.acquire(wait=False):
                 continue  # its launcher is alive (perhaps paused) and may still start the job
             try:
                 del self._unresolved[pipeline_id]
-                if not spawn_was_attempted(folder, record.token):
+                if not self.launches.spawn_was_attempted(pipeline_id, record.token):
                     self.compute.release(pipeline_id)
                     self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)",
                                touched=False, now=now)
@@ -315,8 +318,7 @@ class Scheduler:
         """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
         token = secrets.token_hex(16)
         launch = self._launch(info, placement, now, token)
-        folder = self.runs.folder(info.id)
-        with LaunchLock(folder):
+        with self.launches.lock(info.id):
             try:
                 self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)
             except LedgerError as exc:  # cancelled since it was listed
@@ -324,10 +326,10 @@ class Scheduler:
                 self.log(f"pipeline {info.id} not started: {exc}")
                 return False
             try:
-                mark_spawning(folder, token)
+                self.launches.mark_spawning(info.id, token)
                 self.executor.start(launch)
             except OSError as exc:  # no process was started
-                clear_spawn_marker(folder)
+                self.launches.clear_spawn_marker(info.id)
                 try:
                     self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
                 except StorageFull:  # released once space returns (resolve_launches)

@@ -39,8 +39,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from privsched.budgets.accounting import Accounting, leq
-from privsched.budgets.curves import subsampled_gaussian_curve
 from privsched.budgets.mechanisms import EpsilonDelta, demand_vector
+from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.jobs.context import JobContext
 from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.data import bag_of_words, load_blocks, split
