@@ -299,7 +299,7 @@ def _end_on_signal(signum: int, frame: Any) -> None:
 
 def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None,
             status: int) -> JobResult:
-    """How the job is settled (DESIGN §4.4). A built-in job's report is privsched's own code
+    """How the job is settled (docs/design.md §4.4). A built-in job's report is privsched's own code
     measuring its spend; a user job is charged its whole grant unless, confined, it spent
     only through primitives (then exactly their sum). A failed job has touched its data,
     whatever it says."""
