@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import numpy as np
