@@ -50,8 +50,11 @@ def main() -> None:
                 args.out.mkdir(parents=True, exist_ok=True)
                 for name, page in PAGES.items():
                     browser.get(f"{bound.url}/{page}")
+                    browser.refresh()  # start signed in
                     time.sleep(2.5)  # one poll of the page
-                    browser.set_window_size(1280, max(600, browser.execute_script("return document.body.scrollHeight")))
+                    height = browser.execute_script("return document.documentElement.scrollHeight")
+                    browser.set_window_size(1280, max(600, height + 200))
+                    time.sleep(0.5)
                     browser.save_screenshot(str(args.out / name))
                     print(args.out / name)
         finally:

@@ -42,6 +42,7 @@ from privsched.ledger import (
     PipelineInfo,
     PipelineRequest,
 )
+from privsched.ledger.states import PipelineState
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
-FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 
 BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
@@ -124,12 +124,12 @@ class Run:
         return self.client.status(self.id)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PipelineState:
         return self.info.state
 
     @property
     def done(self) -> bool:
-        return self.status in FINAL_STATES
+        return self.status.is_final()
 
     @property
     def grant(self) -> dict[str, np.ndarray]:
@@ -239,7 +239,7 @@ class Client:
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (DESIGN §3.2)."""
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2)."""
         return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
 
     def datasets(self) -> list[DatasetInfo]:
@@ -381,15 +381,15 @@ class Client:
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
         unknown: ``LedgerError``."""
         info = self.ledger.get_pipeline(pipeline_id)
-        if info.state == "running":
+        if info.state is PipelineState.RUNNING:
             self.runs.request_cancel(pipeline_id)
             return "cancelling"
-        if info.state in FINAL_STATES:
+        if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
             self.ledger.cancel(pipeline_id)
         except LedgerError:
-            if self.ledger.get_pipeline(pipeline_id).state != "running":
+            if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
             self.runs.request_cancel(pipeline_id)  # started meanwhile
             return "cancelling"
@@ -431,7 +431,7 @@ class Client:
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether
         the pipeline had ended before it was read (so nothing more will come)."""
-        ended = self.status(pipeline_id).state in FINAL_STATES
+        ended = self.status(pipeline_id).state.is_final()
         path = self.runs.log(pipeline_id)
         if not path.exists():
             return b"", ended
@@ -465,6 +465,8 @@ class Client:
         *,
         n: int | None = None,
         lifetime: float | None = None,
+        k: int = 50,
+        unlock: str | None = None,
         tick: float = 1.0,
         until_idle: bool = False,
         gpus: int | None = None,
@@ -472,19 +474,24 @@ class Client:
         memory: int | str | None = None,
         executor: str = "local",
         ray_address: str | None = None,
+        sandbox: str | None = None,
+        allow_network: bool = False,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
     ):
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
 
-        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's). Returns a
+        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's); ``sandbox``
+        confines jobs (``landlock``, the default, or ``none``: see ``docs/sandbox.md``) and
+        ``allow_network`` lets jobs that ask for it keep TCP access. Returns a
         :class:`~privsched.service.serve.ServeSummary` when ``stop`` is set or, with
         ``until_idle``, when nothing more can happen without new submissions."""
         from privsched.service.serve import serve_options
 
         return serve_options(
-            self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
-            memory=memory, executor=executor, ray_address=ray_address, stop=stop, log=log,
+            self.path, policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle,
+            gpus=gpus, cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
+            allow_network=allow_network, stop=stop, log=log,
         )
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any):

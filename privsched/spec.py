@@ -4,7 +4,7 @@ A specification names the dataset and the blocks a pipeline reads (explicit keys
 ``last`` k blocks, or a key range), its privacy demand (``epsilon``/``delta``, an explicit
 ``mechanism`` description, or derived from a built-in job's training plan), the job itself
 (a built-in trainer ``kind`` or user code ``function: module:qualname``), the compute it
-needs, and its timeouts. Unknown fields and impossible values are errors (DESIGN §4.4).
+needs, and its timeouts. Unknown fields and impossible values are errors (docs/design.md §4.4).
 
 Example (YAML)::
 
@@ -40,10 +40,12 @@ from pydantic import (
 
 from privsched.budgets.bounds import Delta, Epsilon, bounded, check_number, shown
 from privsched.documents import check_depth, parse_json, parse_yaml, read_text
+from privsched.errors import BadInput, validation_message
 from privsched.text import name_problem
 
 
-class SpecError(ValueError):
+
+class SpecError(BadInput):
     """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
 
 
@@ -204,6 +206,9 @@ class JobSpec(_Model):
     #: Directories prepended to the job process's import path (where ``function`` lives).
     pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list,
                                                                                    max_length=64)
+    #: Whether the job asks to keep TCP access in its sandbox (granted only if the operator
+    #: serves with ``--allow-network``).
+    network: bool = False
 
     @model_validator(mode="after")
     def _one_entry(self) -> JobSpec:
@@ -240,7 +245,7 @@ class PipelineSpec(_Model):
     mechanism: dict[str, Any] | None = None
     job: JobSpec
     resources: Resources = Field(default_factory=Resources)
-    #: Longest wait for a grant, in seconds after submission (DESIGN §4.4); None waits forever.
+    #: Longest wait for a grant, in seconds after submission (docs/design.md §4.4); None waits forever.
     timeout: Duration | None = None
     #: Longest run once the job has started; the job is killed and failed after it.
     max_runtime: Duration | None = None
@@ -274,16 +279,6 @@ class PipelineSpec(_Model):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping that :meth:`parse` turns back into an equal specification."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """One line naming every invalid field of a pydantic error."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(dict.fromkeys(parts))
 
 
 def load_spec(path: str | Path) -> PipelineSpec:

@@ -33,9 +33,11 @@ def browser(tmp_path: Path):
 
 
 def wait_for(browser, condition, what: str):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, 60, poll_frequency=0.1).until(condition, message=what)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.1, ignored_exceptions=[StaleElementReferenceException])
+    return wait.until(condition, message=what)
 
 
 def login(browser, url: str, token: str) -> None:

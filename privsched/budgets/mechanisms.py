@@ -19,8 +19,8 @@ from privsched.budgets.curves import (
     gaussian_curve,
     laplace_curve,
     pure_dp_curve,
-    subsampled_gaussian_curve,
 )
+from privsched.budgets.sgm import subsampled_gaussian_curve
 
 #: Most parts of a composition, and most values of an explicit demand.
 MAX_PARTS = 1024
@@ -115,7 +115,7 @@ def mechanism_json(mechanism: Mechanism) -> str:
 
 
 def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
-    """The budget vector a mechanism spends on each block it reads (DESIGN §3.4)."""
+    """The budget vector a mechanism spends on each block it reads (docs/design.md §3.4)."""
     if isinstance(mechanism, Composed):
         return np.sum([demand_vector(part, accounting) for part in mechanism.parts], axis=0)
     if isinstance(mechanism, Explicit):

@@ -1,47 +1,45 @@
 """The ``privsched`` command line: a thin layer over the Python API.
 
-Each command group lives in its own module and registers itself on :data:`app`. Command
-modules import heavy libraries (torch, opacus, ray) only inside command bodies, so that
-``privsched --help`` stays fast.
+Each command group lives in its own module and registers itself on the Typer application
+of :mod:`privsched.cli.registry`. :func:`main` imports only the module of the command it
+runs, and command modules import heavy libraries (torch, opacus, ray, matplotlib, scipy,
+even the ledger) only inside command bodies, so that each command pays only for what it
+uses. ``privsched.cli.app`` is the application with every command registered.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+import traceback
 import warnings
+from typing import Any
 
 import typer
 
+from privsched.cli.registry import load_commands
+from privsched.errors import PrivschedError
 from privsched.text import printable
 
-app = typer.Typer(
-    name="privsched",
-    help="Privacy-budget-aware job scheduler for differentially private machine learning.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
 
-#: Command modules, each registering its commands on ``app`` when imported.
-_COMMAND_MODULES = (
-    "privsched.cli.remote_option",
-    "privsched.cli.ledger_cmds",
-    "privsched.cli.sim_cmds",
-    "privsched.cli.service_cmds",
-    "privsched.cli.demo_cmds",
-    "privsched.cli.user_cmds",
-)
+def __getattr__(name: str) -> Any:
+    if name != "app":
+        raise AttributeError(f"module 'privsched.cli' has no attribute {name!r}")
+    from privsched.cli.registry import app
 
-for _name in _COMMAND_MODULES:
-    importlib.import_module(_name)
+    load_commands()
+    return app
 
 
 def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
-    parse) is reported like every other bad input: one ``error:`` line on stderr. Warnings
-    raised by libraries (NumPy, Opacus) are held back: shown as one line each after a command
-    that succeeded, dropped when it failed, so an error is always the only line."""
+    parse) is reported like every other bad input: one ``error:`` line on stderr; so is any
+    :class:`~privsched.errors.PrivschedError`. Any other exception is a bug: its traceback,
+    then one ``error:`` line saying so, exit status 70. Warnings raised by libraries (NumPy,
+    Opacus) are held back: shown as one line each after a command that succeeded, dropped
+    when it failed, so an error is always the only line."""
+    from privsched.cli.registry import app
+
+    load_commands(sys.argv[1:])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
@@ -54,6 +52,13 @@ def main() -> None:
         except typer.Abort:
             print("aborted", file=sys.stderr)
             sys.exit(130)
+        except PrivschedError as exc:  # a refusal no command turned into a message itself
+            print(f"error: {printable(' '.join(str(exc).split()))}", file=sys.stderr)
+            sys.exit(1)
+        except Exception:  # a bug, not bad input: show it as one
+            traceback.print_exc()
+            print("error: internal error in privsched (a bug; the traceback above says where)", file=sys.stderr)
+            sys.exit(70)
     code = code if isinstance(code, int) else 0
     if code == 0:
         for line in dict.fromkeys(f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught):

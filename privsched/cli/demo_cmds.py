@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from privsched.cli import app
 from privsched.cli.common import errors, make_console
+from privsched.cli.registry import app
 
 
 @app.command()

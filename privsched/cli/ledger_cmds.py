@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
@@ -83,7 +83,9 @@ def dataset_create(
     delta: Annotated[float, typer.Option("--delta", help="Global δ_G of every block.")],
     accounting: Annotated[str, typer.Option(help="basic (ε, δ) composition or rdp.")] = "rdp",
     alphas: Annotated[Optional[str], typer.Option(help="RDP orders, comma-separated (default grid).")] = None,
-    conversion: Annotated[str, typer.Option(help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive (δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
+    conversion: Annotated[str, typer.Option(
+        help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive "
+             "(δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""
@@ -237,10 +239,8 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    from privsched.client import connect
-
-    with errors(), connect(db, create=False) as client:
-        report = client.audit(expect=expect)
+    with _open(db) as ledger, errors():
+        report = ledger.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
             print(f"violation: {printable(violation)}", file=sys.stderr)

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.registry import app
 from privsched.text import printable
 
 if TYPE_CHECKING:
@@ -166,9 +166,11 @@ def logs(
 
 @app.command()
 def serve(
-    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack.")] = "fcfs",
+    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "fcfs",
     n: Annotated[Optional[int], typer.Option("--n", help="Per-arrival unlocking: each pipeline unlocks 1/N.")] = None,
     lifetime: Annotated[Optional[str], typer.Option(help="Per-time unlocking: data lifetime, e.g. 600 or 2h.")] = None,
+    unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
+    k: Annotated[int, typer.Option(help="DPack: grants between efficiency refreshes.")] = 50,
     tick: Annotated[str, typer.Option(help="Scheduling period, e.g. 1s or 500ms.")] = "1s",
     until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit once nothing more can run.")] = False,
     gpus: Annotated[Optional[int], typer.Option(help="Declare N GPUs (default: detected).")] = None,
@@ -177,6 +179,11 @@ def serve(
     executor: Annotated[str, typer.Option(help="Where jobs run: local, or ray (a Ray cluster).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(
         help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(
+        help="Job confinement: landlock, or none to run jobs unconfined (default: $PRIVSCHED_SANDBOX, "
+             "else landlock).")] = None,
+    allow_network: Annotated[bool, typer.Option(
+        "--allow-network", help="Let jobs that ask for it (job.network) open TCP connections.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
     listen: Annotated[Optional[str], typer.Option(
         help="Serve the HTTP API on HOST:PORT; 'none' for no API (default: 127.0.0.1:8470, none with --until-idle).")]
@@ -212,9 +219,9 @@ def serve(
     with _client(db) as client, errors(), \
             api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
         try:
-            summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
+            summary = client.serve(policy, n=n, lifetime=life, k=k, unlock=unlock, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
-                                   stop=stop, log=log)
+                                   sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
         except ServiceError as exc:
             fail(exc)
     say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "

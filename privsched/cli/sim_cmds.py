@@ -18,8 +18,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
 from privsched.cli.common import add_row, console, errors, fail, say, text
+from privsched.cli.registry import app
 
 ParamOption = Annotated[
     Optional[list[str]],
@@ -120,9 +120,11 @@ def _summary_table(summary: dict) -> Table:
 
 @app.command()
 def simulate(
-    workload: Annotated[str, typer.Argument(help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
-    out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and plots.")],
-    policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t).")] = "dpf-n",
+    workload: Annotated[str, typer.Argument(
+        help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
+    out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and (with --plots) figures.")],
+    policy: Annotated[str, typer.Option(
+        help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal).")] = "dpf-n",
     n: Annotated[Optional[int], typer.Option("--n", help="N: per-arrival unlock divisor.")] = None,
     lifetime: Annotated[Optional[float], typer.Option(help="T: data lifetime in seconds (per-time unlock).")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
@@ -131,9 +133,9 @@ def simulate(
     seed: SeedOption = 0,
     duration: DurationOption = None,
     param: ParamOption = None,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Also draw the run's figures (PNG).")] = False,
 ) -> None:
-    """Simulate a policy over a workload and write the result, a summary and plots."""
-    from privsched.simulation import plots
+    """Simulate a policy over a workload and write the result, a summary and (with --plots) figures."""
     from privsched.simulation.api import load_workload, resolve_policy, run
 
     _output_folder(out)
@@ -148,9 +150,12 @@ def simulate(
         out.mkdir(parents=True, exist_ok=True)
         result.save(out / "result.json")
         (out / "summary.json").write_text(json.dumps(summary, indent=1))
-        plots.result_figures(result, out)
+        if plots:
+            from privsched.simulation.plots import result_figures
+
+            result_figures(result, out)
     console.print(_summary_table(summary))
-    say(f"wrote {out}/result.json, summary.json and plots")
+    say(f"wrote {out}/result.json, summary.json" + (" and plots" if plots else ""))
 
 
 @app.command()
@@ -167,14 +172,15 @@ def sweep(
     """Run a grid of policies and N / T values over workloads, with paper-style figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    import workloads as registry
     from privsched.simulation.api import resolve_policy
+    from privsched.simulation.registry import workload_generators
     from privsched.simulation.sweep import grid, summary_table, write_sweep
     from privsched.simulation.sweep import sweep as run_sweep
 
-    unknown = [w for w in workloads if w not in registry.WORKLOADS]
+    known = workload_generators()
+    unknown = [w for w in workloads if w not in known]
     if unknown:
-        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(registry.WORKLOADS)})")
+        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(known)})")
     if not 1 <= workers <= MAX_WORKERS:
         fail(f"--workers must be in [1, {MAX_WORKERS}]")
     _output_folder(out)
@@ -209,7 +215,7 @@ def trace(
     param: ParamOption = None,
 ) -> None:
     """Save a generated workload as a trace file."""
-    import workloads as registry
+    from privsched.simulation.registry import generate_workload, workload_generators
     from privsched.simulation.trace import save_trace
 
     _output_file(out)
@@ -218,7 +224,7 @@ def trace(
     if duration is not None:
         params["duration"] = duration
     with errors():
-        document = registry.generate(workload, seed=seed, **params)
+        document = generate_workload(workload_generators(), workload, seed, params)
     with _writing(out):
         save_trace(document, out)
     say(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

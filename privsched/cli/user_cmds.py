@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, say
+from privsched.cli.registry import app
 
 user_app = typer.Typer(help="Users of the HTTP API: roles, teams and bearer tokens.", no_args_is_help=True)
 app.add_typer(user_app, name="user")

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.ledger.states import PipelineState
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
@@ -135,6 +136,7 @@ class PipelineOut(Model):
         fields = self.model_dump(exclude={"team"})
         fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
+        fields["state"] = PipelineState(self.state)
         return PipelineInfo(**fields)
 
 
@@ -154,6 +156,7 @@ class AuditOut(Model):
     violations: list[str]
     blocks: int
     events: int
+    head: str = Field(description="The event log's chain head, <event id>:<hex SHA-256> (docs/ledger.md).")
 
 
 class SchedulerOut(Model):

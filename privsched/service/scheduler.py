@@ -1,16 +1,17 @@
 """The scheduling tick: unlock, expire, admit (order with the policy, commit the grants),
-place granted jobs on free compute, collect finished jobs and settle them (DESIGN §4.3–4.4).
+place granted jobs on free compute, collect finished jobs and settle them (docs/design.md §4.3–4.4).
 
 The scheduler keeps no budget of its own: every move goes through the ledger, so a
 restarted scheduler resumes from the ledger alone (:meth:`Scheduler.recover`).
 
 Unlocking is idempotent. Each block's unlocked fraction is raised to what the unlock rule
-implies since the block's creation: ``on_block_created() + arrivals × on_pipeline_arrival()
+implies since the block's creation (:func:`privsched.policies.unlock.unlocked_fraction`, the
+simulator's computation too): ``on_block_created() + arrivals × on_pipeline_arrival()
 + on_tick(now − created_at)``, capped at 1, where arrivals counts the pipelines that ever
 asked for the block. Whatever a crashed scheduler already unlocked is read back from the
 ledger (the block's locked budget), so a restart never unlocks the same arrival or the
 same span of time twice, and a per-time block is fully unlocked its lifetime after its
-creation (DESIGN §4.1).
+creation (docs/design.md §4.1).
 
 Round robin's water-filled reservations (Snapshot.reserved) live in the scheduler's memory
 only: the ledger still counts them as unlocked, a granted pipeline's reservation becomes its
@@ -31,24 +32,22 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
+from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, Snapshot
+from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
-from privsched.service.launching import LaunchLock, clear_spawn_marker, mark_spawning, spawn_was_attempted
+from privsched.service.launching import LaunchFiles
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
 from privsched.service.unsatisfiable import never_grantable
-from privsched.spec import Resources, validation_message
-
-#: Fractions of capacity smaller than this are not worth an unlock transaction.
-_UNLOCK_EPSILON = 1e-12
-
+from privsched.spec import Resources
 
 @dataclass
 class TickReport:
@@ -86,12 +85,15 @@ class Scheduler:
         pool: Pool,
         runs: RunDirs,
         log: Callable[[str], None] = lambda message: None,
+        unlock_grid: UnlockGrid | None = None,
     ) -> None:
         self.ledger = ledger
+        self.unlock_grid = unlock_grid  # per-time unlocking at these instants only (None: continuously)
         self.policy = policy
         self.executor = executor
         self.compute = FreeCompute(pool)
         self.runs = runs
+        self.launches = LaunchFiles(runs.root)
         self.log = log
         self._arrivals: Counter[int] = Counter()  # block id -> pipelines that asked for it
         self._last_seen = 0  # highest pipeline id counted in _arrivals
@@ -122,6 +124,9 @@ class Scheduler:
                 self._unresolved[info.id] = (info, record)
                 continue
             token = None if record is None else record.token
+            if record is not None and record.pid is not None:
+                # The ledger's pid, not the run folder's file, which the job itself may write.
+                write_atomic(self.runs.pid_file(info.id), f"{record.pid} {record.start_ticks or ''}\n")
             alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
 
@@ -129,15 +134,14 @@ class Scheduler:
         """Settle launches an earlier scheduler left mid-way, each once its launch lock is
         free (module :mod:`~privsched.service.launching`): never spawned → released; spawned
         → adopted (its process found by pid or launch token), or settled from its result, or
-        charged in full when it ended without one (DESIGN §4.4)."""
+        charged in full when it ended without one (docs/design.md §4.4)."""
         for pipeline_id, (info, record) in list(self._unresolved.items()):
-            folder = self.runs.folder(pipeline_id, create=True)
-            lock = LaunchLock(folder)
+            lock = self.launches.lock(pipeline_id)
             if not lock.acquire(wait=False):
                 continue  # its launcher is alive (perhaps paused) and may still start the job
             try:
                 del self._unresolved[pipeline_id]
-                if not spawn_was_attempted(folder, record.token):
+                if not self.launches.spawn_was_attempted(pipeline_id, record.token):
                     self.compute.release(pipeline_id)
                     self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)",
                                touched=False, now=now)
@@ -155,6 +159,11 @@ class Scheduler:
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
+        """One scheduling cycle at clock ``now`` (docs/design.md §4.3): count the pipelines
+        that arrived, unlock, expire timed-out pipelines, admit (the policy orders each
+        dataset's pending pipelines; the ledger commits the grants in one transaction),
+        place granted jobs on free compute, collect ended jobs and settle them. Returns
+        what it did and what is left (:class:`TickReport`)."""
         report = TickReport()
         self.resolve_launches(now)
         views = self._pending_views()
@@ -212,27 +221,28 @@ class Scheduler:
                 self._last_seen = max(self._last_seen, int(view.pipeline_ids.max()))
 
     def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
-        """Raise each active block's unlocked fraction to the rule's target (module docstring).
+        """Raise each active block's unlocked fraction to the rule's target with the same
+        functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
+        :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
+        the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
         Returns the budget unlocked per block id, and whether time will unlock more."""
         rule = self.policy.unlock
-        per_time = rule.on_tick(1.0) > 0
-        fractions: dict[int, float] = {}
-        amounts: dict[int, np.ndarray] = {}
-        more = False
-        for block in self.ledger.list_blocks(active_only=True):
-            target = rule.on_block_created() + self._arrivals[block.id] * rule.on_pipeline_arrival()
-            target = min(1.0, target + rule.on_tick(max(0.0, now - block.created_at)))
-            more = more or (per_time and target < 1.0)
-            dim = int(np.argmax(block.capacity))
-            if block.capacity[dim] <= 0:
-                continue
-            done = 1.0 - block.locked[dim] / block.capacity[dim]
-            if target - done > _UNLOCK_EPSILON:
-                fractions[block.id] = target - done
-                amounts[block.id] = np.minimum(block.locked, block.capacity * (target - done))  # as the ledger caps
-        if fractions:
-            self.ledger.unlock(fractions, now=now)
-        return amounts, more
+        blocks = self.ledger.list_blocks(active_only=True)
+        if not blocks:
+            return {}, False
+        counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
+        arrivals = np.array([self._arrivals[b.id] for b in blocks])
+        elapsed = np.array([counted - b.created_at for b in blocks])
+        target = unlocked_fraction(rule, arrivals, elapsed)
+        capacity = np.array([b.capacity for b in blocks])
+        locked = np.array([b.locked for b in blocks])
+        step = unlock_step(capacity, locked, target)
+        moved = unlock_amounts(capacity, locked, step)
+        changed = np.flatnonzero(step > 0).tolist()
+        if changed:
+            self.ledger.unlock({blocks[i].id: float(step[i]) for i in changed}, now=now)
+        more = bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
+        return {blocks[i].id: moved[i] for i in changed}, more
 
     def admit(self, views: dict[str, PendingView], now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
@@ -302,7 +312,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = input_problem(info.job, self._block_locations(info), self.runs.folder(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
@@ -315,8 +325,7 @@ class Scheduler:
         """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
         token = secrets.token_hex(16)
         launch = self._launch(info, placement, now, token)
-        folder = self.runs.folder(info.id)
-        with LaunchLock(folder):
+        with self.launches.lock(info.id):
             try:
                 self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)
             except LedgerError as exc:  # cancelled since it was listed
@@ -324,10 +333,10 @@ class Scheduler:
                 self.log(f"pipeline {info.id} not started: {exc}")
                 return False
             try:
-                mark_spawning(folder, token)
+                self.launches.mark_spawning(info.id, token)
                 self.executor.start(launch)
             except OSError as exc:  # no process was started
-                clear_spawn_marker(folder)
+                self.launches.clear_spawn_marker(info.id)
                 try:
                     self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
                 except StorageFull:  # released once space returns (resolve_launches)
@@ -341,14 +350,15 @@ class Scheduler:
         return True
 
     def _placement_record(self, placement: Placement) -> dict:
-        return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        record = {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        return {**record, "sandbox": self.executor.sandbox}
 
     def _launch(self, info: PipelineInfo, placement: Placement, started_at: float, token: str | None) -> Launch:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
-        document = {**json.loads(context.to_json()), "job": info.job}
-        (folder / "context.json").write_text(json.dumps(document))
+        document = {**json.loads(context.to_json()), "job": info.job, "protected": self._protected(info)}
+        write_atomic(folder / "context.json", json.dumps(document))
         return Launch(
             pipeline_id=info.id,
             context=self.runs.context(info.id),
@@ -359,6 +369,12 @@ class Scheduler:
             max_runtime=info.job.get("max_runtime"),
             token=token,
         )
+
+    def _protected(self, info: PipelineInfo) -> list[str]:
+        """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
+        granted = {(info.dataset, key) for key in info.block_keys}
+        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
         """The data location of each block the pipeline was granted."""
@@ -384,7 +400,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
             device="cuda" if placement.gpus else "cpu",
-            workdir=self.runs.folder(info.id),
+            workdir=self.runs.workdir(info.id),
             params=params,
         )
 

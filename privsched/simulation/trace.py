@@ -36,7 +36,8 @@ from pydantic import (
 from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON, Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
-from privsched.spec import MAX_DURATION, MAX_LAST, MAX_WEIGHT, MIN_DURATION, MIN_WEIGHT, Name
+from privsched.errors import BadInput
+from privsched.spec import MAX_LAST, MAX_WEIGHT, MIN_DURATION, MIN_WEIGHT, Name
 from privsched.text import printable
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ Share = bounded(MIN_EPSILON, MAX_DEMAND)
 CurveValue = bounded(0.0, MAX_DEMAND)
 
 
-class TraceError(ValueError):
+class TraceError(BadInput):
     """A trace that cannot be simulated; the message names the offending entry."""
 
 

@@ -6,6 +6,16 @@ const POLL_MS = 2000;
 const BUCKETS = ["consumed", "allocated", "unlocked", "locked"];
 const view = document.getElementById("view");
 let timer = null;
+let shown = "";
+
+// Replaces the view only when what it shows changed, so that polling neither flickers nor
+// swaps out an element the user is about to click.
+function render(data, build) {
+  const key = location.hash + "\n" + JSON.stringify(data);
+  if (key === shown) { return; }
+  shown = key;
+  view.replaceChildren(...build());
+}
 
 function token() { return sessionStorage.getItem("privsched-token") || ""; }
 
@@ -82,6 +92,10 @@ function historyChart(history) {
 
 async function showBlocks() {
   const datasets = await getJSON("/v1/dashboard/blocks");
+  render(datasets, () => blocksPage(datasets));
+}
+
+function blocksPage(datasets) {
   const parts = [el("h2", { text: "Datasets and blocks" }), legend()];
   for (const dataset of datasets) {
     parts.push(el("h3", { text: `${dataset.name} (${dataset.accounting}, ε_G=${num(dataset.epsilon)}, δ_G=${num(dataset.delta)})` }));
@@ -91,14 +105,14 @@ async function showBlocks() {
     parts.push(el("p", { text: "Budget given out (orange) and consumed (red) over time, mean share per block:" }));
     parts.push(historyChart(dataset.history));
   }
-  view.replaceChildren(...parts);
+  return parts;
 }
 
 function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, text: String(row.id) }); }
 
 async function showQueue() {
   const queue = await getJSON("/v1/dashboard/queue");
-  view.replaceChildren(
+  render(queue, () => [
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
       queue.pending.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, when(p.submitted_at), p.blocks, p.reason || ""])),
@@ -111,7 +125,7 @@ async function showQueue() {
     el("h2", { text: "Recently ended" }),
     table(["id", "name", "dataset", "owner", "state", "ended", "message"],
       queue.recent.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, p.state, when(p.finished_at), p.message || ""])),
-  );
+  ]);
 }
 
 let cancelResult = "";
@@ -131,7 +145,7 @@ async function showPipeline(id) {
   const cancelButton = el("button", { id: "cancel", text: "Cancel" });
   cancelButton.addEventListener("click", () => cancel(p.id));
   const ended = ["completed", "failed", "timed_out", "cancelled"].includes(p.state);
-  view.replaceChildren(
+  render({ p, cancelResult }, () => [
     el("h2", { text: `Pipeline ${p.id}: ${p.name}` }),
     ended ? null : cancelButton,
     el("p", { id: "cancel-result", class: "error", text: cancelResult }),
@@ -149,12 +163,12 @@ async function showPipeline(id) {
     el("h3", { text: "Released metrics (differentially private)" }), el("pre", { text: JSON.stringify(p.metrics, null, 2) }),
     el("h3", { text: "Log (end)" }),
     el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
-  );
+  ]);
 }
 
 async function showAudit() {
   const audit = await getJSON("/v1/dashboard/audit");
-  view.replaceChildren(
+  render(audit, () => [
     el("h2", { text: "Audit" }),
     el("p", { id: "audit-result", class: audit.ok ? "ok" : "error",
       text: audit.ok ? `ok: ${audit.blocks} blocks, ${audit.events} events, every invariant holds`
@@ -162,7 +176,7 @@ async function showAudit() {
     el("ul", {}, ...audit.violations.map((v) => el("li", { text: v }))),
     el("p", { text: "Event chain head (keep it elsewhere; privsched audit --expect HEAD checks it later):" }),
     el("pre", { id: "chain-head", text: audit.head }),
-  );
+  ]);
 }
 
 function route() {
@@ -191,6 +205,7 @@ function showLogin(message) {
   document.getElementById("login").hidden = false;
   document.getElementById("logout").hidden = true;
   document.getElementById("login-error").textContent = message || "";
+  shown = "";
   view.replaceChildren();
 }
 

@@ -1,7 +1,8 @@
 """The executor interface: how the scheduler starts, watches and stops granted jobs.
 
 An executor runs each job as ``python -m privsched.jobs.runner CONTEXT RESULT`` somewhere
-(a local process, a Ray task, ...) with its placement's GPUs visible, and reports how each
+(a local process, a Ray task, ...) with its placement's GPUs visible, under the
+:attr:`Executor.sandbox` the operator chose (the runner confines the job itself), and reports how each
 job ended as a :class:`~privsched.jobs.runner.JobResult`. It never touches the ledger: the
 scheduler settles every result there. Five operations:
 
@@ -13,7 +14,7 @@ scheduler settles every result there. Five operations:
 - :meth:`Executor.running` ids it is watching. Logs are files (:class:`Launch.log`).
 
 A job that exits without writing its result, or that is killed past its ``max_runtime``,
-is reported failed with ``touched_data=True`` (conservative: DESIGN §4.4).
+is reported failed with ``touched_data=True`` (conservative: docs/design.md §4.4).
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class Executor(ABC):
     """Runs granted jobs; see the module docstring for the contract."""
 
     name: str
+    #: How jobs are confined: ``landlock`` or ``none`` (:mod:`privsched.jobs.sandbox`).
+    sandbox: str = "landlock"
+    #: Whether the operator lets jobs that ask for it keep TCP access.
+    allow_network: bool = False
 
     @abstractmethod
     def start(self, launch: Launch) -> None:
