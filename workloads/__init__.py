@@ -41,33 +41,6 @@ WORKLOADS: dict[str, Callable[..., Trace]] = {
 }
 
 
-#: Largest value of a count parameter (blocks, block counts per pipeline, days).
-MAX_COUNT = 100_000
-#: Largest magnitude of any other numeric parameter.
-MAX_NUMBER = 1e12
-#: Largest seed (NumPy seeds are non-negative integers; 64 bits here).
-MAX_SEED = 2**64 - 1
-
-
-def check_params(generator: Callable[..., Trace], params: dict) -> None:
-    """Refuse a parameter the generator does not take or of the wrong type: numbers must be
-    finite, counts whole numbers up to ``MAX_COUNT``, and a bool is not a number. The work a
-    workload asks for is bounded where it is generated (``poisson_arrivals`` and
-    ``periodic_blocks``)."""
-    function = generator.func if isinstance(generator, partial) else generator
-    hints = typing.get_type_hints(function)
-    fixed = generator.keywords if isinstance(generator, partial) else {}
-    for key, value in params.items():
-        if key not in hints or key in fixed or key == "seed" or isinstance(value, str) or value is None:
-            continue  # the generator reports unknown names and checks its own text and None values
-        kinds = typing.get_args(hints[key]) or (hints[key],)
-        if int in kinds and float not in kinds:
-            check_number(value, f"workload parameter {key}", 0, MAX_COUNT, integer=True)
-        elif isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)
-                                         and abs(value) > MAX_NUMBER):
-            check_number(value, f"workload parameter {key}", -MAX_NUMBER, MAX_NUMBER)
-
-
 def generate(name: str, *, seed: int = 0, **params) -> Trace:
     """The workload ``name`` with ``seed``; raises ValueError for an unknown name or parameter."""
     return generate_workload(WORKLOADS, name, seed, params)
