@@ -96,20 +96,21 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> fl
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """Smallest σ (to 1e-12 relative) with :func:`gaussian_delta` (σ, ε) ≤ δ: the analytic
+    """Smallest σ (to 1e-12 relative) with :func:`gaussian_delta` (σ, ε) ≤ δ(1 − 10⁻⁹): the analytic
     Gaussian mechanism (Balle & Wang 2018, Alg. 1), an (ε, δ) calibration valid for every
     ε > 0. Bisection on σ, whose δ(σ) decreases; the returned σ is the bracket's upper end,
     so it always satisfies the bound."""
     if not epsilon > 0 or not math.isfinite(epsilon) or not 0 < delta < 1:
         raise ValueError(f"need epsilon > 0 and 0 < delta < 1, got ({epsilon!r}, {delta!r})")
+    target = delta * (1 - 1e-9)  # below δ by far more than the float evaluation's error
     low, high = sensitivity * 1e-6, sensitivity
-    while gaussian_delta(high, epsilon, sensitivity) > delta:
+    while gaussian_delta(high, epsilon, sensitivity) > target:
         low, high = high, 2 * high
-    while gaussian_delta(low, epsilon, sensitivity) <= delta:
+    while gaussian_delta(low, epsilon, sensitivity) <= target:
         high, low = low, low / 2
     while high - low > 1e-12 * high:
         mid = (low + high) / 2
-        low, high = (low, mid) if gaussian_delta(mid, epsilon, sensitivity) <= delta else (mid, high)
+        low, high = (low, mid) if gaussian_delta(mid, epsilon, sensitivity) <= target else (mid, high)
     return high
 
 
