@@ -26,15 +26,29 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from privsched.jobs.runner import JobResult
-from privsched.ledger import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Ledger, LedgerError, PipelineInfo
+from privsched.ledger import (
+    AuditReport,
+    BlockInfo,
+    BlockSpec,
+    DatasetInfo,
+    Event,
+    Ledger,
+    LedgerError,
+    PipelineInfo,
+    PipelineRequest,
+)
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
+from privsched.service.waiting import WaitingReason
+
+if TYPE_CHECKING:
+    from privsched.service.dryrun import DryRun
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
@@ -44,9 +58,15 @@ BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
 
 
-def connect(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
+def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None):
     """A client of a privsched database (created on first use unless ``create=False``):
-    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder."""
+    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder. An
+    ``http(s)://`` address instead gives a :class:`privsched.remote.RemoteClient` of that
+    server, with the same methods, authenticated by ``token`` (else ``$PRIVSCHED_TOKEN``)."""
+    if isinstance(path, str) and path.startswith(("http://", "https://")):
+        from privsched.remote import RemoteClient
+
+        return RemoteClient(path, token)
     return Client(Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db").resolve(), create=create)
 
 
@@ -220,12 +240,29 @@ class Client:
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
 
-    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike]) -> list[BlockInfo]:
-        """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`."""
-        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks])
+    def dataset(self, name: str) -> DatasetInfo:
+        return self.ledger.get_dataset(name)
+
+    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0) -> list[BlockInfo]:
+        """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
+        with ``unlocked`` × capacity unlocked at once."""
+        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks], unlocked_fraction=unlocked)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
+
+    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None) -> list[BlockInfo]:
+        """Unlock ``fraction`` × capacity of the dataset's active blocks (only ``keys``, if
+        given), capped at what each has locked; returns those blocks afterwards."""
+        blocks = self.ledger.list_blocks(dataset, active_only=True)
+        if keys is not None:
+            unknown = sorted(set(keys) - {b.key for b in blocks})
+            if unknown:
+                raise LedgerError(f"no active block {unknown[0]!r} in dataset {dataset!r}")
+            blocks = [b for b in blocks if b.key in set(keys)]
+        self.ledger.unlock({b.id: fraction for b in blocks})
+        wanted = {b.key for b in blocks}
+        return [b for b in self.ledger.list_blocks(dataset, active_only=True) if b.key in wanted]
 
     # -- pipelines --------------------------------------------------------------------------
 
@@ -246,13 +283,20 @@ class Client:
             return PipelineSpec.parse(dict(spec))
         return load_spec(spec)
 
-    def submit(self, spec: SpecLike, *, owner: str | None = None) -> Run:
+    def submit(self, spec: SpecLike, *, owner: str | None = None,
+               claim: Callable[[list[int]], None] | None = None) -> Run:
         """Submit a pipeline (a :class:`PipelineSpec`, a mapping, or a YAML/JSON file).
         Invalid input raises ``ValueError`` with one line and records nothing."""
-        return self.submit_many([spec], owner=owner)[0]
+        return self.submit_many([spec], owner=owner, claim=claim)[0]
 
-    def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[Run]:
-        """Submit several pipelines in one transaction: all are recorded, or none."""
+    def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None,
+                    claim: Callable[[list[int]], None] | None = None) -> list[Run]:
+        """Submit several pipelines in one transaction: all are recorded, or none
+        (``claim``: see :meth:`Ledger.submit_many`)."""
+        return [Run(self, i) for i in self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)]
+
+    def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
+        """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
@@ -264,7 +308,17 @@ class Client:
             if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
             requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
-        return [Run(self, i) for i in self.ledger.submit_many(requests)]
+        return requests
+
+    def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        from privsched.service.dryrun import dry_run
+
+        parsed = self._spec(spec)
+        dataset = self.ledger.get_dataset(parsed.dataset)
+        blocks = self.ledger.list_blocks(parsed.dataset)
+        request = build_request(parsed, dataset, blocks, self.pool(), owner)
+        return dry_run(request, dataset, blocks, parsed.delta)
 
     def pipeline(
         self,
@@ -345,8 +399,58 @@ class Client:
         path = self.log_path(pipeline_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def audit(self) -> AuditReport:
-        return self.ledger.audit()
+    def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
+        """Why each pending pipeline (of ``dataset``, else of every dataset) waits, ranked
+        in ``policy``'s order (a :class:`~privsched.policies.base.Policy`; default arrival)."""
+        from privsched.ledger.connection import open_database
+        from privsched.ledger.quotas import QuotaCheck
+        from privsched.service.waiting import waiting_reasons
+
+        found: dict[int, WaitingReason] = {}
+        db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
+        try:
+            quotas = QuotaCheck.load(db)
+            for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
+                view = self.ledger.pending_view(name)
+                if not len(view.pipeline_ids):
+                    continue
+                info = self.ledger.get_dataset(name)
+                keys = {b.id: b.key for b in self.ledger.list_blocks(name)}
+                quota = None if quotas is None else (
+                    lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy, quota=quota))
+        finally:
+            db.close()
+        return found
+
+    def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
+        """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether
+        the pipeline had ended before it was read (so nothing more will come)."""
+        ended = self.status(pipeline_id).state in FINAL_STATES
+        path = self.runs.log(pipeline_id)
+        if not path.exists():
+            return b"", ended
+        with open(path, "rb") as log:
+            log.seek(offset)
+            return log.read(-1 if limit is None else limit), ended
+
+    def scheduler(self) -> str | None:
+        """Who holds the scheduler lease of this database, if anyone."""
+        holder = self.ledger.lease_holder()
+        return None if holder is None else str(holder.get("holder"))
+
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table
+        rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""
+        return self.ledger.audit(expect=expect)
+
+    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
+        """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""
+        found = self.ledger.events(pipeline_id=pipeline_id)
+        if dataset is None:
+            return found
+        dataset_id = self.ledger.get_dataset(dataset).id
+        return [event for event in found if event.dataset_id == dataset_id]
 
     # -- scheduling in-process --------------------------------------------------------------
 

@@ -78,7 +78,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
     served = cli("serve", "--policy", "fcfs", "--until-idle", "--tick", "200ms", "--cpus", "4", "--gpus", "0")
     assert served.returncode == 0, served.stderr
     assert states(tmp_path / "p.db") == {"half": "completed", "whole": "completed", "crash": "failed",
-                                         "toolate": "pending", "expires": "timed_out"}
+                                         "toolate": "failed", "expires": "timed_out"}  # toolate can never fit
     assert consumed(tmp_path / "p.db", "b0") == pytest.approx(0.2 + 0.4)
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0

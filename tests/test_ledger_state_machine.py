@@ -81,12 +81,14 @@ class LedgerMachine(RuleBasedStateMachine):
                                             max_size=self.capacity.size)))
         demand = self.capacity * shape * scale
         request = PipelineRequest("p", "data", keys, demand=demand, timeout=timeout)
-        if self.retired & set(keys) or not self.accounting.fits(demand, self.capacity, self.live):
+        charged = demand[self.live] if self.accounting.is_rdp else demand[:1]  # basic: ε > 0, δ may be 0
+        if self.retired & set(keys) or not self.accounting.fits(demand, self.capacity, self.live) or \
+                not np.all(charged > 0):
             try:
                 self.ledger.submit(request, now=self.now)
             except LedgerError:
                 return
-            raise AssertionError("a demand above capacity, or on a retired block, was accepted")
+            raise AssertionError("a demand above capacity, free somewhere, or on a retired block, was accepted")
         pid = self.ledger.submit(request, now=self.now)
         self.pipelines[pid] = {"state": "pending", "demands": {k: demand for k in keys}, "consumed": {},
                                "deadline": None if timeout is None else self.now + timeout}

@@ -117,11 +117,12 @@ def test_a_job_too_large_for_this_schedulers_pool_fails_with_its_budget_released
     assert consumed(client, "b0") == 0.0 and client.audit().ok
 
 
-def test_until_idle_stops_when_the_rest_can_never_fit(client: Client):
+def test_until_idle_stops_once_the_rest_can_never_fit_and_has_ended(client: Client):
     first = client.submit(pipeline("first", "no_report", ["b0"], epsilon=0.7))
     second = client.submit(pipeline("second", "no_report", ["b0"], epsilon=0.7))
     summary = run_until_idle(client)
-    assert (first.status, second.status, summary.pending) == ("completed", "pending", 1)
+    assert (first.status, second.status, summary.pending) == ("completed", "failed", 0)
+    assert client.ledger.get_pipeline(second.id).message.startswith("can never be granted")
 
 
 def test_round_robin_reservations_grant_both_fair_shares(client: Client):

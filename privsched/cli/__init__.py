@@ -22,10 +22,12 @@ app = typer.Typer(
 
 #: Command modules, each registering its commands on ``app`` when imported.
 _COMMAND_MODULES = (
+    "privsched.cli.remote_option",
     "privsched.cli.ledger_cmds",
     "privsched.cli.sim_cmds",
     "privsched.cli.service_cmds",
     "privsched.cli.demo_cmds",
+    "privsched.cli.user_cmds",
 )
 
 for _name in _COMMAND_MODULES:

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
                           no_args_is_help=True)
+#: Image formats ``budget show --plot`` writes.
+PLOT_FORMATS = (".png", ".svg", ".pdf")
 blocks_app = typer.Typer(help="Blocks: the partitions of a dataset that carry budget.", no_args_is_help=True)
 budget_app = typer.Typer(help="Privacy budget balances of blocks.", no_args_is_help=True)
 app.add_typer(dataset_app, name="dataset")
@@ -35,7 +37,11 @@ app.add_typer(budget_app, name="budget")
 
 
 def _open(db: Path, *, create: bool = False) -> Ledger:
+    from privsched.cli.remote_option import remote_client, server_url
     from privsched.ledger import Ledger
+
+    if server_url() is not None:
+        return remote_client().ledger
 
     with errors():
         return Ledger(db, create=create)
@@ -148,15 +154,27 @@ def blocks_list(
 @budget_app.command("show")
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(
+        "--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).",
+        dir_okay=False)] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ).
 
     Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
     tight conversion, over the live orders where the curve is positive)."""
+    if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
+        fail(f"--plot {plot.name}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     with _open(db) as ledger, errors():
         datasets = [ledger.get_dataset(dataset)] if dataset is not None else ledger.list_datasets()
         blocks = {info.name: ledger.list_blocks(info.name) for info in datasets}
+    if plot is not None:
+        from privsched.dashboard.figure import plot_budgets
+
+        try:
+            plot_budgets([(info, blocks[info.name]) for info in datasets], plot)
+        except OSError as error:
+            fail(f"--plot {plot}: {error.strerror or error}")
     for info in datasets:
         rdp = info.accounting.is_rdp
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
@@ -171,31 +189,47 @@ def budget_show(
                 remaining = f"({remaining}, {info.delta:g})"
             table.add_row(block.key, block.state, *cells, remaining)
         console.print(table)
+    if plot is not None:
+        print(f"budget figure: {plot}")
 
 
 def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
     """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies at
-    δ (``rdp_to_epsilon``) over live orders with a positive value, 0 if there are none."""
+    δ (:func:`~privsched.budgets.readout.as_epsilon_delta`)."""
+    from privsched.budgets.readout import as_epsilon_delta
+
+    epsilon, spent_delta = as_epsilon_delta(vector, accounting, capacity, delta)
     if not accounting.is_rdp:
-        return f"{vector[0]:.4g}, {vector[1]:.3g}"
-    import numpy as np
+        return f"{epsilon:.4g}, {spent_delta:.3g}"
+    return "0" if epsilon == 0 else f"{epsilon:.4g}"
 
-    from privsched.budgets.curves import rdp_to_epsilon
 
-    usable = accounting.live(capacity) & (vector > 0)
-    if not usable.any():
-        return "0"
-    epsilon, _ = rdp_to_epsilon(vector[usable], np.asarray(accounting.alphas)[usable], delta)
-    return f"{epsilon:.4g}"
+def _printable(text: str) -> str:
+    """``text`` with control and other non-printable characters shown as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 @app.command()
-def audit(db: DbOption = DEFAULT_DB) -> None:
-    """Recompute every balance from the event log and check every invariant (exit 1 naming each violation)."""
-    with _open(db) as ledger, errors():
-        report = ledger.audit()
+def audit(
+    db: DbOption = DEFAULT_DB,
+    export: Annotated[bool, typer.Option(
+        "--export", help="Print only the event log's chain head (<event id>:<sha256>) to keep elsewhere.")] = False,
+    expect: Annotated[Optional[str], typer.Option(
+        "--expect", metavar="HEAD",
+        help="A chain head kept earlier: fail unless the log still holds it (history not rewritten).")] = None,
+) -> None:
+    """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
+    it and check every invariant (exit 1 naming each violation)."""
+    from privsched.client import connect
+
+    with errors(), connect(db, create=False) as client:
+        report = client.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
-            print(f"violation: {violation}", file=sys.stderr)
+            print(f"violation: {_printable(violation)}", file=sys.stderr)
         raise typer.Exit(1)
-    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds")
+    if export:
+        print(report.head)
+        return
+    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds; "
+                  f"chain head {report.head}", highlight=False, markup=False)

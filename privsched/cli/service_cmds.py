@@ -24,13 +24,13 @@ from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
 if TYPE_CHECKING:
     from privsched.client import Client
     from privsched.ledger import PipelineInfo
+    from privsched.remote import RemoteClient
 
 
-def _client(db: Path) -> Client:
-    from privsched.client import connect
+def _client(db: Path) -> Client | RemoteClient:
+    from privsched.cli.remote_option import open_client
 
-    with errors():
-        return connect(db, create=False)
+    return open_client(db)
 
 
 def _when(timestamp: float | None) -> str:
@@ -49,15 +49,26 @@ def submit(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline specification (YAML, or .json).")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the pipeline to end and print its outcome.")] = False,
     owner: Annotated[Optional[str], typer.Option(help="Owner, when the file gives none (default: you).")] = None,
+    submission_id: Annotated[Optional[str], typer.Option(
+        "--id", help="Submission id (with --server): submitting it again returns the same pipeline.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
+    from privsched.cli.remote_option import server_url
+
+    if submission_id is not None and server_url() is None:
+        fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with _client(db) as client, errors():
-        run = client.submit(pipeline, owner=owner)
+        if dry_run:
+            print("\n".join(client.dry_run(pipeline, owner=owner).lines()))
+            return
+        run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id is not None else {}))
         if not wait:
             print(run.id)
             return
-        if client.ledger.lease_holder() is None:
+        if client.scheduler() is None:
             print(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}", file=sys.stderr)
         info = run.wait().info
     print(_outcome(info))
@@ -74,10 +85,12 @@ def list_pipelines(
     """List pipelines with their state."""
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
-    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished")
+        reasons = client.reasons(dataset) if any(p.state == "pending" for p in pipelines) else {}
+    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
+        reason = reasons[info.id].short() if info.id in reasons else "-"
         table.add_row(str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
-                      _when(info.submitted_at), _when(info.finished_at))
+                      _when(info.submitted_at), _when(info.finished_at), reason)
     console.print(table)
 
 
@@ -91,13 +104,16 @@ def status(
 
     with _client(db) as client, errors():
         info = client.status(pipeline_id)
-        dataset = client.ledger.get_dataset(info.dataset)
+        dataset = client.dataset(info.dataset)
+        reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = Table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
     table.add_row("state", info.state + (f" ({info.message})" if info.message else ""))
     table.add_row("dataset", f"{info.dataset} ({acc.name})")
     table.add_row("owner", info.owner)
+    if reason is not None:
+        table.add_row("waiting", reason.text())
     for key in info.block_keys:
         grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
         consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
@@ -133,23 +149,17 @@ def logs(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
-    from privsched.client import FINAL_STATES
-
     with _client(db) as client, errors():
-        path = client.log_path(pipeline_id)
         offset = 0
         while True:
-            ended = client.status(pipeline_id).state in FINAL_STATES
-            if path.exists():
-                with open(path, "rb") as log:
-                    log.seek(offset)
-                    chunk = log.read()
-                offset += len(chunk)
-                sys.stdout.write(chunk.decode(errors="replace"))
-                sys.stdout.flush()
-            if not follow or ended:
+            chunk, ended = client.log_chunk(pipeline_id, offset)
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+            if not follow or (ended and not chunk):
                 return
-            time.sleep(0.2)
+            if not chunk:
+                time.sleep(0.2)
 
 
 @app.command()
@@ -166,15 +176,27 @@ def serve(
     ray_address: Annotated[Optional[str], typer.Option(
         help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
+    listen: Annotated[Optional[str], typer.Option(
+        help="Serve the HTTP API on HOST:PORT; 'none' for no API (default: 127.0.0.1:8470, none with --until-idle).")]
+    = None,
+    tls_cert: Annotated[Optional[str], typer.Option(help="TLS certificate (PEM) of the HTTP API.")] = None,
+    tls_key: Annotated[Optional[str], typer.Option(help="TLS private key (PEM) of the HTTP API.")] = None,
+    insecure: Annotated[bool, typer.Option(
+        "--insecure", help="Allow plain HTTP on a non-loopback address (tokens travel in clear).")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Run the scheduler on the database (one per database) until interrupted."""
+    from privsched.cli.remote_option import local_only
+    from privsched.policies import make_policy
+    from privsched.server.runner import api_for_options
     from privsched.service.serve import ServiceError
     from privsched.spec import parse_duration
 
+    local_only("serve")
     with errors():
         period = parse_duration(tick)
         life = None if lifetime is None else parse_duration(lifetime)
+        ranking = make_policy(policy, n=n, lifetime=life).policy
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -183,7 +205,8 @@ def serve(
         if not quiet:
             print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}", flush=True)
 
-    with _client(db) as client, errors():
+    with _client(db) as client, errors(), \
+            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
         try:
             summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,

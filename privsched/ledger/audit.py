@@ -1,6 +1,10 @@
-"""The audit: recompute every balance from the event log and check the ledger's invariants.
+"""The audit: verify the event log's hash chain, recompute every balance from the log and
+check the ledger's invariants.
 
-Checks, per block and dimension (DESIGN §2, §3.3, §4.4):
+Checks of the log itself (:mod:`privsched.ledger.history`): every row's link in the hash
+chain, optionally a chain head kept earlier, and that the datasets, blocks, pipelines and
+demands tables say what the events that created and moved them recorded. Then, per block
+and dimension (DESIGN §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
@@ -18,6 +22,7 @@ import numpy as np
 import sqlite_utils
 
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
 from privsched.ledger.schema import unpack
 
@@ -63,23 +68,36 @@ class _Replay:
             self.spent[key] = self.spent[key] - amount
 
 
-def audit_database(db: sqlite_utils.Database) -> AuditReport:
-    """Run every check; call inside a read transaction for a consistent view."""
+def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> AuditReport:
+    """Run every check (with ``expect``, also that the log still holds that kept chain
+    head); call inside a read transaction for a consistent view."""
     violations: list[str] = []
     integrity = [row[0] for row in db.execute("PRAGMA quick_check").fetchall()]
     if integrity != ["ok"]:
         violations.extend(f"database file: {line}" for line in integrity)
 
+    events = db.execute(EVENT_SELECT).fetchall()
+    walked = verify_chain(events)
+    violations.extend(walked.violations)
+    if expect is not None:
+        violations.extend(check_expected_head(walked, expect))
+    records = Records()
+    replay = _Replay()
+    for row in events:
+        records.apply(row)
+        block_id, pipeline_id, source, target, amount = row[4], row[5], row[6], row[7], row[8]
+        if amount is not None:
+            try:
+                replay.apply(block_id, pipeline_id, source, target, unpack(amount))
+            except ValueError:  # a length no budget vector of the block has
+                violations.append(f"event {row[0]}: its amount is not a budget vector of block id {block_id}")
+    violations.extend(check_tables(db, records))
+
     accountings = {
         row["id"]: Accounting.from_dict({"accounting": row["accounting"], "alphas": json.loads(row["alphas"])})
         for row in db.query("SELECT id, accounting, alphas FROM datasets")
     }
-    replay = _Replay()
-    for block_id, pipeline_id, source, target, amount in db.execute(
-        "SELECT block_id, pipeline_id, source, target, amount FROM events WHERE amount IS NOT NULL ORDER BY id"
-    ):
-        replay.apply(block_id, pipeline_id, source, target, unpack(amount))
-    n_events = db.execute("SELECT count(*) FROM events").fetchone()[0]
+    n_events = len(events)
 
     names: dict[int, str] = {}
     capacities: dict[int, np.ndarray] = {}
@@ -92,14 +110,19 @@ def audit_database(db: sqlite_utils.Database) -> AuditReport:
         block_id, dataset_id, name, capacity, *buckets = row
         n_blocks += 1
         accounting = accountings[dataset_id]
-        stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
-        names[block_id], capacities[block_id] = name, stored["capacity"]
-        violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id)))
+        names[block_id] = name
+        try:
+            stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
+            violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id)))
+        except ValueError:  # a BLOB whose length is no budget vector of the dataset
+            violations.append(f"block {name}: a stored balance is not a budget vector of its dataset")
+            continue
+        capacities[block_id] = stored["capacity"]
     for block_id in replay.blocks.keys() - names.keys():
         violations.append(f"event log moves budget of block id {block_id}, which has no balance row")
 
     violations.extend(_check_pipelines(db, replay, names, capacities, accountings))
-    return AuditReport(ok=not violations, violations=violations, blocks=n_blocks, events=n_events)
+    return AuditReport(ok=not violations, violations=violations, blocks=n_blocks, events=n_events, head=walked.head)
 
 
 def _check_block(
@@ -153,15 +176,25 @@ def _check_pipelines(
             continue
         labels = accountings[dataset_id].dimension_labels()
         label = f"pipeline {pipeline_id} on block {names[block_id]}"
-        expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
-        held = replay.held[key] + np.zeros_like(capacity)
-        bad = ~_close(held, expected, capacity)
-        if bad.any():
-            out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
-                       f"(at {_dims(labels, bad)})")
-        recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
-        spent = replay.spent[key] + np.zeros_like(capacity)
-        bad = ~_close(spent, recorded, capacity)
-        if bad.any():
-            out.append(f"{label}: recorded consumption differs from the event log at {_dims(labels, bad)}")
+        try:
+            out.extend(_check_holding(label, labels, state, demand, consumed, capacity, replay, key))
+        except ValueError:  # a BLOB whose length is no budget vector of the block
+            out.append(f"{label}: a stored demand or consumption is not a budget vector of the block")
+    return out
+
+
+def _check_holding(label: str, labels: list[str], state: str, demand: bytes, consumed: bytes | None,
+                   capacity: np.ndarray, replay: _Replay, key: tuple[int, int]) -> list[str]:
+    out: list[str] = []
+    expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
+    held = replay.held[key] + np.zeros_like(capacity)
+    bad = ~_close(held, expected, capacity)
+    if bad.any():
+        out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
+                   f"(at {_dims(labels, bad)})")
+    recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
+    spent = replay.spent[key] + np.zeros_like(capacity)
+    bad = ~_close(spent, recorded, capacity)
+    if bad.any():
+        out.append(f"{label}: recorded consumption differs from the event log at {_dims(labels, bad)}")
     return out

@@ -6,20 +6,28 @@ run as ``BEGIN IMMEDIATE`` transactions: the write lock is taken before the firs
 the checks a transaction makes still hold when it commits. If SQLite still reports the
 database busy or locked (busy timeout exceeded under heavy contention, WAL recovery), the
 whole transaction is rolled back and rerun, so "database is locked" never reaches a caller.
+
+A database is created readable and writable by its owner only (mode 0600, and so are its
+WAL and SHM files, which SQLite creates with the database's mode); opening one that other
+users may write warns once per file and process, on stderr.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
+import stat
+import sys
 import time
-from collections.abc import Callable
+from contextlib import contextmanager
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import sqlite_utils
 
-from privsched.ledger.errors import LedgerError
+from privsched.ledger.errors import LedgerError, StorageFull
 from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
 
 T = TypeVar("T")
@@ -28,6 +36,12 @@ T = TypeVar("T")
 BUSY_TIMEOUT = 30.0
 #: How long a transaction is retried after SQLite gave up waiting, in seconds.
 RETRY_FOR = 600.0
+#: Mode of a new database file (and so of its WAL and SHM files): owner read and write.
+PRIVATE_MODE = 0o600
+#: SQLite's companion files of a database in WAL mode.
+COMPANIONS = ("-wal", "-shm")
+
+_warned: set[Path] = set()
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -52,7 +66,8 @@ def retrying(action: Callable[[], T]) -> T:
 def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immediate: bool = True) -> T:
     """Run ``body`` as one transaction (``BEGIN IMMEDIATE`` for writes, ``BEGIN`` for
     consistent multi-query reads); roll back on any error; retry the whole transaction
-    while the database is busy. SQLite errors other than busy become :class:`LedgerError`."""
+    while the database is busy. SQLite errors other than busy become :class:`LedgerError`
+    (:class:`StorageFull` when the database could not grow)."""
     conn = db.conn
 
     def attempt() -> T:
@@ -71,6 +86,8 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
             raise
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            raise StorageFull(f"database error: {exc}") from exc
         raise LedgerError(f"database error: {exc}") from exc
 
 
@@ -85,18 +102,25 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     if path.is_dir():
         raise LedgerError(f"{path} is a directory, not a privsched database")
     mode = "rwc" if create else "rw"
+    new = create and not path.exists()
+    if not new:
+        warn_if_writable_by_others(path)
     try:
-        conn = sqlite3.connect(
-            f"{path.resolve().as_uri()}?mode={mode}",
-            uri=True,
-            timeout=BUSY_TIMEOUT,
-            isolation_level=None,
-            check_same_thread=False,  # the Ledger serialises its transactions with a lock
-        )
+        with _private_files(new):
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode={mode}",
+                uri=True,
+                timeout=BUSY_TIMEOUT,
+                isolation_level=None,
+                check_same_thread=False,  # the Ledger serialises its transactions with a lock
+            )
     except sqlite3.Error as exc:
         raise LedgerError(f"cannot open {path}: {exc}") from exc
     try:
-        _check_or_initialise(conn, path, create)
+        with _private_files(new):
+            _check_or_initialise(conn, path, create)
+        if new:
+            restrict(path)
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -104,6 +128,46 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     except BaseException:
         conn.close()
         raise
+
+
+@contextmanager
+def _private_files(active: bool) -> Iterator[None]:
+    """While creating a database, files are created without any group or other access.
+    (The umask is per process; creation is brief and happens before any job starts.)"""
+    if not active:
+        yield
+        return
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def restrict(path: Path) -> None:
+    """Make a database we created, and its WAL/SHM files, owner-only (0600)."""
+    for name in ("", *COMPANIONS):
+        file = Path(f"{path}{name}")
+        if file.exists():
+            file.chmod(PRIVATE_MODE)
+
+
+def warn_if_writable_by_others(path: Path) -> None:
+    """One stderr line, once per file and process, when group or other may write the database
+    or its WAL/SHM files (anyone who can write them can rewrite the ledger)."""
+    resolved = path.resolve()
+    if resolved in _warned:
+        return
+    for name in ("", *COMPANIONS):
+        try:
+            mode = os.stat(f"{path}{name}").st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            _warned.add(resolved)
+            print(f"warning: {path}{name} is writable by other users (mode {stat.S_IMODE(mode):04o}); "
+                  f"run `chmod 600 {path}*` to make the ledger private", file=sys.stderr)
+            return
 
 
 def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> None:
@@ -118,6 +182,11 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path} is not a privsched database ({exc})") from exc
     if app_id == APPLICATION_ID:
+        if version < SCHEMA_VERSION:
+            raise LedgerError(
+                f"{path} has the older ledger schema version {version} (no hash-chained event log); this "
+                f"privsched reads only version {SCHEMA_VERSION}: create a new database with `privsched init`"
+            )
         if version != SCHEMA_VERSION:
             raise LedgerError(
                 f"{path} has ledger schema version {version}; this privsched reads version {SCHEMA_VERSION}"

@@ -19,9 +19,10 @@ import numpy as np
 
 from privsched.budgets.accounting import leq
 from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
-from privsched.ledger import lease, rows
+from privsched.ledger import launches, lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
+from privsched.ledger.chain import parse_head
 from privsched.ledger.connection import open_database, run_transaction
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -36,7 +37,8 @@ from privsched.ledger.models import (
     PipelineInfo,
     PipelineRequest,
 )
-from privsched.ledger.moves import Moves, settle
+from privsched.ledger.moves import Moves, detail_text, settle
+from privsched.ledger.quotas import QuotaCheck
 from privsched.ledger.schema import pack, unpack, unpack_rows
 
 T = TypeVar("T")
@@ -53,6 +55,7 @@ class Ledger:
         self.db = open_database(self.path, create=create)
         self._datasets: dict[int, DatasetInfo] = {}
         self._lock = threading.RLock()  # one transaction at a time on this connection
+        self._fence: tuple[str, int] | None = None  # (holder, generation) while this ledger holds the lease
 
     @classmethod
     def init(cls, path: str | os.PathLike) -> Ledger:
@@ -74,6 +77,20 @@ class Ledger:
 
     # ----------------------------------------------------------------- transactions
     def _write(self, body: Callable[[], T]) -> T:
+        """One write transaction; while this ledger holds the scheduler lease, it first checks,
+        inside the transaction, that the lease was not taken over since (lease module)."""
+        with self._lock:
+            fence = self._fence
+            if fence is None:
+                return run_transaction(self.db, body)
+
+            def fenced() -> T:
+                lease.check_fence(self.db, *fence)
+                return body()
+
+            return run_transaction(self.db, fenced)
+
+    def _lease_write(self, body: Callable[[], T]) -> T:
         with self._lock:
             return run_transaction(self.db, body)
 
@@ -123,7 +140,11 @@ class Ledger:
                  pack(capacity), at],
             )
             moves = Moves(self.db, at)
-            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}")
+            definition = {"name": name, "accounting": mode.name, "alphas": list(mode.alphas),
+                          "epsilon": float(epsilon), "delta": float(delta), "conversion": conversion,
+                          "capacity": capacity.tolist()}
+            moves.state_event("create", None, "created", dataset_id=cursor.lastrowid, reason=f"dataset {name}",
+                              detail=detail_text(definition))
             moves.flush()
             return self._dataset_by_id(cursor.lastrowid)
 
@@ -194,8 +215,9 @@ class Ledger:
                 [(ids[k], pack(info.capacity), zero, zero, zero, zero) for k in keys],
             )
             moves = Moves(self.db, at)
+            locations = {s.key: s.location for s in specs}
             for key in keys:
-                moves.add_block(ids[key], info.id, info.capacity)
+                moves.add_block(ids[key], info.id, info.capacity, key, locations[key])
                 if fraction > 0:
                     moves.move(ids[key], "locked", "unlocked", info.capacity * fraction, kind="unlock")
             moves.flush()
@@ -233,14 +255,26 @@ class Ledger:
         never be granted (DESIGN §4.4)."""
         return self.submit_many([request], now)[0]
 
-    def submit_many(self, requests: Sequence[PipelineRequest], now: float | None = None) -> list[int]:
-        """Submit several pipelines in one transaction: all are recorded, or none."""
+    def submit_many(
+        self,
+        requests: Sequence[PipelineRequest],
+        now: float | None = None,
+        *,
+        claim: Callable[[list[int]], None] | None = None,
+    ) -> list[int]:
+        """Submit several pipelines in one transaction: all are recorded, or none.
+
+        ``claim(ids)`` runs inside that transaction once the pipelines are inserted (on
+        this ledger's connection): what it writes commits with them, and if it raises,
+        nothing is recorded (e.g. who submitted them, under which submission id)."""
         at = check.now_or_clock(now)
 
         def body() -> list[int]:
             moves = Moves(self.db, at)
             ids = [self._insert_pipeline(request, at, moves) for request in requests]
             moves.flush()
+            if claim is not None:
+                claim(ids)
             return ids
 
         return self._write(body)
@@ -256,7 +290,7 @@ class Ledger:
             raise LedgerError(f"owner must be a string, got {request.owner!r}")
         job = check.json_text(request.job, "job")
         resources = check.json_text(request.resources, "resources")
-        demands = check.request_demands(request, info.accounting)
+        demands = check.request_demands(request, info.accounting, info.capacity)
         keys = list(demands)
         found = {
             key: (block_id, state, unpack(capacity))
@@ -288,7 +322,11 @@ class Ledger:
             "INSERT INTO demands (pipeline_id, block_id, position, demand) VALUES (?, ?, ?, ?)",
             [(pipeline_id, found[key][0], i, pack(demands[key])) for i, key in enumerate(keys)],
         )
-        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id)
+        submitted = {"name": name, "owner": request.owner, "weight": weight, "timeout": timeout,
+                     "mechanism": request.mechanism, "job": job, "resources": resources,
+                     "demands": [[found[key][0], demands[key].tolist()] for key in keys]}
+        moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id,
+                          detail=detail_text(submitted))
         return pipeline_id
 
     def get_pipeline(self, pipeline_id: int) -> PipelineInfo:
@@ -414,11 +452,12 @@ class Ledger:
                 edges[pipeline_id].append((block_id, demand))
             moves = Moves(self.db, at)
             moves.load(b for pending in edges.values() for b, _ in pending)
+            quotas = QuotaCheck.load(self.db)
             granted = []
             for pipeline_id in ids:
                 if states[pipeline_id] != "pending" or not edges[pipeline_id]:
                     continue
-                if self._allocate(moves, pipeline_id, edges[pipeline_id]):
+                if self._allocate(moves, pipeline_id, edges[pipeline_id], quotas):
                     states[pipeline_id] = "granted"
                     granted.append(pipeline_id)
             self.db.conn.executemany(
@@ -430,8 +469,10 @@ class Ledger:
 
         return self._write(body)
 
-    def _allocate(self, moves: Moves, pipeline_id: int, edges: list[tuple[int, bytes]]) -> bool:
-        """Allocate a pipeline's demand on every block if it fits on all of them."""
+    def _allocate(self, moves: Moves, pipeline_id: int, edges: list[tuple[int, bytes]],
+                  quotas: QuotaCheck | None = None) -> bool:
+        """Allocate a pipeline's demand on every block if it fits on all of them (and
+        within its team's quota, :mod:`privsched.ledger.quotas`)."""
         block_ids = [b for b, _ in edges]
         if any(moves.states[b] != "active" for b in block_ids):
             return False
@@ -441,14 +482,19 @@ class Ledger:
         capacity = np.stack([moves.balances[b]["capacity"] for b in block_ids])
         if not np.all(accounting.fits(demand, unlocked, accounting.live(capacity))):
             return False
+        if quotas is not None and not quotas.take(pipeline_id, moves.datasets[block_ids[0]], block_ids, demand,
+                                                  capacity, accounting):
+            return False
         for block_id, amount in zip(block_ids, demand):
             moves.move(block_id, "unlocked", "allocated", amount, kind="grant", pipeline_id=pipeline_id)
         moves.state_event("grant", "pending", "granted", dataset_id=moves.datasets[block_ids[0]],
                           pipeline_id=pipeline_id)
         return True
 
-    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None) -> None:
-        """granted → running, recording where the job runs."""
+    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None,
+                     launch_token: str | None = None) -> None:
+        """granted → running, recording where the job runs and, with ``launch_token``, that
+        its launch began (:mod:`privsched.ledger.launches`)."""
         (pipeline_id,) = check.ids([pipeline_id])
         text = check.json_text(placement, "placement")
         at = check.now_or_clock(now)
@@ -460,6 +506,9 @@ class Ledger:
             moves = Moves(self.db, at)
             moves.state_event("run", "granted", "running", dataset_id=dataset_id, pipeline_id=pipeline_id)
             moves.flush()
+            if launch_token is not None:
+                generation = None if self._fence is None else self._fence[1]
+                launches.record_launching(self.db, pipeline_id, launch_token, generation, at)
 
         self._write(body)
 
@@ -662,28 +711,33 @@ class Ledger:
     # ------------------------------------------------------------------------ lease
     def acquire_lease(self, holder: str, ttl: float, now: float | None = None) -> bool:
         """Take the scheduler lease if it is free, expired, already ours, or held by a dead
-        process of this host. Exactly one scheduler per database."""
+        process of this host. Exactly one scheduler per database: from now on every write
+        of this ledger is fenced with the lease's new generation (see the lease module)."""
         holder = check.name(holder, "lease holder")
         ttl = check.finite_number(ttl, "lease ttl", low_open=True)
         at = check.now_or_clock(now)
 
-        def body() -> bool:
+        def body() -> int | None:
             if not lease.is_free(lease.current(self.db), holder, at):
-                return False
-            lease.take(self.db, holder, ttl, at)
-            return True
+                return None
+            return lease.take(self.db, holder, ttl, at)
 
-        return self._write(body)
+        generation = self._lease_write(body)
+        if generation is not None:
+            self._fence = (holder, generation)
+        return generation is not None
 
     def renew_lease(self, holder: str, ttl: float, now: float | None = None) -> bool:
         """Extend our lease; False if somebody else holds it now."""
         holder = check.name(holder, "lease holder")
         ttl = check.finite_number(ttl, "lease ttl", low_open=True)
         at = check.now_or_clock(now)
-        return self._write(lambda: lease.renew(self.db, holder, ttl, at))
+        return self._lease_write(lambda: lease.renew(self.db, holder, ttl, at))
 
     def release_lease(self, holder: str) -> None:
-        self._write(lambda: lease.drop(self.db, holder))
+        self._lease_write(lambda: lease.drop(self.db, holder))
+        if self._fence is not None and self._fence[0] == holder:
+            self._fence = None
 
     def lease_holder(self, now: float | None = None) -> dict | None:
         """The current, unexpired lease (holder, pid, host, acquired_at, expires_at), or None."""
@@ -691,8 +745,34 @@ class Ledger:
         row = self._read(lambda: lease.current(self.db))
         return row if row is not None and row["expires_at"] > at else None
 
+    # --------------------------------------------------------------------- launches
+    def record_started(self, pipeline_id: int, token: str, pid: int | None = None,
+                       start_ticks: str | None = None, now: float | None = None) -> None:
+        """A running pipeline's job process exists (launching → started)."""
+        (pipeline_id,) = check.ids([pipeline_id])
+        at = check.now_or_clock(now)
+
+        def body() -> None:
+            if not launches.record_started(self.db, pipeline_id, token, pid, start_ticks, at):
+                raise LedgerError(f"pipeline {pipeline_id} has no launch {token!r}")
+
+        self._write(body)
+
+    def launch_records(self, pipeline_ids: Sequence[int]) -> dict[int, launches.LaunchRecord]:
+        """The launch records of these pipelines (those that have one)."""
+        ids = check.ids(pipeline_ids)
+        return self._read(lambda: launches.read(self.db, ids))
+
     # ------------------------------------------------------------------------ audit
-    def audit(self) -> AuditReport:
-        """Recompute every balance from the event log; check the identity and the safety
-        invariant of every block, and every pipeline's holdings."""
-        return self._read(lambda: audit_database(self.db))
+    def audit(self, expect: str | None = None) -> AuditReport:
+        """Verify the event log's hash chain (and, with ``expect``, that it still holds that
+        chain head, ``<event id>:<hex SHA-256>`` from an earlier report's ``head``); rebuild
+        datasets, blocks, pipelines, demands and every balance from the events and compare;
+        check the identity and the safety invariant of every block, and every pipeline's
+        holdings."""
+        if expect is not None:
+            try:
+                parse_head(expect)
+            except ValueError as exc:
+                raise LedgerError(str(exc)) from exc
+        return self._read(lambda: audit_database(self.db, expect))

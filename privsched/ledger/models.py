@@ -125,7 +125,8 @@ class PendingView:
 class Event:
     """One row of the append-only log. With an ``amount`` it moves budget of ``block_id``
     from bucket ``source`` to bucket ``target`` (``source`` None: new capacity); without,
-    it moves a pipeline or block from state ``source`` to state ``target``."""
+    it moves a pipeline or block from state ``source`` to state ``target``. ``detail`` is the
+    canonical JSON a creation or submission recorded (definition, key, demands)."""
 
     id: int
     at: float
@@ -137,6 +138,7 @@ class Event:
     target: str | None
     amount: np.ndarray | None
     reason: str | None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -145,3 +147,4 @@ class AuditReport:
     violations: list[str]
     blocks: int = 0
     events: int = 0
+    head: str = ""  # the event log's chain head, ``<event id>:<hex SHA-256>``

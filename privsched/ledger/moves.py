@@ -5,20 +5,32 @@ movement in memory (so later checks in the same transaction see earlier moves), 
 event per movement, and writes balances and events back with two ``executemany`` calls.
 The balance arithmetic is exactly the replay the audit performs over the event log
 (``source −= amount``, ``target += amount``, in event order), so the two agree bit for bit.
+Each new event row is appended with its link in the hash chain (:mod:`privsched.ledger.chain`).
 """
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import numpy as np
 import sqlite_utils
 
+from privsched.ledger import chain
 from privsched.ledger.models import BUCKETS
 from privsched.ledger.schema import pack, unpack
 
-_EVENT_COLUMNS = "at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason"
-INSERT_EVENT = f"INSERT INTO events ({_EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+INSERT_EVENT = f"INSERT INTO events ({', '.join(chain.COLUMNS)}, hash) VALUES ({', '.join('?' * (len(chain.COLUMNS) + 1))})"
+
+
+def detail_text(fields: dict[str, Any]) -> str:
+    """The canonical JSON of an event's ``detail`` (sorted keys, no spaces, no NaN; floats
+    written by ``repr``, so they read back exactly)."""
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def _optional_int(value: int | None) -> int | None:
+    return None if value is None else int(value)
 
 
 class Moves:
@@ -61,6 +73,7 @@ class Moves:
         kind: str,
         pipeline_id: int | None = None,
         reason: str | None = None,
+        detail: str | None = None,
     ) -> None:
         """Move ``amount`` of a loaded block's budget from one bucket to another
         (``source`` None: ``amount`` is new capacity entering ``target``)."""
@@ -69,17 +82,19 @@ class Moves:
             balance[source] = balance[source] - amount
         balance[target] = balance[target] + amount
         self._dirty.add(block_id)
-        self.events.append(
-            (self.now, kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason)
-        )
+        self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason,
+                    detail)
 
-    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray) -> None:
-        """Register a block just inserted with empty balances; its capacity enters ``locked``."""
+    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, key: str,
+                  location: str | None) -> None:
+        """Register a block just inserted with empty balances; its capacity enters ``locked``
+        (the event's detail records the block's key and location)."""
         zero = np.zeros_like(capacity)
         self.balances[block_id] = {"capacity": capacity} | {name: zero for name in BUCKETS}
         self.states[block_id] = "active"
         self.datasets[block_id] = dataset_id
-        self.move(block_id, None, "locked", capacity, kind="create")
+        self.move(block_id, None, "locked", capacity, kind="create",
+                  detail=detail_text({"key": key, "location": location}))
 
     def state_event(
         self,
@@ -91,9 +106,17 @@ class Moves:
         block_id: int | None = None,
         pipeline_id: int | None = None,
         reason: str | None = None,
+        detail: str | None = None,
     ) -> None:
         """Record a state change (a pipeline's or a block's), which moves no budget."""
-        self.events.append((self.now, kind, dataset_id, block_id, pipeline_id, source, target, None, reason))
+        self._event(kind, dataset_id, block_id, pipeline_id, source, target, None, reason, detail)
+
+    def _event(self, kind: str, dataset_id: int | None, block_id: int | None, pipeline_id: int | None,
+               source: str | None, target: str | None, amount: bytes | None, reason: str | None,
+               detail: str | None) -> None:
+        # Values as SQLite returns them (float time, int ids), so the audit hashes the same bytes.
+        self.events.append((float(self.now), kind, _optional_int(dataset_id), _optional_int(block_id),
+                            _optional_int(pipeline_id), source, target, amount, reason, detail))
 
     def flush(self) -> None:
         """Write the touched balances and the new events."""
@@ -107,7 +130,11 @@ class Moves:
             )
             self._dirty.clear()
         if self.events:
-            self.db.conn.executemany(INSERT_EVENT, self.events)
+            last = self.db.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
+            last_id, previous = last if last is not None else (0, chain.GENESIS)
+            rows = [(last_id + i, *event) for i, event in enumerate(self.events, start=1)]
+            self.db.conn.executemany(
+                INSERT_EVENT, [(*row, digest) for row, digest in zip(rows, chain.extend(previous, rows))])
             self.events = []
 
 

@@ -12,8 +12,12 @@ from __future__ import annotations
 import numpy as np
 import sqlite_utils
 
-#: Bumped whenever the schema changes; stored in ``PRAGMA user_version``.
-SCHEMA_VERSION = 1
+from privsched.ledger import launches
+
+#: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
+#: the hash chain over the event log (``events.detail`` and ``events.hash``), the lease's
+#: generation and the launch records.
+SCHEMA_VERSION = 2
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
 
@@ -125,19 +129,23 @@ def create_schema(db: sqlite_utils.Database) -> None:
             "target": str,
             "amount": bytes,
             "reason": str,
+            "detail": str,  # canonical JSON of what a creation or submission recorded (chain.py)
+            "hash": bytes,  # SHA-256 link over the previous row's hash and this row (chain.py)
         },
         pk="id",
-        not_null=["at", "kind"],
+        not_null=["at", "kind", "hash"],
         strict=True,
     )
     db["events"].create_index(["pipeline_id"])
     db["events"].create_index(["block_id"])
     db["lease"].create(
-        {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float},
+        {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float,
+         "generation": int},
         pk="name",
-        not_null=["holder", "pid", "host", "acquired_at", "expires_at"],
+        not_null=["holder", "pid", "host", "acquired_at", "expires_at", "generation"],
         strict=True,
     )
+    launches.create_table(db)
     # The event log is append-only: every balance must stay recomputable from it.
     db.executescript(
         """

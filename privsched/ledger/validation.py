@@ -103,8 +103,22 @@ def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounti
         raise LedgerError(f"invalid RDP orders: {exc}") from exc
 
 
-def request_demands(request: PipelineRequest, accounting: Accounting) -> dict[str, np.ndarray]:
-    """The per-block demand vectors of a request, validated."""
+def positive(demand: np.ndarray, accounting: Accounting, capacity: np.ndarray, what: str) -> np.ndarray:
+    """A demand that charges something wherever budget is counted: ε > 0 under basic
+    composition (δ may be 0: pure DP), d(α) > 0 at every live order under RDP. A zero
+    order would let a pipeline be granted there for free (DESIGN §3.3: one fitting order
+    suffices), so it would read the data without spending budget."""
+    counted = accounting.live(capacity) if accounting.is_rdp else np.array([True, False])
+    free = counted & ~(demand > 0)
+    if free.any():
+        where = ", ".join(label for label, bad in zip(accounting.dimension_labels(), free) if bad)
+        raise LedgerError(f"{what} must be positive at every live order, but is {demand[free].tolist()} at {where}")
+    return demand
+
+
+def request_demands(request: PipelineRequest, accounting: Accounting, capacity: np.ndarray) -> dict[str, np.ndarray]:
+    """The per-block demand vectors of a request, validated (``capacity``: every block's
+    capacity in the dataset, which says which orders are live)."""
     if request.mechanism is not None:
         if not isinstance(request.mechanism, str):
             raise LedgerError("mechanism must be a JSON string")
@@ -122,7 +136,11 @@ def request_demands(request: PipelineRequest, accounting: Accounting) -> dict[st
             keys = [name(k, "block key") for k in given]
         if set(given) != set(keys):
             raise LedgerError(f"demands are for blocks {sorted(given)}, but the request names {sorted(keys)}")
-        vectors = {k: vector(given[k], accounting.dims, f"demand on block {k!r}") for k in keys}
+        vectors = {
+            k: positive(vector(given[k], accounting.dims, f"demand on block {k!r}"), accounting, capacity,
+                        f"demand on block {k!r}")
+            for k in keys
+        }
     else:
         if request.demand is not None:
             demand = vector(request.demand, accounting.dims, "demand")
@@ -134,6 +152,7 @@ def request_demands(request: PipelineRequest, accounting: Accounting) -> dict[st
             demand = vector(demand, accounting.dims, "mechanism demand")
         else:
             raise LedgerError("a pipeline needs a demand, per-block demands, or a mechanism")
+        positive(demand, accounting, capacity, "demand")
         vectors = {k: demand for k in keys}
     if not vectors:
         raise LedgerError(f"pipeline {request.name!r} requests no blocks")

@@ -21,6 +21,7 @@ return to the unlocked pool rather than being lost.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -32,12 +33,17 @@ from pydantic import ValidationError
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
 from privsched.ledger import Ledger, LedgerError
+from privsched.ledger.errors import StorageFull
+from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
 from privsched.service.executors.base import Executor, Launch
+from privsched.service.launching import LaunchLock, clear_spawn_marker, mark_spawning, spawn_was_attempted
+from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
+from privsched.service.unsatisfiable import never_grantable
 from privsched.spec import Resources, validation_message
 
 #: Fractions of capacity smaller than this are not worth an unlock transaction.
@@ -91,27 +97,66 @@ class Scheduler:
         self._last_seen = 0  # highest pipeline id counted in _arrivals
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
+        self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
+        self._unsettled: dict[int, JobResult] = {}  # ended jobs whose settling the ledger refused for lack of space
 
     # -- start-up ---------------------------------------------------------------------------
 
     def recover(self, now: float) -> None:
-        """Resume from the ledger: count every arrival so far, and watch (or settle) jobs that
-        were running when the previous scheduler stopped. Granted jobs not started yet are
-        placed by the next tick like any other."""
+        """Resume from the ledger (on taking the lease over): count every arrival so far, and
+        adopt the jobs of running pipelines. A job whose launch was recorded as started is
+        watched (or settled); one left ``launching`` is resolved by :meth:`resolve_launches`
+        at the start of every tick.
+        Granted jobs not started yet are placed by the next tick like any other."""
         block_ids = {(b.dataset, b.key): b.id for b in self.ledger.list_blocks()}
         for info in self.ledger.list_pipelines():
             self._arrivals.update(block_ids[(info.dataset, key)] for key in info.block_keys)
             self._last_seen = max(self._last_seen, info.id)
-        for info in self.ledger.list_pipelines(states=["running"]):
+        running = self.ledger.list_pipelines(states=["running"])
+        records = self.ledger.launch_records([info.id for info in running])
+        for info in running:
             placement = _placement(info)
             self.compute.hold(info.id, placement)
-            alive = self.executor.attach(self._launch(info, placement, info.started_at or now))
+            record = records.get(info.id)
+            if record is not None and record.state == "launching":
+                self._unresolved[info.id] = (info, record)
+                continue
+            token = None if record is None else record.token
+            alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
+
+    def resolve_launches(self, now: float) -> None:
+        """Settle launches an earlier scheduler left mid-way, each once its launch lock is
+        free (module :mod:`~privsched.service.launching`): never spawned → released; spawned
+        → adopted (its process found by pid or launch token), or settled from its result, or
+        charged in full when it ended without one (DESIGN §4.4)."""
+        for pipeline_id, (info, record) in list(self._unresolved.items()):
+            folder = self.runs.folder(pipeline_id, create=True)
+            lock = LaunchLock(folder)
+            if not lock.acquire(wait=False):
+                continue  # its launcher is alive (perhaps paused) and may still start the job
+            try:
+                del self._unresolved[pipeline_id]
+                if not spawn_was_attempted(folder, record.token):
+                    self.compute.release(pipeline_id)
+                    self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)",
+                               touched=False, now=now)
+                    continue
+                launch = self._launch(info, _placement(info), info.started_at or now, record.token)
+                alive = self.executor.attach(launch)
+                process = self.executor.process(pipeline_id)
+                if alive and process is not None:
+                    self.ledger.record_started(pipeline_id, record.token, *process, now=now)
+                self.log(f"pipeline {pipeline_id} was being launched before the restart: "
+                         + ("adopted its running job" if alive else "its job ended"))
+            finally:
+                lock.release()
 
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
         report = TickReport()
+        self.resolve_launches(now)
         views = self._pending_views()
         self._count_arrivals(views)
         unlocked, report.more_to_unlock = self.unlock(now)
@@ -120,7 +165,11 @@ class Scheduler:
         if report.expired:
             self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
             views = self._pending_views()
-        elif unlocked:
+        hopeless = self.end_never_grantable(views, now)
+        if hopeless:
+            report.expired += hopeless
+            views = self._pending_views()
+        elif unlocked and not report.expired:
             views = {name: _add_unlocked(view, unlocked) for name, view in views.items()}
         report.granted, report.reserved_changed = self.admit(views, now)
         report.started, report.waiting = self.place(now)
@@ -128,8 +177,25 @@ class Scheduler:
         if report.settled:
             self.ledger.retire_exhausted(now=now)
         report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
-        report.running = len(self.executor.running())
+        report.running = len(self.executor.running()) + len(self._unresolved) + len(self._unsettled)
         return report
+
+    def end_never_grantable(self, views: dict[str, PendingView], now: float) -> list[int]:
+        """Fail the pending pipelines that no future unlock can satisfy, with the reason
+        (nothing was allocated to them); returns their ids."""
+        if not any(len(view.pipeline_ids) for view in views.values()):
+            return []
+        blocks = {block.id: block for block in self.ledger.list_blocks()}
+        ended = []
+        for view in views.values():
+            for pipeline_id, reason in never_grantable(view, blocks).items():
+                try:
+                    self._fail(pipeline_id, reason, touched=False, now=now)
+                except LedgerError as exc:  # cancelled since it was listed
+                    self.log(f"pipeline {pipeline_id}: {exc}")
+                    continue
+                ended.append(pipeline_id)
+        return ended
 
     def awaits_timeouts(self) -> bool:
         """Whether some pending pipeline will still time out: time alone will change its state."""
@@ -236,32 +302,48 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
+            problem = input_problem(info.job, self._block_locations(info), self.runs.folder(info.id))
+            if problem is not None:
+                self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
+                continue
             placement = self.compute.place(info.id, need)
             if placement is not None and self._start(info, placement, now):
                 started.append(info.id)
         return started, len(waiting) - len(started)
 
     def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:
-        launch = self._launch(info, placement, now)
-        try:
-            self.ledger.mark_running(info.id, self._placement_record(placement), now=now)
-        except LedgerError as exc:  # cancelled since it was listed
-            self.compute.release(info.id)
-            self.log(f"pipeline {info.id} not started: {exc}")
-            return False
-        try:
-            self.executor.start(launch)
-        except OSError as exc:
-            self.compute.release(info.id)
-            self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
-            return False
+        """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
+        token = secrets.token_hex(16)
+        launch = self._launch(info, placement, now, token)
+        folder = self.runs.folder(info.id)
+        with LaunchLock(folder):
+            try:
+                self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)
+            except LedgerError as exc:  # cancelled since it was listed
+                self.compute.release(info.id)
+                self.log(f"pipeline {info.id} not started: {exc}")
+                return False
+            try:
+                mark_spawning(folder, token)
+                self.executor.start(launch)
+            except OSError as exc:  # no process was started
+                clear_spawn_marker(folder)
+                try:
+                    self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
+                except StorageFull:  # released once space returns (resolve_launches)
+                    self._unresolved[info.id] = (info, LaunchRecord(info.id, token, None, "launching", None, None, now))
+                    raise
+                self.compute.release(info.id)
+                return False
+            process = self.executor.process(info.id) or (None, None)
+            self.ledger.record_started(info.id, token, *process, now=now)
         self.log(f"started pipeline {info.id} ({info.name}) on GPUs [{','.join(placement.gpus)}]")
         return True
 
     def _placement_record(self, placement: Placement) -> dict:
         return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
 
-    def _launch(self, info: PipelineInfo, placement: Placement, started_at: float) -> Launch:
+    def _launch(self, info: PipelineInfo, placement: Placement, started_at: float, token: str | None) -> Launch:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
@@ -275,14 +357,20 @@ class Scheduler:
             placement=placement,
             started_at=started_at,
             max_runtime=info.job.get("max_runtime"),
+            token=token,
         )
 
-    def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
-        dataset = self.ledger.get_dataset(info.dataset)
+    def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
+        """The data location of each block the pipeline was granted."""
         locations = self._locations.get(info.dataset, {})
         if any(key not in locations for key in info.block_keys):
             locations = {b.key: b.location for b in self.ledger.list_blocks(info.dataset)}
             self._locations[info.dataset] = locations
+        return {key: locations[key] for key in info.block_keys}
+
+    def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
+        dataset = self.ledger.get_dataset(info.dataset)
+        locations = self._block_locations(info)
         job = info.job
         params = dict(job.get("params") or {})
         if job.get("kind"):
@@ -305,16 +393,21 @@ class Scheduler:
         for pipeline_id in self.executor.running():
             if self.runs.cancel_request(pipeline_id).exists():
                 self.executor.cancel(pipeline_id, "cancelled by its user while running")
-        settled = []
         for result in self.executor.poll(now):
             self.compute.release(result.pipeline_id)
-            if self._settle(result, now):
-                settled.append(result.pipeline_id)
+            self._unsettled[result.pipeline_id] = result
+        settled = []
+        for pipeline_id, result in list(self._unsettled.items()):
+            if self._settle(result, now):  # raises StorageFull, keeping this and later results for a retry
+                settled.append(pipeline_id)
+            del self._unsettled[pipeline_id]
         return settled
 
     def _settle(self, result: JobResult, now: float) -> bool:
         try:
             state = settle(self.ledger, result, now)
+        except StorageFull:
+            raise
         except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
             self.log(f"pipeline {result.pipeline_id}: {exc}")
             return False

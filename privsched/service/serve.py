@@ -2,7 +2,10 @@
 
 Exactly one scheduler serves a database at a time: :func:`serve` takes the ledger's
 scheduler lease (a second one fails with :class:`ServiceError`; the lease of a holder that
-died is taken over) and renews it while it runs. Between ticks it sleeps in short steps,
+died, or that was paused past its expiry, is taken over, and its jobs adopted) and renews it
+while it runs. Every ledger write it makes is fenced with the lease's generation, so one
+that resumes after losing its lease stops at its first write, leaving its jobs running for
+its successor (which adopts them), and fails with :class:`ServiceError`. Between ticks it sleeps in short steps,
 collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
 its own, so that a submission (or cancellation) from another process is scheduled at once
 rather than at the next tick.
@@ -10,6 +13,7 @@ rather than at the next tick.
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import sqlite3
@@ -21,11 +25,16 @@ from pathlib import Path
 from typing import Callable
 
 from privsched.ledger import Ledger
+from privsched.ledger.errors import StorageFull
+from privsched.ledger.lease import LeaseLost
 from privsched.policies.base import PolicySpec
 from privsched.service.executors.base import Executor
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler, TickReport
+
+#: The file, in the database's runs folder, that says why the scheduler cannot make progress.
+CONDITION_FILE = "condition"
 
 
 class ServiceError(RuntimeError):
@@ -58,6 +67,41 @@ class ServeSummary:
     granted: int = 0
     settled: int = 0
     pending: int = 0  # left pending when the loop stopped
+    storage_full: int = 0  # ticks or polls that found the database or disk full
+
+
+def _is_full(exc: BaseException) -> bool:
+    """Whether an error means the database or the disk is full (retried, not fatal)."""
+    return isinstance(exc, StorageFull) or (
+        isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+    )
+
+
+class Condition:
+    """What keeps the scheduler from making progress (the database or disk is full): logged
+    when it starts and when it ends, and kept in the runs folder's ``condition`` file while it
+    lasts (best effort: the file may sit on the full disk)."""
+
+    def __init__(self, runs: RunDirs, log: Callable[[str], None]) -> None:
+        self.path = runs.root / CONDITION_FILE
+        self.log = log
+        self.current: str | None = None
+        self.path.unlink(missing_ok=True)
+
+    def full(self, exc: BaseException) -> None:
+        if self.current is None:
+            self.current = f"storage full since {time.strftime('%Y-%m-%d %H:%M:%S')}: {exc}"
+            self.log(f"{self.current}; jobs are still watched, retrying every tick")
+            try:
+                self.path.write_text(self.current + "\n")
+            except OSError:
+                pass
+
+    def clear(self) -> None:
+        if self.current is not None:
+            self.current = None
+            self.log("storage available again: settling resumed")
+            self.path.unlink(missing_ok=True)
 
 
 def serve(
@@ -72,17 +116,24 @@ def serve(
     stop: threading.Event | None = None,
     log: Callable[[str], None] = lambda message: None,
     clock: Callable[[], float] = time.time,
+    lease_ttl: float | None = None,
+    ledger: Ledger | None = None,
 ) -> ServeSummary:
     """Run the scheduler on a database until ``stop`` is set, or with ``until_idle`` until
     nothing runs and no pending pipeline can progress any more: nothing pending, or only
-    pipelines that no budget left to unlock can satisfy and that have no timeout to reach."""
-    if tick <= 0 or poll_interval <= 0:
-        raise ValueError("tick and poll interval must be positive")
+    pipelines that no budget left to unlock can satisfy and that have no timeout to reach.
+    The lease lasts ``lease_ttl`` seconds past each renewal (default: 5 ticks, at least 10 s).
+    ``ledger``: an open ledger of ``db_path`` to serve with (default: one opened and closed
+    here). A full database or disk stops nothing: the loop keeps watching jobs, reports the
+    condition (:class:`Condition`) and retries each tick until space returns."""
+    if tick <= 0 or poll_interval <= 0 or (lease_ttl is not None and not lease_ttl > 0):
+        raise ValueError("tick, poll interval and lease ttl must be positive")
     stop = stop or threading.Event()
     path = Path(db_path)
-    ledger = Ledger(path)
+    owned = ledger is None
+    ledger = Ledger(path) if ledger is None else ledger
     holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ttl = max(10.0, 5 * tick)
+    ttl = max(10.0, 5 * tick) if lease_ttl is None else lease_ttl
     try:
         if not ledger.acquire_lease(holder, ttl, now=clock()):
             current = ledger.lease_holder() or {}
@@ -90,10 +141,13 @@ def serve(
             raise ServiceError(f"another scheduler is already serving {path}{where}")
         try:
             return _loop(ledger, path, holder, ttl, policy, executor, pool, tick, until_idle, poll_interval, stop, log, clock)
+        except LeaseLost as exc:  # paused past the lease: a successor has adopted its jobs
+            raise ServiceError(f"lost the scheduler lease of {path} to another scheduler ({exc})") from exc
         finally:
             ledger.release_lease(holder)
     finally:
-        ledger.close()
+        if owned:
+            ledger.close()
 
 
 def _loop(
@@ -116,29 +170,47 @@ def _loop(
     scheduler = Scheduler(ledger, policy, executor, pool, runs, log)
     scheduler.recover(clock())
     watcher = ChangeWatcher(path)
+    condition = Condition(runs, log)
     summary = ServeSummary()
     renewed = clock()
     try:
         while not stop.is_set():
             now = clock()
-            if now - renewed > ttl / 3:
-                if not ledger.renew_lease(holder, ttl, now=now):
-                    raise ServiceError(f"lost the scheduler lease of {path} to another scheduler")
-                renewed = now
-            report: TickReport = scheduler.tick(now)
+            try:
+                if now - renewed > ttl / 3:
+                    if not ledger.renew_lease(holder, ttl, now=now):
+                        raise ServiceError(f"lost the scheduler lease of {path} to another scheduler")
+                    renewed = now
+                report: TickReport | None = scheduler.tick(now)
+                condition.clear()
+            except (StorageFull, OSError) as exc:
+                if not _is_full(exc):
+                    raise
+                condition.full(exc)
+                summary.storage_full += 1
+                report = None
             watcher.reset()
             summary.ticks += 1
-            summary.granted += len(report.granted)
-            summary.settled += len(report.settled)
-            summary.pending = report.pending
-            if until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
-                break
+            if report is not None:
+                summary.granted += len(report.granted)
+                summary.settled += len(report.settled)
+                summary.pending = report.pending
+                if until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
+                    break
             next_tick = now + tick
             while not stop.wait(poll_interval):
                 now = clock()
-                settled = scheduler.collect(now)
+                settled = []
+                if condition.current is None:  # while storage is full, only the tick retries
+                    try:
+                        settled = scheduler.collect(now)
+                    except (StorageFull, OSError) as exc:
+                        if not _is_full(exc):
+                            raise
+                        summary.storage_full += 1
+                        condition.full(exc)
                 summary.settled += len(settled)
-                if settled or watcher.changed() or now >= next_tick:
+                if settled or now >= next_tick or (condition.current is None and watcher.changed()):
                     break
     finally:
         watcher.close()

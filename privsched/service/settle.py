@@ -3,7 +3,9 @@
 A completed job moves what it spent from allocated to consumed and releases the rest; a
 failed job has its whole allocation consumed when it touched data (a partial model may
 already have leaked), released when it did not. A job that reports spending more than its
-grant is failed, its allocation consumed.
+grant is failed, its allocation consumed. A database that is full refuses the settling
+(:class:`~privsched.ledger.errors.StorageFull`) and changes nothing, so the caller settles
+the same result again later.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import numpy as np
 
 from privsched.jobs.runner import JobResult
 from privsched.ledger import Ledger, LedgerError
+from privsched.ledger.errors import StorageFull
 
 
 def settle(ledger: Ledger, result: JobResult, now: float) -> str:
@@ -22,6 +25,8 @@ def settle(ledger: Ledger, result: JobResult, now: float) -> str:
         try:
             ledger.complete(pipeline_id, spent, now=now)
             return "completed"
+        except StorageFull:  # nothing was recorded: settle again once space returns
+            raise
         except LedgerError as exc:
             message = f"the job's reported spending was refused: {exc}"
             touched = True

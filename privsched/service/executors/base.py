@@ -8,7 +8,8 @@ scheduler settles every result there. Five operations:
 - :meth:`Executor.start` a job described by a :class:`Launch`;
 - :meth:`Executor.poll` for jobs that ended since the last poll (never blocks);
 - :meth:`Executor.cancel` a job (it ends as failed, reported by a later poll);
-- :meth:`Executor.attach` to a job started by an earlier scheduler process, after a restart;
+- :meth:`Executor.attach` to a job started by an earlier scheduler process, after a restart
+  (found by its launch token when its process id was never recorded);
 - :meth:`Executor.running` ids it is watching. Logs are files (:class:`Launch.log`).
 
 A job that exits without writing its result, or that is killed past its ``max_runtime``,
@@ -24,6 +25,9 @@ from pathlib import Path
 from privsched.jobs.runner import JobResult
 from privsched.service.resources import Placement, Pool, make_pool
 
+#: The environment variable that carries a job process's launch token.
+LAUNCH_TOKEN_ENV = "PRIVSCHED_LAUNCH_TOKEN"
+
 
 @dataclass(frozen=True)
 class Launch:
@@ -36,6 +40,7 @@ class Launch:
     placement: Placement
     started_at: float
     max_runtime: float | None = None
+    token: str | None = None  # the launch token, in the job's environment as LAUNCH_TOKEN_ENV
 
     @property
     def deadline(self) -> float | None:
@@ -84,6 +89,10 @@ class Executor(ABC):
     @abstractmethod
     def running(self) -> set[int]:
         """Ids of the jobs being watched."""
+
+    def process(self, pipeline_id: int) -> tuple[int, str | None] | None:
+        """A watched job's process id and start time, where the executor knows them."""
+        return None
 
     def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
         """The compute this executor runs jobs on, with any of its sizes overridden (default:

@@ -5,7 +5,8 @@ scheduler crash and can be killed as a whole process group), with ``CUDA_VISIBLE
 set to its placement's GPUs (empty when it has none) and thread pools sized to its CPUs.
 Its stdout and stderr go to its log file. A job past its ``max_runtime`` or cancelled gets
 SIGTERM, then SIGKILL after a grace period. The process id and start time are written next
-to the job, so that a restarted scheduler can watch the jobs an earlier one started.
+to the job, so that a restarted scheduler can watch the jobs an earlier one started; a job
+whose pid file was never written is found by the launch token in its environment.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from privsched.jobs.runner import JobResult
 from privsched.ledger.lease import pid_exists
-from privsched.service.executors.base import Executor, Launch, failure, read_result
+from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -35,6 +36,26 @@ def _start_ticks(pid: int) -> str | None:
         return "unknown"
     fields = stat[stat.rindex(")") + 2 :].split()
     return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def find_by_token(token: str) -> int | None:
+    """The process (the session leader, when several) whose environment carries this launch
+    token, among the processes of this user visible in /proc; None when there is none."""
+    wanted = f"{LAUNCH_TOKEN_ENV}={token}".encode()
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, ValueError):
+            continue
+    for pid in found:
+        try:
+            if os.getsid(pid) == pid and _start_ticks(pid) is not None:
+                return pid
+        except OSError:
+            continue
+    return next((pid for pid in found if _start_ticks(pid) is not None), None)
 
 
 def _alive(pid: int, ticks: str | None) -> bool:
@@ -79,6 +100,9 @@ class LocalExecutor(Executor):
             env[name] = threads
         package_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        env.pop(LAUNCH_TOKEN_ENV, None)
+        if launch.token is not None:
+            env[LAUNCH_TOKEN_ENV] = launch.token
         return env
 
     def start(self, launch: Launch) -> None:
@@ -98,11 +122,16 @@ class LocalExecutor(Executor):
         self._jobs[launch.pipeline_id] = _Job(launch, process.pid, ticks, process)
 
     def attach(self, launch: Launch) -> bool:
+        pid_file = launch.context.parent / "pid"
         try:
-            pid_text, *rest = (launch.context.parent / "pid").read_text().split()
+            pid_text, *rest = pid_file.read_text().split()
             pid, ticks = int(pid_text), (rest[0] if rest else None)
         except (OSError, ValueError):
             pid, ticks = -1, None
+            found = None if launch.token is None else find_by_token(launch.token)
+            if found is not None:
+                pid, ticks = found, _start_ticks(found)
+                pid_file.write_text(f"{pid} {ticks or ''}\n")
         job = _Job(launch, pid, ticks, None)
         self._jobs[launch.pipeline_id] = job
         return pid > 0 and job.exit_note() is None
@@ -141,3 +170,7 @@ class LocalExecutor(Executor):
 
     def running(self) -> set[int]:
         return set(self._jobs)
+
+    def process(self, pipeline_id: int) -> tuple[int, str | None] | None:
+        job = self._jobs.get(pipeline_id)
+        return None if job is None or job.pid <= 0 else (job.pid, job.ticks)

@@ -1,0 +1,179 @@
+"""The HTTP API against the local Python API: submissions per second and submit → grant
+latency with 8 concurrent clients, and the whole-process time of one ``privsched submit``.
+
+The database is the backlog of ``benchmarks/service.py`` (``--pending`` pipelines, default
+10,000, over ``--blocks`` blocks, default 1,000, of one RDP dataset, all pending). One
+process runs the scheduler and the API, as deployed: ``privsched serve --listen ...
+--policy dpf-n --n 1e9 --tick 1s``. In the same run, against that same process:
+
+- submissions per second: 8 threads, each with its own client, submit pipelines that stay
+  pending (remote clients over keep-alive HTTP; local clients, one SQLite connection each);
+- submit → grant: 8 threads each submit probes that fit a free block of their own, one at
+  a time, and wait for the grant; latency = the ledger's grant time − the time before the
+  submit call;
+- one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
+  server plans the demand) and locally (the command plans it: torch and opacus load).
+
+Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+
+from service import build, probe_spec  # noqa: E402
+
+from privsched.client import connect  # noqa: E402
+from privsched.ledger import BlockSpec  # noqa: E402
+from privsched.ledger.identities import Identities  # noqa: E402
+from privsched.remote import RemoteClient  # noqa: E402
+
+THREADS = 8
+DPSGD = ("name: dpsgd\ndataset: reviews\nblocks: [block-00000]\nepsilon: 1.0\ndelta: 1.0e-9\n"
+         "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.05, epochs: 2, lr: 0.05, optimizer: adam}}\n"
+         "resources: {cpus: 0.01}\n")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def in_threads(work: Callable[[int], None]) -> float:
+    """Seconds for THREADS threads to each run ``work(thread index)``."""
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(THREADS)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - started
+
+
+def rate(make_client: Callable[[], object], count: int) -> float:
+    """Submissions per second of THREADS clients submitting ``count`` pending pipelines."""
+    clients = [make_client() for _ in range(THREADS)]
+    spec = probe_spec("rate", "block-00000")
+
+    def work(i: int) -> None:
+        for _ in range(count // THREADS):
+            clients[i].submit(spec)
+
+    return (count // THREADS * THREADS) / in_threads(work)
+
+
+def latencies(make_client: Callable[[], object], keys: list[str], probes: int) -> list[float]:
+    """Submit → grant seconds of probes, THREADS clients each submitting one at a time."""
+    clients = [make_client() for _ in range(THREADS)]
+    found: list[float] = []
+
+    def work(i: int) -> None:
+        client = clients[i]
+        for n in range(probes):
+            started = time.time()
+            run = client.submit(probe_spec(f"probe-{i}-{n}", keys[i * probes + n]))
+            while (info := client.status(run.id)).granted_at is None:
+                time.sleep(0.002)
+            found.append(info.granted_at - started)
+
+    in_threads(work)
+    return found
+
+
+def command_seconds(env: dict, path: Path, repeats: int) -> tuple[float, float]:
+    """Median whole-process wall and CPU (user + system) seconds of ``privsched submit path``."""
+    walls, cpus = [], []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "privsched", "submit", str(path)], env=env, check=True,
+                       capture_output=True)
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls), statistics.median(cpus)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=1000)
+    parser.add_argument("--pending", type=int, default=10_000)
+    parser.add_argument("--submissions", type=int, default=800, help="per API, in all threads")
+    parser.add_argument("--probes", type=int, default=5, help="per thread and API")
+    parser.add_argument("--repeats", type=int, default=5, help="whole-process submits per way")
+    parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
+    args = parser.parse_args()
+    if args.quick:
+        args.blocks, args.pending, args.submissions, args.probes, args.repeats = 100, 1000, 160, 2, 2
+
+    folder = Path(tempfile.mkdtemp(prefix="privsched-http-bench-"))
+    db = folder / "bench.db"
+    started = time.perf_counter()
+    local = build(db, args.blocks, args.pending)
+    local.runs.record_pool(local.pool())
+    keys = [f"free-{i:04d}" for i in range(2 * THREADS * args.probes)]
+    local.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+    with Identities(db) as identities:
+        token = identities.add_user("bench", "submitter")
+    print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)",
+          file=sys.stderr)
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--policy", "dpf-n",
+         "--n", "1000000000", "--tick", "1s"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = server.stdout.readline()
+        if "HTTP API on" not in line:
+            raise RuntimeError(f"the server did not start: {line}{server.stdout.read()}")
+        while local.ledger.lease_holder() is None:
+            time.sleep(0.05)
+        remote_rate = rate(lambda: RemoteClient(url, token), args.submissions)
+        local_rate = rate(lambda: connect(db), args.submissions)
+        half = THREADS * args.probes
+        remote_lat = latencies(lambda: RemoteClient(url, token), keys[:half], args.probes)
+        local_lat = latencies(lambda: connect(db), keys[half:], args.probes)
+        spec = folder / "dpsgd.yaml"
+        spec.write_text(DPSGD)
+        remote_cmd = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats)
+        local_cmd = command_seconds(env, spec, args.repeats)
+    finally:
+        server.terminate()
+        server.wait()
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders), {THREADS} concurrent clients\n")
+    print("| measure | HTTP API | local Python API | HTTP/local |")
+    print("|---|---:|---:|---:|")
+    print(f"| submissions per second | {remote_rate:.0f} | {local_rate:.0f} | {remote_rate / local_rate:.2f} |")
+    for name, q in (("p50", 0.5), ("p99", 0.99)):
+        print(f"| submit → grant {name} (ms) | {pct(remote_lat, q):.0f} | {pct(local_lat, q):.0f} | "
+              f"{pct(remote_lat, q) / pct(local_lat, q):.2f} |")
+    for i, clock in enumerate(("wall", "CPU")):
+        print(f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
+              f"{local_cmd[i]:.2f} | {remote_cmd[i] / local_cmd[i]:.2f} |")
+    local.close()
+
+
+if __name__ == "__main__":
+    main()

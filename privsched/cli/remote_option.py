@@ -1,0 +1,63 @@
+"""The global ``--server`` option: with it (or ``PRIVSCHED_SERVER``), commands go through a
+privsched server's HTTP API with the bearer token in ``PRIVSCHED_TOKEN`` (never on the
+command line, where other users of the machine could read it in the process list)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from privsched.cli import app
+from privsched.cli.common import errors
+
+if TYPE_CHECKING:
+    from privsched.client import Client
+    from privsched.remote import RemoteClient
+
+SERVER_ENV = "PRIVSCHED_SERVER"
+TOKEN_ENV = "PRIVSCHED_TOKEN"
+
+_server: dict[str, str | None] = {"url": None}
+
+
+@app.callback()
+def main_options(
+    server: Annotated[Optional[str], typer.Option(
+        "--server", envvar=SERVER_ENV,
+        help="A privsched server's address, e.g. https://host:8470 (token from PRIVSCHED_TOKEN).")] = None,
+) -> None:
+    """Privacy-budget-aware job scheduler for differentially private machine learning."""
+    _server["url"] = server or None
+
+
+def server_url() -> str | None:
+    """The server commands go through, or None for the local database."""
+    return _server["url"]
+
+
+def remote_client() -> RemoteClient:
+    from privsched.remote import RemoteClient
+
+    with errors():
+        return RemoteClient(server_url() or "", os.environ.get(TOKEN_ENV))
+
+
+def open_client(db: Path) -> Client | RemoteClient:
+    """The server's client with ``--server``, else a client of the database ``db``."""
+    if server_url() is not None:
+        return remote_client()
+    from privsched.client import connect
+
+    with errors():
+        return connect(db, create=False)
+
+
+def local_only(command: str) -> None:
+    """Refuse a command that must run beside the database, not through a server."""
+    if server_url() is not None:
+        from privsched.cli.common import fail
+
+        fail(f"`privsched {command}` runs on the scheduler's machine, not through --server")

@@ -1,0 +1,115 @@
+"""User and quota commands: ``user add``, ``user list``, ``user revoke`` and ``quota set``
+(on the local database, or through ``--server`` with an admin's token)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from privsched.cli import app
+from privsched.cli.common import DEFAULT_DB, DbOption, console, errors
+
+user_app = typer.Typer(help="Users of the HTTP API: roles, teams and bearer tokens.", no_args_is_help=True)
+app.add_typer(user_app, name="user")
+
+
+def _identities(db: Path):
+    from privsched.ledger.identities import Identities
+
+    with errors():
+        return Identities(db)
+
+
+@user_app.command("add")
+def user_add(
+    name: Annotated[str, typer.Argument(help="User name.")],
+    role: Annotated[str, typer.Option(help="admin, submitter or viewer.")],
+    team: Annotated[Optional[str], typer.Option(help="The user's team (datasets may be limited to teams).")] = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Create a user and print its bearer token (shown only this once; only its hash is kept)."""
+    from privsched.cli.remote_option import remote_client, server_url
+
+    if server_url() is not None:
+        with remote_client() as client, errors():
+            token = client.add_user(name, role, team)
+    else:
+        with _identities(db) as identities, errors():
+            token = identities.add_user(name, role, team)
+    print(token)
+
+
+@user_app.command("list")
+def user_list(db: DbOption = DEFAULT_DB) -> None:
+    """List users with their role, team and whether their token is revoked."""
+    from privsched.cli.remote_option import remote_client, server_url
+
+    if server_url() is not None:
+        with remote_client() as client, errors():
+            users = client.users()
+    else:
+        with _identities(db) as identities, errors():
+            users = [vars(u) for u in identities.users()]
+    table = Table("name", "role", "team", "created", "revoked")
+    for user in users:
+        revoked = user["revoked_at"]
+        table.add_row(user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
+                      "-" if revoked is None else _when(revoked))
+    console.print(table)
+
+
+@user_app.command("revoke")
+def user_revoke(
+    name: Annotated[str, typer.Argument(help="User name.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Revoke a user's token: every request with it is refused from now on."""
+    from privsched.cli.remote_option import remote_client, server_url
+
+    if server_url() is not None:
+        with remote_client() as client, errors():
+            client.revoke_user(name)
+    else:
+        with _identities(db) as identities, errors():
+            identities.revoke(name)
+    print(f"user {name} revoked")
+
+
+def _when(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
+
+
+quota_app = typer.Typer(help="Team quotas: the share of each block's capacity a team may hold.", no_args_is_help=True)
+app.add_typer(quota_app, name="quota")
+
+
+@quota_app.command("set")
+def quota_set(
+    dataset: Annotated[str, typer.Argument(help="Dataset.")],
+    team: Annotated[str, typer.Argument(help="Team.")],
+    share: Annotated[str, typer.Argument(help="Share of each block's capacity in [0, 1], or 'none' to lift it.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Cap what a team may hold (allocated plus consumed) on each block of a dataset."""
+    from privsched.cli.common import fail
+    from privsched.cli.remote_option import remote_client, server_url
+
+    try:
+        value = None if share == "none" else float(share)
+    except ValueError:
+        fail(f"share must be a number in [0, 1] or 'none', got {share!r}")
+    if server_url() is not None:
+        with remote_client() as client, errors():
+            client.set_quota(dataset, team, value)
+    else:
+        from privsched.ledger import Ledger
+
+        with errors(), Ledger(db) as ledger:
+            dataset_id = ledger.get_dataset(dataset).id
+        with _identities(db) as identities, errors():
+            identities.set_quota(dataset_id, team, value)
+    print(f"quota of team {team} on {dataset}: {'none' if value is None else f'{value:g} of each block'}")

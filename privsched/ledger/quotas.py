@@ -1,0 +1,89 @@
+"""Team quotas: the share of each block's capacity a team may hold on a dataset (after
+Kueue's ClusterQueue quotas and Slurm's association limits), checked inside the ledger's
+grant transaction so that no race can exceed it.
+
+A team *holds* on a block what its pipelines were granted and not given back: the demand
+of its granted and running pipelines plus what its finished ones consumed. A grant to a
+team with quota share s is admitted only if ``held + demand`` fits ``s × capacity`` on
+every block, in the accounting's sense (``Accounting.fits``: under RDP at some live order,
+as the ledger's own safety invariant, Luo et al., OSDI'21 §4.2). A pipeline's team is the
+one recorded when it was submitted through the API (``submissions``); pipelines without
+one (local submissions, the operator's) are under no quota.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import sqlite_utils
+
+from privsched.budgets.accounting import Accounting
+from privsched.ledger.schema import unpack
+
+TABLE = ("CREATE TABLE IF NOT EXISTS team_quotas (dataset_id INTEGER NOT NULL REFERENCES datasets(id), "
+         "team TEXT NOT NULL, share REAL NOT NULL, PRIMARY KEY (dataset_id, team)) STRICT")
+
+
+class QuotaCheck:
+    """The quotas and holdings as seen inside one transaction; :meth:`take` admits a grant
+    and counts it, so later grants of the same pass see it."""
+
+    def __init__(self, db: sqlite_utils.Database, shares: dict[tuple[int, str], float]) -> None:
+        self.db = db
+        self.shares = shares
+        self._held: dict[tuple[int, str], dict[int, np.ndarray]] = {}
+
+    @classmethod
+    def load(cls, db: sqlite_utils.Database) -> QuotaCheck | None:
+        """The quotas of the database, or None when it has none (the common case)."""
+        if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'team_quotas'").fetchone():
+            return None
+        shares = {(d, t): s for d, t, s in db.execute("SELECT dataset_id, team, share FROM team_quotas")}
+        return cls(db, shares) if shares else None
+
+    def team(self, pipeline_id: int) -> str | None:
+        found = self.db.execute("SELECT team FROM submissions WHERE pipeline_id = ?", [pipeline_id]).fetchone()
+        return found[0] if found else None
+
+    def held(self, dataset_id: int, team: str) -> dict[int, np.ndarray]:
+        """What the team holds on each block of the dataset (block id → vector)."""
+        key = (dataset_id, team)
+        if key not in self._held:
+            held: dict[int, np.ndarray] = defaultdict(lambda: 0.0)
+            for block_id, demand, consumed, state in self.db.execute(
+                "SELECT e.block_id, e.demand, e.consumed, p.state FROM demands e "
+                "JOIN pipelines p ON p.id = e.pipeline_id JOIN submissions s ON s.pipeline_id = p.id "
+                "WHERE p.dataset_id = ? AND s.team = ? AND p.state IN ('granted', 'running', 'completed', 'failed')",
+                [dataset_id, team],
+            ):
+                if state in ("granted", "running"):
+                    held[block_id] = held[block_id] + unpack(demand)
+                elif consumed is not None:
+                    held[block_id] = held[block_id] + unpack(consumed)
+            self._held[key] = held
+        return self._held[key]
+
+    def refusal(self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray,
+                capacity: np.ndarray, accounting: Accounting) -> tuple[str, int] | None:
+        """(team, index of the first block over quota) if granting would exceed the team's quota."""
+        team = self.team(pipeline_id)
+        share = None if team is None else self.shares.get((dataset_id, team))
+        if share is None:
+            return None
+        held = self.held(dataset_id, team)
+        after = np.stack([held[b] + d for b, d in zip(block_ids, demand)])
+        fits = accounting.fits(after, share * capacity, accounting.live(capacity))
+        return None if np.all(fits) else (team, int(np.argmin(fits)))
+
+    def take(self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray,
+             capacity: np.ndarray, accounting: Accounting) -> bool:
+        """Admit a grant within its team's quota and count it as held; False if over."""
+        if self.refusal(pipeline_id, dataset_id, block_ids, demand, capacity, accounting) is not None:
+            return False
+        team = self.team(pipeline_id)
+        if team is not None and (dataset_id, team) in self.shares:
+            held = self.held(dataset_id, team)
+            for block_id, amount in zip(block_ids, demand):
+                held[block_id] = held[block_id] + amount
+        return True

@@ -1,0 +1,323 @@
+"""A client of a privsched server over its HTTP API, with the local client's methods.
+
+    import privsched as ps
+    client = ps.connect("https://sched.example:8470", token=os.environ["PRIVSCHED_TOKEN"])
+    run = client.submit("pipeline.yaml", id="nightly-2026-11-25")   # the same id: the same pipeline
+    print(run.wait().status)
+
+It speaks JSON over one keep-alive connection (``http.client``; use one client per
+thread) and never imports torch, opacus or ray: the server computes every demand. A
+refused request raises :class:`RemoteError`, a ``ValueError`` whose message is the
+server's one-line error, like the local client's ``LedgerError``.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
+from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.service.dryrun import BlockFit, DryRun
+from privsched.service.waiting import WaitingReason
+
+#: Pipeline states in which nothing more happens.
+FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
+#: Seconds to wait for the server to answer one request.
+TIMEOUT = 60.0
+
+
+class RemoteError(ValueError):
+    """The server refused a request (``status`` is its HTTP status, 0 if unreachable)."""
+
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(" ".join(str(message).split()))
+        self.status = status
+
+
+class RemoteRun:
+    """A handle on one pipeline of the server; every property asks the server afresh."""
+
+    def __init__(self, client: RemoteClient, pipeline_id: int) -> None:
+        self.client = client
+        self.id = int(pipeline_id)
+
+    def __repr__(self) -> str:
+        return f"RemoteRun(id={self.id}, status={self.status!r})"
+
+    @property
+    def info(self) -> PipelineInfo:
+        return self.client.status(self.id)
+
+    @property
+    def status(self) -> str:
+        return self.info.state
+
+    @property
+    def done(self) -> bool:
+        return self.status in FINAL_STATES
+
+    def wait(self, timeout: float | None = None, poll: float = 0.2) -> RemoteRun:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.done:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"pipeline {self.id} is still {self.status} after {timeout:g} s")
+            time.sleep(poll)
+        return self
+
+    def cancel(self) -> str:
+        return self.client.cancel(self.id)
+
+    def logs(self) -> str:
+        return self.client.logs(self.id)
+
+
+def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
+    """A specification as the JSON the server parses, validated here first (same errors
+    as local use; the server validates it again)."""
+    from privsched.spec import PipelineSpec, load_spec
+
+    if isinstance(spec, PipelineSpec):
+        parsed = spec
+    elif isinstance(spec, Mapping):
+        parsed = PipelineSpec.parse(dict(spec))
+    else:
+        parsed = load_spec(spec)
+    data = parsed.to_dict()
+    if owner is not None and "owner" not in data:
+        data["owner"] = owner
+    return data
+
+
+class RemoteClient:
+    """The methods of :class:`privsched.client.Client`, served by a privsched server."""
+
+    def __init__(self, url: str, token: str | None = None, *, cafile: str | None = None,
+                 timeout: float = TIMEOUT) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise RemoteError(f"server address must be http(s)://HOST[:PORT], got {url!r}")
+        self.url = url.rstrip("/")
+        self.token = token if token is not None else os.environ.get("PRIVSCHED_TOKEN")
+        self._parts = parts
+        self._context = ssl.create_default_context(cafile=cafile or os.environ.get("PRIVSCHED_CA")) \
+            if parts.scheme == "https" else None
+        self._timeout = timeout
+        self._conn: http.client.HTTPConnection | None = None
+
+    def __repr__(self) -> str:
+        return f"RemoteClient({self.url!r})"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- transport ------------------------------------------------------------------------------
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            host, port = self._parts.hostname, self._parts.port
+            if self._context is not None:
+                self._conn = http.client.HTTPSConnection(host, port or 443, timeout=self._timeout,
+                                                         context=self._context)
+            else:
+                self._conn = http.client.HTTPConnection(host, port or 80, timeout=self._timeout)
+        return self._conn
+
+    def request(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None,
+                *, retry: bool | None = None) -> Any:
+        """One API call: the decoded JSON answer, or :class:`RemoteError`. A dropped
+        keep-alive connection is reopened and a request that is safe to repeat (reads, and
+        submissions with an id) is sent again once."""
+        target = self._parts.path.rstrip("/") + path
+        if query:
+            target += "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
+        payload = None if body is None else json.dumps(body, allow_nan=True).encode()
+        headers = {"Accept": "application/json"}
+        if payload is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        repeat = method == "GET" if retry is None else retry
+        for attempt in (0, 1):
+            try:
+                conn = self._connection()
+                conn.request(method, target, body=payload, headers=headers)
+                response = conn.getresponse()
+                data = response.read()
+                break
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                self.close()
+                if attempt == 0 and repeat and not isinstance(exc, (TimeoutError, ssl.SSLCertVerificationError)):
+                    continue
+                raise RemoteError(f"cannot reach privsched server at {self.url}: {exc}") from None
+        if response.will_close:
+            self.close()
+        try:
+            answer = json.loads(data) if data else None
+        except ValueError:
+            raise RemoteError(f"server answered {response.status} with a body that is not JSON",
+                              response.status) from None
+        if response.status >= 400:
+            message = answer.get("error") if isinstance(answer, dict) else None
+            raise RemoteError(message or f"server answered {response.status}", response.status)
+        return answer
+
+    # -- datasets and blocks ------------------------------------------------------------------
+    def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
+                       alphas: Sequence[float] | None = None, conversion: str = "paper",
+                       teams: Sequence[str] = ()) -> DatasetInfo:
+        body = {"name": name, "epsilon": epsilon, "delta": delta, "accounting": accounting,
+                "alphas": None if alphas is None else list(alphas), "conversion": conversion, "teams": list(teams)}
+        return DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
+
+    def datasets(self) -> list[DatasetInfo]:
+        return [DatasetOut.model_validate(d).info() for d in self.request("GET", "/v1/datasets")]
+
+    def dataset(self, name: str) -> DatasetInfo:
+        return DatasetOut.model_validate(self.request("GET", f"/v1/datasets/{quote(name, safe='')}")).info()
+
+    def add_blocks(self, dataset: str, blocks: Iterable[Any], *, unlocked: float = 0.0) -> list[BlockInfo]:
+        from privsched.client import _block_spec
+
+        specs = [_block_spec(b) for b in blocks]
+        body = {"blocks": [{"key": b.key, "location": b.location} for b in specs], "unlocked": unlocked}
+        answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
+        return [BlockOut.model_validate(b).info() for b in answer]
+
+    def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
+        answer = self.request("GET", "/v1/blocks", query={"dataset": dataset, "active_only": active_only})
+        return [BlockOut.model_validate(b).info() for b in answer]
+
+    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None) -> list[BlockInfo]:
+        body = {"fraction": fraction, "keys": None if keys is None else list(keys)}
+        answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/unlock", body)
+        return [BlockOut.model_validate(b).info() for b in answer]
+
+    def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
+        """Cap what ``team`` may hold on each block of ``dataset`` (admins; None lifts it)."""
+        path = f"/v1/datasets/{quote(dataset, safe='')}/quotas/{quote(team, safe='')}"
+        return self.request("PUT", path, {"share": share}, retry=True)["quotas"]
+
+    # -- pipelines ----------------------------------------------------------------------------
+    def submit(self, spec: Any, *, owner: str | None = None, id: str | None = None) -> RemoteRun:
+        """Submit a pipeline; with a submission ``id``, a repeat returns the pipeline
+        the first one created (and the request is safely resent if the connection drops)."""
+        body = {"spec": _spec_dict(spec, owner), "id": id}
+        answer = self.request("POST", "/v1/pipelines", body, retry=id is not None)
+        return RemoteRun(self, answer["id"])
+
+    def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        answer = self.request("POST", "/v1/pipelines/dry-run", {"spec": _spec_dict(spec, owner)})
+        return DryRun(**{**answer, "blocks": [BlockFit(**b) for b in answer["blocks"]]})
+
+    def submit_many(self, specs: Iterable[Any], *, owner: str | None = None) -> list[RemoteRun]:
+        return [self.submit(spec, owner=owner) for spec in specs]
+
+    def run(self, pipeline_id: int) -> RemoteRun:
+        self.status(pipeline_id)
+        return RemoteRun(self, pipeline_id)
+
+    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
+        wanted = None if states is None else [states] if isinstance(states, str) else list(states)
+        answer = self.request("GET", "/v1/pipelines", query={"state": wanted, "dataset": dataset})
+        return [PipelineOut.model_validate(p).info() for p in answer]
+
+    def status(self, pipeline_id: int) -> PipelineInfo:
+        return PipelineOut.model_validate(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}")).info()
+
+    def cancel(self, pipeline_id: int) -> str:
+        return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]
+
+    def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
+        answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})
+        return answer["text"].encode(), bool(answer["ended"])
+
+    def logs(self, pipeline_id: int) -> str:
+        text, offset = [], 0
+        while True:
+            chunk, ended = self.log_chunk(pipeline_id, offset)
+            text.append(chunk.decode(errors="replace"))
+            offset += len(chunk)
+            if not chunk or ended:
+                return "".join(text)
+
+    def reasons(self, dataset: str | None = None, policy: None = None) -> dict[int, WaitingReason]:
+        """Why each pending pipeline waits, ranked in the serving scheduler's order."""
+        return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons",
+                                                                          query={"dataset": dataset})}
+
+    def scheduler(self) -> str | None:
+        return self.request("GET", "/v1/scheduler")["holder"]
+
+    def audit(self) -> AuditReport:
+        return AuditReport(**self.request("GET", "/v1/audit"))
+
+    # -- users --------------------------------------------------------------------------------
+    def add_user(self, name: str, role: str, team: str | None = None) -> str:
+        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
+
+    def users(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/v1/users")
+
+    def revoke_user(self, name: str) -> None:
+        self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
+
+    @property
+    def ledger(self) -> RemoteLedger:
+        """The ledger's read and admin methods under the :class:`~privsched.ledger.Ledger`
+        names the ledger commands call."""
+        return RemoteLedger(self)
+
+
+class RemoteLedger:
+    """The :class:`~privsched.ledger.Ledger` methods a command line user calls, served remotely."""
+
+    def __init__(self, client: RemoteClient) -> None:
+        self.client = client
+        self.path = client.url
+
+    def __enter__(self) -> RemoteLedger:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.client.close()
+
+    def close(self) -> None:
+        self.client.close()
+
+    def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
+                       alphas: Sequence[float] | None = None, conversion: str = "paper") -> DatasetInfo:
+        return self.client.create_dataset(name, epsilon, delta, accounting, alphas, conversion)
+
+    def list_datasets(self) -> list[DatasetInfo]:
+        return self.client.datasets()
+
+    def get_dataset(self, name: str) -> DatasetInfo:
+        return self.client.dataset(name)
+
+    def add_blocks(self, dataset: str, blocks: Sequence[BlockSpec], unlocked_fraction: float = 0.0) -> list[BlockInfo]:
+        return self.client.add_blocks(dataset, blocks, unlocked=unlocked_fraction)
+
+    def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
+        return self.client.blocks(dataset, active_only=active_only)
+
+    def lease_holder(self) -> dict | None:
+        holder = self.client.scheduler()
+        return None if holder is None else {"holder": holder}
+
+    def audit(self) -> AuditReport:
+        return self.client.audit()

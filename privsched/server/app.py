@@ -1,0 +1,289 @@
+"""The HTTP API over one ledger file: every client operation, behind bearer tokens and roles.
+
+Routes call the same :class:`privsched.client.Client` methods as the command line; the
+only logic here is who may do what (:mod:`privsched.server.access`). Every error is one
+JSON line ``{"error": "..."}`` with a 4xx status, and a refused request changes nothing.
+FastAPI serves the OpenAPI page at ``/docs`` (the schema at ``/openapi.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from privsched.client import Client
+from privsched.server.dashboard import dashboard_router
+from privsched.ledger import LedgerError
+from privsched.ledger.errors import one_line
+from privsched.ledger.identities import DuplicateSubmission, Identities, User
+from privsched.server import access
+from privsched.server.access import ApiError, NotFound
+from privsched.server.batching import SubmitBatcher
+from privsched.server.limits import BodyLimit
+from privsched.server.models import (
+    MAX_BODY,
+    AuditOut,
+    BlockOut,
+    BlocksIn,
+    CancelOut,
+    DatasetIn,
+    DatasetOut,
+    DryRunOut,
+    ErrorOut,
+    LogsOut,
+    PipelineOut,
+    QuotaIn,
+    QuotaOut,
+    SchedulerOut,
+    SubmitIn,
+    TokenOut,
+    UnlockIn,
+    UserIn,
+    UserOut,
+    WaitingOut,
+)
+from privsched.spec import PipelineSpec
+
+#: The most bytes of a job log one request returns.
+LOG_CHUNK = 1 << 20
+
+
+def reply(content: Any, status: int = 200) -> Response:
+    """JSON with infinities written as ``Infinity`` (RDP curves may hold them)."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value.model_dump() if hasattr(value, "model_dump") else value
+
+    return Response(json.dumps(plain(content), allow_nan=True), status_code=status, media_type="application/json")
+
+
+def current_user(request: Request) -> User:
+    """The caller, from its bearer token (401 without a live one)."""
+    return access.authenticate(request.app.state.identities, request.headers.get("authorization"))
+
+
+#: A route parameter that authenticates the caller.
+Caller = Annotated[User, Depends(current_user)]
+
+
+def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
+    """The API of the privsched database at ``path`` (which must exist); ``policy`` (the
+    serving scheduler's) ranks pending pipelines in waiting reasons."""
+    client = Client(path, create=False)
+    client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
+    identities = Identities(path)
+    batcher = SubmitBatcher(client.ledger)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        batcher.close()
+        identities.close()
+        client.close()
+
+    app = FastAPI(title="privsched", summary="Privacy-budget-aware job scheduler: the HTTP API", lifespan=lifespan,
+                  responses={code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)})
+    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.state.client, app.state.identities = client, identities
+    _errors(app)
+    app.include_router(dashboard_router(client, identities, current_user, policy))
+
+    def dataset_out(name: str, caller: User) -> DatasetOut:
+        info = access.readable_dataset(client, identities, caller, name)
+        return DatasetOut.of(info, identities.dataset_teams(info.id))
+
+    def pipeline_out(info, caller: User) -> PipelineOut:
+        submission = identities.submissions([info.id]).get(info.id)
+        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
+
+    def pipeline(pipeline_id: int, caller: User):
+        try:
+            info = client.status(pipeline_id)
+        except LedgerError:
+            raise NotFound(f"unknown pipeline {pipeline_id}") from None
+        access.readable_dataset(client, identities, caller, info.dataset)
+        return info
+
+    def resubmitted(pipeline_id: int, submission_id: str, caller: User) -> Response:
+        access.check_same_submitter(caller, identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
+        return reply(pipeline_out(client.status(pipeline_id), caller))
+
+    # -- datasets and blocks ------------------------------------------------------------------
+    @app.get("/v1/datasets", response_model=list[DatasetOut], tags=["datasets"])
+    def list_datasets(caller: Caller) -> Response:
+        return reply([DatasetOut.of(d, identities.dataset_teams(d.id)) for d in client.datasets()
+                      if identities.may_read(caller, d.id)])
+
+    @app.post("/v1/datasets", response_model=DatasetOut, status_code=201, tags=["datasets"])
+    def create_dataset(body: DatasetIn, caller: Caller) -> Response:
+        access.require_admin(caller, "create a dataset")
+        for team in body.teams:  # check before writing: nothing is created on bad input
+            access.check_team(team)
+        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion)
+        if body.teams:
+            identities.restrict(info.id, body.teams)
+        return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
+
+    @app.get("/v1/datasets/{name}", response_model=DatasetOut, tags=["datasets"])
+    def get_dataset(name: str, caller: Caller) -> Response:
+        return reply(dataset_out(name, caller))
+
+    @app.get("/v1/blocks", response_model=list[BlockOut], tags=["datasets"])
+    def list_blocks(caller: Caller, dataset: str | None = None, active_only: bool = False) -> Response:
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
+        return reply([BlockOut.of(b) for b in client.blocks(dataset, active_only=active_only)
+                      if b.dataset in readable])
+
+    @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
+    def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
+        access.require_admin(caller, "add blocks")
+        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked)
+        return reply([BlockOut.of(b) for b in added], 201)
+
+    @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
+    def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:
+        access.require_admin(caller, "release budget")
+        return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys)])
+
+    @app.put("/v1/datasets/{name}/quotas/{team}", response_model=QuotaOut, tags=["datasets"])
+    def set_quota(name: str, team: str, body: QuotaIn, caller: Caller) -> Response:
+        """Cap the share of each block's capacity ``team`` may hold on the dataset (null lifts it)."""
+        access.require_admin(caller, "set quotas")
+        info = access.readable_dataset(client, identities, caller, name)
+        identities.set_quota(info.id, team, body.share)
+        return reply(QuotaOut(dataset=name, quotas=identities.quotas(info.id)))
+
+    # -- pipelines ----------------------------------------------------------------------------
+    @app.post("/v1/pipelines", response_model=PipelineOut, status_code=201, tags=["pipelines"])
+    def submit(body: SubmitIn, caller: Caller) -> Response:
+        """Submit a pipeline. With an ``id`` already used, the pipeline it names is returned
+        (status 200) and nothing is written."""
+        access.require_submitter(caller)
+        spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.readable_dataset(client, identities, caller, spec.dataset)
+        if body.id is not None:
+            access.check_submission_id(body.id)
+            if (existing := identities.submission(body.id)) is not None:
+                return resubmitted(existing, body.id, caller)
+        if not caller.is_admin:
+            spec = spec.model_copy(update={"owner": caller.name})
+        (request,) = client.requests([spec], owner=caller.name)
+        try:
+            pipeline_id = batcher.submit(request, caller, body.id)
+        except DuplicateSubmission as exc:  # a concurrent request with the same id won
+            return resubmitted(exc.pipeline_id, body.id, caller)
+        return reply(pipeline_out(client.status(pipeline_id), caller), 201)
+
+    @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
+    def dry_run(body: SubmitIn, caller: Caller) -> Response:
+        """The demand a submission would be charged and whether it fits each block now; writes nothing."""
+        access.require_submitter(caller)
+        spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.readable_dataset(client, identities, caller, spec.dataset)
+        return reply(DryRunOut.model_validate(asdict(client.dry_run(spec, owner=caller.name))))
+
+    @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
+    def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None,
+                       dataset: str | None = None) -> Response:
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
+        infos = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
+        teams = identities.submissions([p.id for p in infos])
+        return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller))
+                      for p in infos])
+
+    @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
+    def status(pipeline_id: int, caller: Caller) -> Response:
+        return reply(pipeline_out(pipeline(pipeline_id, caller), caller))
+
+    @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
+    def cancel(pipeline_id: int, caller: Caller) -> Response:
+        info = pipeline(pipeline_id, caller)
+        submission = identities.submissions([pipeline_id]).get(pipeline_id)
+        access.require_owner(caller, info, submission)
+        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id)))
+
+    @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
+    def logs(pipeline_id: int, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
+        """A job's output from byte ``offset`` on. Admins only: a job is untrusted code and
+        its output may hold raw data, which no submitter may read."""
+        access.require_admin(caller, "read job logs")
+        pipeline(pipeline_id, caller)
+        chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
+        return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk),
+                             ended=ended and len(chunk) < LOG_CHUNK))
+
+    @app.get("/v1/reasons", response_model=list[WaitingOut], tags=["pipelines"])
+    def reasons(caller: Caller, dataset: str | None = None) -> Response:
+        """Why each pending pipeline waits: the block and dimension where its demand falls
+        shortest of the unlocked budget, and its rank in the serving policy's order."""
+        names = [access.readable_dataset(client, identities, caller, dataset).name] if dataset is not None else [
+            d.name for d in client.datasets() if identities.may_read(caller, d.id)]
+        found = [r for name in names for r in client.reasons(name, policy).values()]
+        return reply([WaitingOut(**r.to_dict()) for r in found])
+
+    @app.get("/v1/scheduler", response_model=SchedulerOut, tags=["pipelines"])
+    def scheduler(caller: Caller) -> Response:
+        return reply(SchedulerOut(holder=client.scheduler()))
+
+    @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
+    def audit(caller: Caller) -> Response:
+        access.require_admin(caller, "audit the ledger")
+        report = client.audit()
+        return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events))
+
+    # -- users --------------------------------------------------------------------------------
+    @app.get("/v1/users", response_model=list[UserOut], tags=["users"])
+    def list_users(caller: Caller) -> Response:
+        access.require_admin(caller, "list users")
+        return reply([UserOut(**vars(u)) for u in identities.users()])
+
+    @app.post("/v1/users", response_model=TokenOut, status_code=201, tags=["users"])
+    def add_user(body: UserIn, caller: Caller) -> Response:
+        access.require_admin(caller, "add users")
+        return reply(TokenOut(name=body.name, token=identities.add_user(body.name, body.role, body.team)), 201)
+
+    @app.post("/v1/users/{name}/revoke", response_model=UserOut, tags=["users"])
+    def revoke_user(name: str, caller: Caller) -> Response:
+        access.require_admin(caller, "revoke users")
+        identities.revoke(name)
+        return reply(next(UserOut(**vars(u)) for u in identities.users() if u.name == name))
+
+    return app
+
+
+def _errors(app: FastAPI) -> None:
+    """Every failure as one JSON line with its status."""
+
+    @app.exception_handler(ApiError)
+    def api_error(request: Request, exc: ApiError) -> Response:
+        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+        response = reply({"error": str(exc)}, exc.status)
+        response.headers.update(headers or {})
+        return response
+
+    @app.exception_handler(ValueError)  # LedgerError, SpecError, pydantic and budget errors
+    def bad_input(request: Request, exc: ValueError) -> Response:
+        return reply({"error": one_line(str(exc))}, 400)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return reply({"error": one_line(f"invalid request: {problems}")}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        return reply({"error": one_line(str(exc.detail))}, exc.status_code)

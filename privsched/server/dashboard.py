@@ -1,0 +1,89 @@
+"""The dashboard over HTTP: the page and its assets (public: they hold no data), the JSON
+views the page polls and ``/metrics``, each showing only the datasets the caller's team may
+read (admins: all). Job logs, and messages a job may have written, are for admins only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import HTMLResponse, Response
+
+from privsched.client import Client
+from privsched.dashboard import metrics, views
+from privsched.ledger import LedgerError
+from privsched.ledger.identities import Identities, User
+from privsched.server import access
+
+#: The files the page is made of, with their media types; nothing else is served from disk.
+ASSETS = {
+    "dashboard.js": "text/javascript; charset=utf-8",
+    "dashboard.css": "text/css; charset=utf-8",
+}
+#: Media type of Prometheus' text exposition format.
+METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+def _asset(name: str) -> str:
+    return resources.files("privsched.dashboard").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., User],
+                     policy: Any = None) -> APIRouter:
+    """The dashboard's routes on the served database; ``current_user`` authenticates (401),
+    ``policy`` (the serving scheduler's) orders the queue."""
+    router = APIRouter()
+    signed_in = Depends(current_user)
+
+    def readable(caller: User) -> views.Readable:
+        return lambda dataset: identities.may_read(caller, dataset.id)
+
+    def message(caller: User):
+        return lambda info: access.visible_message(info, caller)
+
+    @router.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        return HTMLResponse(_asset("index.html"))
+
+    @router.get("/dashboard/static/{name}", include_in_schema=False)
+    def asset(name: str) -> Response:
+        if name not in ASSETS:
+            raise access.NotFound(f"no dashboard asset {name!r}")
+        return Response(_asset(name), media_type=ASSETS[name])
+
+    @router.get("/v1/dashboard/blocks", tags=["dashboard"],
+                summary="Every readable dataset's blocks as budget bars, and its budget over time")
+    def blocks(caller: User = signed_in) -> list[dict[str, Any]]:
+        return views.blocks_page(client, readable(caller))
+
+    @router.get("/v1/dashboard/queue", tags=["dashboard"],
+                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended")
+    def queue(caller: User = signed_in) -> dict[str, list[dict[str, Any]]]:
+        return views.queue_page(client, readable(caller), client.reasons(policy=policy), message(caller))
+
+    @router.get("/v1/dashboard/pipelines/{pipeline_id}", tags=["dashboard"],
+                summary="One pipeline: demand against capacity, timeline, metrics, log tail (admins)")
+    def pipeline(pipeline_id: int, caller: User = signed_in) -> dict[str, Any]:
+        try:
+            info = client.status(pipeline_id)
+        except LedgerError:
+            raise access.NotFound(f"unknown pipeline {pipeline_id}") from None
+        access.readable_dataset(client, identities, caller, info.dataset)
+        return views.pipeline_page(client, info, access.visible_message(info, caller), log_tail=caller.is_admin)
+
+    @router.get("/v1/dashboard/audit", tags=["dashboard"], summary="A fresh audit of the ledger and its chain head")
+    def audit(caller: User = signed_in) -> dict[str, Any]:
+        access.require_admin(caller, "audit the ledger")
+        return views.audit_page(client)
+
+    @router.get("/metrics", tags=["dashboard"], summary="Prometheus metrics of the readable datasets",
+                response_class=Response)
+    def prometheus(caller: User = signed_in) -> Response:
+        return Response(metrics.render(client, readable(caller), client.reasons(policy=policy)),
+                        media_type=METRICS_TYPE)
+
+    return router
+
+

@@ -1,0 +1,233 @@
+"""The JSON bodies of the HTTP API, shared by the server (and its OpenAPI page) and the
+remote client, with conversions to and from the ledger's data classes.
+
+Budget vectors travel as lists of floats; infinities are written as JSON's common
+extension ``Infinity`` (an RDP curve may be infinite at some orders), which Python's
+``json`` reads back exactly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from privsched.budgets.accounting import Accounting
+from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, PipelineInfo
+
+#: Largest request body the server reads, in bytes.
+MAX_BODY = 1 << 20
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+
+
+def _vector(values: list[float]) -> np.ndarray:
+    return np.asarray(values, dtype=float)
+
+
+class DatasetIn(Model):
+    name: str
+    epsilon: float
+    delta: float
+    accounting: Literal["basic", "rdp"] = "rdp"
+    alphas: list[float] | None = None
+    conversion: Literal["paper", "tight"] = "paper"
+    teams: list[str] = Field(default_factory=list, description="Teams that may use it; empty: every user.")
+
+
+class DatasetOut(Model):
+    name: str
+    accounting: str
+    alphas: list[float]
+    epsilon: float
+    delta: float
+    conversion: str
+    capacity: list[float]
+    created_at: float
+    teams: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, info: DatasetInfo, teams: list[str]) -> DatasetOut:
+        return cls(name=info.name, accounting=info.accounting.name, alphas=list(info.accounting.alphas),
+                   epsilon=info.epsilon, delta=info.delta, conversion=info.conversion,
+                   capacity=info.capacity.tolist(), created_at=info.created_at, teams=teams)
+
+    def info(self) -> DatasetInfo:
+        accounting = Accounting.from_dict({"accounting": self.accounting, "alphas": self.alphas})
+        return DatasetInfo(name=self.name, accounting=accounting, epsilon=self.epsilon, delta=self.delta,
+                           conversion=self.conversion, capacity=_vector(self.capacity), created_at=self.created_at)
+
+
+class BlockIn(Model):
+    key: str
+    location: str | None = None
+
+
+class BlocksIn(Model):
+    blocks: list[BlockIn]
+    unlocked: float = Field(0.0, description="Fraction of each block's capacity unlocked at once.")
+
+
+class BlockOut(Model):
+    id: int
+    dataset: str
+    key: str
+    location: str | None
+    state: str
+    created_at: float
+    capacity: list[float]
+    locked: list[float]
+    unlocked: list[float]
+    allocated: list[float]
+    consumed: list[float]
+
+    @classmethod
+    def of(cls, info: BlockInfo) -> BlockOut:
+        return cls(id=info.id, dataset=info.dataset, key=info.key, location=info.location, state=info.state,
+                   created_at=info.created_at, capacity=info.capacity.tolist(),
+                   **{b: getattr(info, b).tolist() for b in BUCKETS})
+
+    def info(self) -> BlockInfo:
+        return BlockInfo(id=self.id, dataset=self.dataset, key=self.key, location=self.location, state=self.state,
+                         created_at=self.created_at, capacity=_vector(self.capacity),
+                         **{b: _vector(getattr(self, b)) for b in BUCKETS})
+
+
+class SubmitIn(Model):
+    spec: dict[str, Any] = Field(description="A pipeline specification, as in a pipeline YAML file.")
+    id: str | None = Field(None, description="Client-chosen submission id: resubmitting it returns the same pipeline.")
+
+
+class PipelineOut(Model):
+    id: int
+    name: str
+    dataset: str
+    state: str
+    owner: str
+    team: str | None = None
+    weight: float
+    timeout: float | None
+    submitted_at: float
+    granted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    block_keys: list[str]
+    demands: dict[str, list[float]]
+    mechanism: str | None
+    job: dict[str, Any]
+    resources: dict[str, Any]
+    placement: dict[str, Any] | None
+    consumed: dict[str, list[float]] | None
+    message: str | None
+
+    @classmethod
+    def of(cls, info: PipelineInfo, team: str | None = None, message: str | None = None) -> PipelineOut:
+        fields = {name: getattr(info, name) for name in PipelineInfo.__dataclass_fields__}
+        fields["demands"] = {k: v.tolist() for k, v in info.demands.items()}
+        fields["consumed"] = None if info.consumed is None else {k: v.tolist() for k, v in info.consumed.items()}
+        fields["message"] = message
+        return cls(team=team, **fields)
+
+    def info(self) -> PipelineInfo:
+        fields = self.model_dump(exclude={"team"})
+        fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
+        fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
+        return PipelineInfo(**fields)
+
+
+class CancelOut(Model):
+    id: int
+    outcome: Literal["cancelled", "cancelling"]
+
+
+class LogsOut(Model):
+    text: str
+    offset: int = Field(description="Byte offset to ask for next.")
+    ended: bool = Field(description="Whether the pipeline has ended (no more output will come).")
+
+
+class AuditOut(Model):
+    ok: bool
+    violations: list[str]
+    blocks: int
+    events: int
+
+
+class SchedulerOut(Model):
+    holder: str | None = Field(description="The scheduler serving the ledger, if one holds its lease.")
+
+
+class UnlockIn(Model):
+    fraction: float = Field(description="Fraction of each block's capacity to unlock (capped at what is locked).")
+    keys: list[str] | None = Field(None, description="Only these blocks (default: every active block).")
+
+
+class QuotaIn(Model):
+    share: float | None = Field(description="Share of each block's capacity in [0, 1]; null lifts the quota.")
+
+
+class QuotaOut(Model):
+    dataset: str
+    quotas: dict[str, float] = Field(description="Team → share of each block's capacity it may hold.")
+
+
+class UserIn(Model):
+    name: str
+    role: Literal["admin", "submitter", "viewer"]
+    team: str | None = None
+
+
+class UserOut(Model):
+    name: str
+    role: str
+    team: str | None
+    created_at: float
+    revoked_at: float | None
+
+
+class TokenOut(Model):
+    name: str
+    token: str = Field(description="The bearer token; shown once, only its hash is stored.")
+
+
+class WaitingOut(Model):
+    """Why a pending pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
+
+    pipeline_id: int
+    code: Literal["budget", "quota", "turn"]
+    rank: int
+    pending: int
+    order: str
+    block: str | None = None
+    dimension: str | None = None
+    demand: float | None = None
+    unlocked: float | None = None
+    shortfall: float | None = None
+    team: str | None = None
+
+
+class BlockFitOut(Model):
+    key: str
+    fits_now: bool
+    fits_ever: bool
+    dimension: str | None = None
+    shortfall: float | None = None
+
+
+class DryRunOut(Model):
+    """What a submission would claim (:class:`privsched.service.dryrun.DryRun`)."""
+
+    name: str
+    dataset: str
+    demand: list[float]
+    labels: list[str]
+    epsilon: float
+    delta: float
+    blocks: list[BlockFitOut]
+
+
+class ErrorOut(Model):
+    error: str = Field(description="What went wrong, on one line.")

@@ -1,0 +1,121 @@
+"""Serving the HTTP API on uvicorn, in a thread beside the scheduler of the same process.
+
+Plain HTTP is allowed on loopback addresses only: a bearer token sent in clear over a
+network can be read by anyone on the path. Any other address needs ``--tls-cert`` and
+``--tls-key``, or an explicit ``insecure=True`` from the operator.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+#: Where ``privsched serve`` listens unless told otherwise.
+DEFAULT_LISTEN = "127.0.0.1:8470"
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+    tls_cert: str | None = None
+    tls_key: str | None = None
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
+
+
+def parse_listen(text: str, tls_cert: str | None = None, tls_key: str | None = None,
+                 insecure: bool = False) -> Listen:
+    """``HOST:PORT`` (``[v6]:PORT`` for IPv6) checked against the TLS rule above;
+    ``ValueError`` with one line otherwise."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--listen must be HOST:PORT, got {text!r}")
+    if (tls_cert is None) != (tls_key is None):
+        raise ValueError("--tls-cert and --tls-key go together")
+    for path in filter(None, (tls_cert, tls_key)):
+        if not os.path.isfile(path):
+            raise ValueError(f"no TLS file at {path}")
+    if tls_cert is None and not insecure and not is_loopback(host):
+        raise ValueError(f"listening on {host} needs TLS (--tls-cert/--tls-key); "
+                         "pass --insecure to send tokens in clear on purpose")
+    return Listen(host, int(port), tls_cert, tls_key)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def api_for_options(db: str | os.PathLike, listen: str | None, until_idle: bool, tls_cert: str | None,
+                    tls_key: str | None, insecure: bool, log: Callable[[str], None] | None, policy: Any = None
+                    ) -> AbstractContextManager[Listen | None]:
+    """What ``privsched serve``'s options ask for: the API on ``listen`` (by default on
+    :data:`DEFAULT_LISTEN`, except for a batch ``--until-idle`` run), or nothing for 'none'."""
+    text = listen if listen is not None else ("none" if until_idle else DEFAULT_LISTEN)
+    if text == "none":
+        return nullcontext()
+    address = parse_listen(text, tls_cert, tls_key, insecure)
+    if listen is None:  # the default address: a scheduler still runs if it is taken
+        return _default_api(db, address, log, policy)
+    return http_api(db, address, log, policy)
+
+
+@contextmanager
+def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None,
+                 policy: Any) -> Iterator[Listen | None]:
+    try:
+        api = http_api(db, listen, log, policy)
+        bound = api.__enter__()
+    except ValueError as exc:
+        print(f"warning: no HTTP API: {exc}; pass --listen HOST:PORT for another address", file=sys.stderr)
+        yield None
+        return
+    try:
+        yield bound
+    finally:
+        api.__exit__(None, None, None)
+
+
+@contextmanager
+def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None,
+             policy: Any = None) -> Iterator[Listen]:
+    """Serve the API of database ``db`` while the block runs; yields the address bound
+    (port 0 picks a free one). A port in use raises ``ValueError``."""
+    import uvicorn
+
+    from privsched.server.app import create_app
+
+    config = uvicorn.Config(create_app(db, policy), host=listen.host, port=listen.port, ssl_certfile=listen.tls_cert,
+                            ssl_keyfile=listen.tls_key, log_level="warning", access_log=False, lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
+    thread.start()
+    while not server.started:
+        if not thread.is_alive():
+            raise ValueError(f"cannot listen on {listen.host}:{listen.port} (in use, or not an address of this host)")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    bound = Listen(listen.host, port, listen.tls_cert, listen.tls_key)
+    if log is not None:
+        log(f"HTTP API on {bound.url} (OpenAPI page: {bound.url}/docs)")
+    try:
+        yield bound
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,47 @@
+"""Pending pipelines that no future unlock can satisfy (DESIGN §3.3, §4.4).
+
+Whatever happens later, a block can never give out more than it has not consumed: unlocking
+only moves locked budget to unlocked, and settling a job returns at most its allocation, so
+``unlocked ≤ capacity − consumed`` forever (the admin act of releasing a failed job's budget
+aside). A pending pipeline whose demand does not fit ``capacity − consumed`` on one of its
+blocks (under RDP: at no live order; under basic: in ε or in δ), or that asks for a retired
+block, can never be granted, and ends with that reason instead of waiting forever.
+
+The test leans towards waiting: the remainder is widened by a relative ``1e-9`` so that
+floating-point rounding never ends a pipeline that could fit; it only decides to stop
+waiting and never grants budget.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privsched.ledger.models import BlockInfo, PendingView
+
+#: Relative widening of a block's remainder before declaring a demand hopeless.
+_ROUNDING = 1e-9
+
+
+def never_grantable(view: PendingView, blocks: dict[int, BlockInfo]) -> dict[int, str]:
+    """Pending pipeline id → why it can never be granted, for those of ``view`` that cannot
+    (``blocks``: at least every block of the view, by id)."""
+    accounting = view.accounting
+    rows = [blocks[int(b)] for b in view.block_ids.tolist()]
+    if not rows:
+        return {}
+    capacity = np.stack([block.capacity for block in rows])
+    left = capacity - np.stack([block.consumed for block in rows]) + _ROUNDING * np.abs(capacity)
+    active = np.array([block.state == "active" for block in rows])
+    edge = view.edge_block
+    hopeful = active[edge] & accounting.fits(view.edge_demand, left[edge], accounting.live(capacity[edge]))
+    reasons: dict[int, str] = {}
+    where = "at every live order" if accounting.is_rdp else "in ε or δ"
+    for i in np.flatnonzero(~hopeful).tolist():
+        pipeline_id = int(view.pipeline_ids[view.edge_pipeline[i]])
+        block = rows[edge[i]]
+        if block.state != "active":
+            reasons.setdefault(pipeline_id, f"can never be granted: block {block.key!r} is {block.state}")
+        else:
+            reasons.setdefault(pipeline_id, f"can never be granted: its demand exceeds what block {block.key!r} "
+                                            f"has not consumed {where}")
+    return reasons

@@ -1,0 +1,35 @@
+"""User-code jobs of the fault-injection tests, as ``tests.fault_jobs:<name>``.
+
+This module holds no tests: job processes import it, so it stays light.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from privsched.jobs.context import JobContext
+
+
+def counted_sleep_then_spend(ctx: JobContext) -> None:
+    """Appends a line to ``runs.txt`` in its run folder (one per start of the job), sleeps
+    ``ctx.params['seconds']``, reads its blocks and reports half of its budget spent."""
+    with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
+        runs.write("run\n")
+    time.sleep(float(ctx.params.get("seconds", 1.0)))
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+    ctx.report_spent(ctx.budget / 2)
+
+
+def counted_wait_then_spend(ctx: JobContext) -> None:
+    """Like :func:`counted_sleep_then_spend`, but waits (at most a minute) until a file
+    named ``go`` appears in its run folder."""
+    with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
+        runs.write("run\n")
+    deadline = time.monotonic() + 60
+    while not Path(ctx.workdir, "go").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for key in ctx.block_keys:
+        ctx.block_path(key)
+    ctx.report_spent(ctx.budget / 2)

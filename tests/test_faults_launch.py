@@ -1,0 +1,92 @@
+"""A real scheduler process killed (SIGKILL) at each step of a launch, then a new scheduler
+recovers: a job that never started costs nothing, a job that started is adopted and settled
+once with what it spent, nothing stays ``running`` without a job, and the audit is clean."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from privsched.client import Client, connect
+from privsched.service.rundirs import RunDirs
+
+HELPER = Path(__file__).with_name("fault_scheduler.py")
+EPSILON = 0.4
+
+
+@pytest.fixture
+def client(tmp_db: Path) -> Client:
+    client = connect(tmp_db)
+    client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
+    client.add_blocks("reviews", [("b0", "/data/b0")])
+    yield client
+    client.close()
+
+
+def submit(client: Client, seconds: float = 1.0) -> int:
+    job = {"function": "tests.fault_jobs:counted_sleep_then_spend", "params": {"seconds": seconds}}
+    return client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON, "job": job}).id
+
+
+def job_runs(client: Client, pipeline_id: int) -> int:
+    runs = RunDirs(client.path).folder(pipeline_id) / "runs.txt"
+    return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+def crash_at(client: Client, step: str) -> None:
+    done = subprocess.run([sys.executable, str(HELPER), str(client.path), step, "kill"],
+                          capture_output=True, text=True)
+    assert done.returncode == -9 and "fault" in done.stdout, done.stderr
+
+
+def recover(client: Client) -> None:
+    client.run_until_idle("fcfs", tick=0.05, cpus=4, gpus=0)
+
+
+def assert_settled_cleanly(client: Client) -> None:
+    assert client.ledger.list_pipelines(states=["granted", "running"]) == []
+    assert client.ledger.audit().ok
+
+
+@pytest.mark.parametrize("step", ["before-running", "after-popen", "after-pid-file", "after-started"])
+def test_a_job_started_before_the_crash_or_after_recovery_runs_once_and_is_charged_what_it_spent(
+    client: Client, step: str
+):
+    pipeline_id = submit(client)
+    crash_at(client, step)
+    if step == "after-popen":  # found by the launch token in its environment
+        assert not RunDirs(client.path).pid_file(pipeline_id).exists()
+    recover(client)
+    info = client.ledger.get_pipeline(pipeline_id)
+    assert info.state == "completed", info.message
+    assert job_runs(client, pipeline_id) == 1
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert_settled_cleanly(client)
+
+
+def test_a_launch_that_never_spawned_its_process_releases_the_grant(client: Client):
+    pipeline_id = submit(client)
+    crash_at(client, "after-running")
+    assert client.ledger.get_pipeline(pipeline_id).state == "running"
+    recover(client)
+    info = client.ledger.get_pipeline(pipeline_id)
+    assert info.state == "failed" and "never started" in info.message
+    assert job_runs(client, pipeline_id) == 0
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == 0.0
+    assert_settled_cleanly(client)
+
+
+def test_a_launch_cut_between_its_spawn_marker_and_its_process_is_charged_in_full(client: Client):
+    """Whether the process started cannot be told apart from a job that died at once without
+    a result, so the grant is consumed (DESIGN §4.4); the window is the process spawn alone."""
+    pipeline_id = submit(client)
+    crash_at(client, "after-marker")
+    recover(client)
+    info = client.ledger.get_pipeline(pipeline_id)
+    assert info.state == "failed" and "without writing its result" in info.message
+    assert job_runs(client, pipeline_id) == 0
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)
+    assert_settled_cleanly(client)
