@@ -13,7 +13,11 @@ Measured:
   fully unlocked block of its own, so each allocation pass orders all 10,000 pending
   pipelines and grants the probe.
 
-Run from the repository root: ``.venv/bin/python benchmarks/service.py [--quick]``.
+- the cost of confinement on job start (``--confinement``): from a pipeline's grant to the
+  first line of its job's code, with the job run under Landlock and under ``--sandbox none``
+  (a small database, probes alternating between the two modes in one process).
+
+Run from the repository root: ``.venv/bin/python benchmarks/service.py [--quick] [--confinement]``.
 """
 
 from __future__ import annotations
@@ -123,6 +127,40 @@ def latencies(client: Client, env: dict, folder: Path, probes: int) -> tuple[lis
     return by_cli, by_api
 
 
+def start_probe(client: Client, mode: str, i: int) -> float:
+    """Seconds from one probe's grant to its job's first line, the scheduler confining jobs
+    with ``mode``."""
+    job = {"function": "tests.sandbox_jobs:records_start", "pythonpath": [str(REPO)]}
+    run = client.submit({"name": f"start-{i}", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.01,
+                         "job": job, "resources": {"cpus": 0.01}})
+    client.run_until_idle("fcfs", tick=0.01, cpus=1, gpus=0, sandbox=mode)
+    info = client.status(run.id)
+    return float((client.runs.workdir(run.id) / "started").read_text()) - info.granted_at
+
+
+def confinement(probes: int) -> None:
+    folder = Path(tempfile.mkdtemp(prefix="privsched-bench-"))
+    np.savez(folder / "b0.npz", rating=np.arange(10.0))
+    clients: dict[str, Client] = {}
+    for mode in ("none", "landlock"):
+        clients[mode] = connect(folder / f"start-{mode}.db")
+        clients[mode].create_dataset("reviews", epsilon=10, delta=1e-7, accounting="basic")
+        clients[mode].add_blocks("reviews", [("b0", str(folder / "b0.npz"))])
+    by_mode: dict[str, list[float]] = {mode: [] for mode in clients}
+    for i in range(probes):  # alternate, so that the machine's load weighs on both alike
+        for mode, client in clients.items():
+            by_mode[mode].append(start_probe(client, mode, i))
+    base = statistics.median(by_mode["none"])
+    print(f"\ngrant → first line of the job, {probes} probes per mode (local executor)\n")
+    print("| sandbox | median (ms) | max (ms) | ratio to none |")
+    print("|---|---|---|---|")
+    for mode, values in by_mode.items():
+        print(f"| {mode} | {1000 * statistics.median(values):.0f} | {1000 * max(values):.0f} | "
+              f"{statistics.median(values) / base:.2f} |")
+    for client in clients.values():
+        client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--blocks", type=int, default=1000)
@@ -131,7 +169,11 @@ def main() -> None:
     parser.add_argument("--api-submissions", type=int, default=200)
     parser.add_argument("--probes", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
+    parser.add_argument("--confinement", action="store_true", help="measure only the sandbox's cost on job start")
     args = parser.parse_args()
+    if args.confinement:
+        confinement(args.probes)
+        return
     if args.quick:
         args.blocks, args.pending, args.cli_submissions, args.api_submissions, args.probes = 100, 1000, 5, 50, 3
 

@@ -467,19 +467,24 @@ class Client:
         memory: int | str | None = None,
         executor: str = "local",
         ray_address: str | None = None,
+        sandbox: str | None = None,
+        allow_network: bool = False,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
     ):
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
 
-        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's). Returns a
+        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's); ``sandbox``
+        confines jobs (``landlock``, the default, or ``none``: see ``docs/sandbox.md``) and
+        ``allow_network`` lets jobs that ask for it keep TCP access. Returns a
         :class:`~privsched.service.serve.ServeSummary` when ``stop`` is set or, with
         ``until_idle``, when nothing more can happen without new submissions."""
         from privsched.service.serve import serve_options
 
         return serve_options(
             self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
-            memory=memory, executor=executor, ray_address=ray_address, stop=stop, log=log,
+            memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
+            allow_network=allow_network, stop=stop, log=log,
         )
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any):

@@ -263,8 +263,8 @@ class RemoteClient:
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]
 
-    def audit(self) -> AuditReport:
-        return AuditReport(**self.request("GET", "/v1/audit"))
+    def audit(self, expect: str | None = None) -> AuditReport:
+        return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 
     # -- users --------------------------------------------------------------------------------
     def add_user(self, name: str, role: str, team: str | None = None) -> str:
@@ -319,5 +319,5 @@ class RemoteLedger:
         holder = self.client.scheduler()
         return None if holder is None else {"holder": holder}
 
-    def audit(self) -> AuditReport:
-        return self.client.audit()
+    def audit(self, expect: str | None = None) -> AuditReport:
+        return self.client.audit(expect)

@@ -183,6 +183,9 @@ class JobSpec(_Model):
     params: dict[str, Any] = Field(default_factory=dict)
     #: Directories prepended to the job process's import path (where ``function`` lives).
     pythonpath: list[str] = Field(default_factory=list)
+    #: Whether the job asks to keep TCP access in its sandbox (granted only if the operator
+    #: serves with ``--allow-network``).
+    network: bool = False
 
     @model_validator(mode="after")
     def _one_entry(self) -> JobSpec:

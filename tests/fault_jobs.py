@@ -12,8 +12,9 @@ from privsched.jobs.context import JobContext
 
 
 def counted_sleep_then_spend(ctx: JobContext) -> None:
-    """Appends a line to ``runs.txt`` in its run folder (one per start of the job), sleeps
-    ``ctx.params['seconds']``, reads its blocks and reports half of its budget spent."""
+    """Appends a line to ``runs.txt`` in its work folder (one per start of the job), sleeps
+    ``ctx.params['seconds']``, reads its blocks and reports half of its budget spent (not
+    believed: a user job is charged its grant)."""
     with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
         runs.write("run\n")
     time.sleep(float(ctx.params.get("seconds", 1.0)))
@@ -24,7 +25,7 @@ def counted_sleep_then_spend(ctx: JobContext) -> None:
 
 def counted_wait_then_spend(ctx: JobContext) -> None:
     """Like :func:`counted_sleep_then_spend`, but waits (at most a minute) until a file
-    named ``go`` appears in its run folder."""
+    named ``go`` appears in its work folder."""
     with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
         runs.write("run\n")
     deadline = time.monotonic() + 60
@@ -32,4 +33,15 @@ def counted_wait_then_spend(ctx: JobContext) -> None:
         time.sleep(0.02)
     for key in ctx.block_keys:
         ctx.block_path(key)
+    ctx.report_spent(ctx.budget / 2)
+
+
+def forges_its_pid_file(ctx: JobContext) -> None:
+    """Points its run folder's pid file at another live process (``ctx.params['victim']``,
+    with its true start time), then sleeps ``ctx.params['seconds']`` and spends half."""
+    victim = int(ctx.params["victim"])
+    stat = Path(f"/proc/{victim}/stat").read_text()
+    ticks = stat[stat.rindex(")") + 2:].split()[19]
+    Path(ctx.workdir, "pid").write_text(f"{victim} {ticks}\n")
+    time.sleep(float(ctx.params.get("seconds", 1.0)))
     ctx.report_spent(ctx.budget / 2)

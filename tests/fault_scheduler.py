@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from privsched.ledger import Ledger  # noqa: E402
 from privsched.policies import make_policy  # noqa: E402
-from privsched.service import scheduler  # noqa: E402
+from privsched.service import launching  # noqa: E402
 from privsched.service.executors import local  # noqa: E402
 from privsched.service.resources import Pool  # noqa: E402
 from privsched.service.serve import ServiceError, serve  # noqa: E402
@@ -62,7 +62,7 @@ def main() -> int:
     if step == "before-running":
         wrap(Ledger, "mark_running", sig, before=True)
     elif step == "after-running":
-        wrap(scheduler, "mark_spawning", sig, before=True)
+        wrap(launching.LaunchFiles, "mark_spawning", sig, before=True)
     elif step == "after-marker":
         wrap(local.LocalExecutor, "start", sig, before=True)
     elif step == "after-popen":

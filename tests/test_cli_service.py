@@ -70,7 +70,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
         write_pipeline(tmp_path, "half", "spend_half", "[b0]", 0.4),
         write_pipeline(tmp_path, "whole", "no_report", "{from: b0, to: b1}", 0.4),
         write_pipeline(tmp_path, "crash", "raises_after_reading", "[b1]", 0.3),
-        write_pipeline(tmp_path, "toolate", "spend_half", "[b0]", 0.5),  # 0.4 left on b0 after the others
+        write_pipeline(tmp_path, "toolate", "spend_half", "[b0]", 0.5),  # 0.2 left on b0 after the others
         write_pipeline(tmp_path, "expires", "spend_half", "{last: 4}", 0.9, "timeout: 1s\n"),
     ]
     ids = [cli("submit", s).stdout.strip() for s in specs]
@@ -79,7 +79,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
     assert served.returncode == 0, served.stderr
     assert states(tmp_path / "p.db") == {"half": "completed", "whole": "completed", "crash": "failed",
                                          "toolate": "failed", "expires": "timed_out"}  # toolate can never fit
-    assert consumed(tmp_path / "p.db", "b0") == pytest.approx(0.2 + 0.4)
+    assert consumed(tmp_path / "p.db", "b0") == pytest.approx(0.4 + 0.4)  # user jobs are charged their grants
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0
     status = cli("status", "3")
@@ -127,7 +127,7 @@ def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, 
     with Ledger(db) as ledger:
         grants = [e.pipeline_id for e in ledger.events() if e.kind == "grant" and e.target == "granted"]
     assert sorted(grants) == [1, 2, 3, 4]
-    assert [consumed(db, f"b{i}") for i in range(4)] == pytest.approx([0.1] * 4)
+    assert [consumed(db, f"b{i}") for i in range(4)] == pytest.approx([0.2] * 4)
     assert cli("audit").returncode == 0
 
 

@@ -4,14 +4,20 @@ once with what it spent, nothing stays ``running`` without a job, and the audit 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from privsched.client import Client, connect
+from privsched.policies import make_policy
+from privsched.service.executors.local import LocalExecutor
+from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
+from privsched.service.scheduler import Scheduler
 
 HELPER = Path(__file__).with_name("fault_scheduler.py")
 EPSILON = 0.4
@@ -32,7 +38,7 @@ def submit(client: Client, seconds: float = 1.0) -> int:
 
 
 def job_runs(client: Client, pipeline_id: int) -> int:
-    runs = RunDirs(client.path).folder(pipeline_id) / "runs.txt"
+    runs = RunDirs(client.path).workdir(pipeline_id) / "runs.txt"
     return len(runs.read_text().splitlines()) if runs.exists() else 0
 
 
@@ -63,7 +69,7 @@ def test_a_job_started_before_the_crash_or_after_recovery_runs_once_and_is_charg
     info = client.ledger.get_pipeline(pipeline_id)
     assert info.state == "completed", info.message
     assert job_runs(client, pipeline_id) == 1
-    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)  # a user job: its grant
     assert_settled_cleanly(client)
 
 
@@ -90,3 +96,29 @@ def test_a_launch_cut_between_its_spawn_marker_and_its_process_is_charged_in_ful
     assert job_runs(client, pipeline_id) == 0
     assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)
     assert_settled_cleanly(client)
+
+
+def test_recovery_watches_the_process_the_ledger_recorded_not_a_pid_file_the_job_forged(client: Client):
+    job = {"function": "tests.fault_jobs:forges_its_pid_file", "params": {"seconds": 1.5, "victim": os.getpid()}}
+    pipeline_id = client.submit({"name": "forger", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
+                                 "job": job}).id
+    pool = Pool((), cpus=4.0, memory=0)
+    first = Scheduler(client.ledger, make_policy("fcfs"), LocalExecutor(), pool, RunDirs(client.path))
+    first.recover(time.time())
+    assert first.tick(time.time()).started == [pipeline_id]
+    record = client.ledger.launch_records([pipeline_id])[pipeline_id]
+    assert record.state == "started" and record.pid is not None
+    pid_file, deadline = RunDirs(client.path).pid_file(pipeline_id), time.monotonic() + 30
+    while not pid_file.read_text().startswith(f"{os.getpid()} "):  # the job forges its pid file
+        assert time.monotonic() < deadline, "the job never forged its pid file"
+        time.sleep(0.02)
+    second = Scheduler(client.ledger, make_policy("fcfs"), LocalExecutor(), pool, RunDirs(client.path))
+    second.recover(time.time())
+    deadline = time.monotonic() + 30
+    while client.ledger.get_pipeline(pipeline_id).state == "running":
+        assert time.monotonic() < deadline, "the real job's end was never seen"
+        second.tick(time.time())
+        time.sleep(0.05)
+    assert client.ledger.get_pipeline(pipeline_id).state == "completed"
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert client.ledger.audit().ok

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from privsched.client import Client, connect
 from privsched.ledger import BlockSpec, Ledger
@@ -106,6 +108,51 @@ def test_a_scheduler_paused_past_its_lease_cannot_write_when_it_resumes(client: 
     info = client.ledger.get_pipeline(pipeline_id)
     assert info.state == "completed", (info.message, logs)
     assert job_runs(client, pipeline_id) == 1
-    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)  # a user job: its grant
     assert client.ledger.list_pipelines(states=["granted", "running"]) == []
     assert client.ledger.audit().ok
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["acquire", "renew", "release", "write"]),
+                          st.floats(0.0, 20.0)), max_size=25))
+def test_a_write_succeeds_exactly_while_its_writer_holds_the_lease_generation_it_took(tmp_path_factory, steps):
+    """Any interleaving of three schedulers taking, renewing, releasing the lease and writing:
+    a fenced write goes through if and only if the lease still names its writer at the
+    generation that writer took; generations only grow."""
+    path = tmp_path_factory.mktemp("lease") / "p.db"
+    Ledger.init(path).close()
+    ledgers = {h: Ledger(path) for h in "abc"}
+    lease: dict | None = None  # the model: holder, expiry, generation
+    fences: dict[str, int] = {}
+    now = 1000.0
+    try:
+        for holder, op, advance in steps:
+            now += advance
+            ledger = ledgers[holder]
+            if op == "acquire":
+                free = lease is None or lease["holder"] == holder or lease["expires"] <= now
+                assert ledger.acquire_lease(holder, ttl=10.0, now=now) == free
+                if free:
+                    lease = {"holder": holder, "expires": now + 10.0, "generation": (lease or {}).get("generation", 0) + 1}
+                    fences[holder] = lease["generation"]
+            elif op == "renew":
+                ours = lease is not None and lease["holder"] == holder
+                assert ledger.renew_lease(holder, ttl=10.0, now=now) == ours
+                if ours:
+                    lease["expires"] = now + 10.0
+            elif op == "release":
+                ledger.release_lease(holder)
+                if lease is not None and lease["holder"] == holder:
+                    lease["expires"] = 0.0
+                fences.pop(holder, None)
+            else:
+                allowed = holder not in fences or (lease["holder"], lease["generation"]) == (holder, fences[holder])
+                if allowed:
+                    ledger.expire(now=now)
+                else:
+                    with pytest.raises(LeaseLost):
+                        ledger.expire(now=now)
+    finally:
+        for ledger in ledgers.values():
+            ledger.close()

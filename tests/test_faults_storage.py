@@ -70,9 +70,10 @@ def test_a_job_that_ends_while_the_database_is_full_is_settled_once_space_return
     thread.start()
     try:
         wait_for(lambda: client.ledger.get_pipeline(pipeline_id).state == "running", "the job to start")
-        fill(ledger)
         runs = RunDirs(client.path)
-        (runs.folder(pipeline_id) / "go").touch()  # the job ends now; its settling is refused
+        wait_for((runs.workdir(pipeline_id) / "runs.txt").exists, "the job's code to run")
+        fill(ledger)
+        (runs.workdir(pipeline_id) / "go").touch()  # the job ends now; its settling is refused
         condition = runs.root / CONDITION_FILE
         wait_for(condition.exists, "the condition to be reported")
         assert "database or disk is full" in condition.read_text()
@@ -89,5 +90,5 @@ def test_a_job_that_ends_while_the_database_is_full_is_settled_once_space_return
     assert any("storage full since" in line for line in logs)
     assert any("storage available again" in line for line in logs)
     assert job_runs(client, pipeline_id) == 1
-    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)  # a user job: its grant
     assert client.ledger.audit().ok

@@ -13,9 +13,10 @@ from privsched.jobs.context import JobContext
 
 
 def _trace(ctx: JobContext, event: str) -> None:
-    """Append ``<pipeline id> <event>`` to the file ``ctx.params['trace']``, if given."""
-    if "trace" in ctx.params:
-        with open(ctx.params["trace"], "a") as trace:
+    """With ``ctx.params['trace']``, append ``<pipeline id> <event>`` to ``trace`` in its work
+    folder (the only place a confined job may write)."""
+    if ctx.params.get("trace"):
+        with open(Path(ctx.workdir, "trace"), "a") as trace:
             trace.write(f"{ctx.pipeline_id} {event}\n")
 
 

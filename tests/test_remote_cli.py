@@ -95,6 +95,9 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     cancelled = run_cli("cancel", "3", env=remote)
     assert (cancelled.returncode, cancelled.stdout) == (0, "pipeline 3 cancelled\n")
     assert run_cli("audit", env=remote).returncode == 0
+    for command in (["audit", "--export"], ["audit", "--expect", f"1:{'00' * 32}"], ["audit", "--expect", "x"]):
+        here, there = run_cli(*command, env=local), run_cli(*command, env=remote)
+        assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr), command
 
 
 def test_a_submitter_is_refused_with_the_local_error_format(served: Served, run_cli):

@@ -46,10 +46,10 @@ def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResul
     return results
 
 
-def test_reported_spending_is_charged_on_every_block(tmp_path: Path):
+def test_a_user_jobs_reported_spending_is_not_believed_it_is_charged_its_grant(tmp_path: Path):
     result = run_to_end(LocalExecutor(), launch_for(tmp_path, "spend_half"))[1]
     assert result.completed and result.touched_data
-    assert result.spent == {"d1": [0.5, 5e-10], "d2": [0.5, 5e-10]}
+    assert result.spent == {"d1": GRANT, "d2": GRANT}
     assert result.metrics == {"blocks": 2}
 
 
@@ -112,7 +112,7 @@ def test_a_new_executor_attaches_to_a_job_an_earlier_one_started(tmp_path: Path)
     second = LocalExecutor()  # as after a scheduler restart
     assert second.attach(launch) is True
     result = run_to_end(second)[1]
-    assert result.completed and result.spent == {"d1": [0.5, 5e-10], "d2": [0.5, 5e-10]}
+    assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
     first.poll(time.time())  # reap the child
 
 

@@ -16,9 +16,9 @@ def invoke(*args: str):
     return runner.invoke(app, [str(a) for a in args])
 
 
-def test_simulate_writes_result_summary_and_plots(tmp_path):
+def test_simulate_writes_result_summary_and_plots_when_asked(tmp_path):
     out = tmp_path / "run"
-    result = invoke("simulate", "single-block", "--policy", "dpf-n", "--n", "150", "--out", out)
+    result = invoke("simulate", "single-block", "--policy", "dpf-n", "--n", "150", "--out", out, "--plots")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     # 99 mice of ε = 0.01 and the 100th, which would fill the block exactly: 100 × 0.01 is
@@ -28,6 +28,13 @@ def test_simulate_writes_result_summary_and_plots(tmp_path):
     assert saved.granted == 99
     assert {p.name for p in out.glob("*.png")} == {"delay_cdf.png", "budget_over_time.png", "granted_by_class.png"}
     assert "mice" in result.output
+
+
+def test_simulate_draws_no_plots_unless_asked(tmp_path):
+    out = tmp_path / "run"
+    result = invoke("simulate", "single-block", "--policy", "fcfs", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["result.json", "summary.json"]
 
 
 def test_a_saved_trace_simulates_like_the_generated_workload(tmp_path):

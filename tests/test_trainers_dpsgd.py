@@ -51,7 +51,8 @@ def large_blocks(tmp_path_factory) -> list[Path]:
 
 
 def job_context(
-    paths, job: dict, accounting: Accounting, workdir: Path, epsilon: float = 1.0, grant_scale: float = 1.0
+    paths, job: dict, accounting: Accounting, workdir: Path, epsilon: float = 1.0, grant_scale: float = 1.0,
+    device: str = "cpu",
 ) -> JobContext:
     """A granted job as the scheduler hands it over: its grant is the plan's demand (times
     ``grant_scale``) on every block, its parameters carry the charged mechanism."""
@@ -59,7 +60,7 @@ def job_context(
     grant = demand_vector(mechanism, accounting) * grant_scale
     blocks = {p.stem: BlockGrant(p.stem, str(p), grant) for p in paths}
     params = {**job, "mechanism": json.loads(mechanism_json(mechanism)), "epsilon": epsilon, "delta": DELTA}
-    return JobContext(1, "job", "reviews", accounting, DELTA, blocks, workdir=workdir, params=params)
+    return JobContext(1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=params)
 
 
 def expected_spent(
@@ -148,6 +149,16 @@ def test_ghost_clipping_takes_noise_only_steps_on_empty_poisson_batches(small_bl
     run_builtin(ctx)
     assert ctx.metrics["steps"] == 10
     assert ctx.spent == pytest.approx(demand_vector(plan_mechanism(job, 1.0, DELTA, Accounting.rdp()), Accounting.rdp()))
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+@pytest.mark.parametrize("mode", ["ghost", "opacus-ghost", "hooks"])
+def test_a_job_trains_with_secure_noise_on_the_device_it_is_placed_on(small_blocks, tmp_path, device, mode):
+    # The noise generator lives on the model's device: a CPU generator fails on a GPU.
+    job = {"kind": "dpsgd", "model": "text", "sample_rate": 0.1, "epochs": 0.2, "lr": 0.01, "grad_sample_mode": mode}
+    ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path, device=device)
+    run_builtin(ctx)
+    assert ctx.metrics["steps"] == 2 and ctx.spent is not None
 
 
 def test_reading_a_block_outside_the_grant_raises_before_opening_any(small_blocks, tmp_path):

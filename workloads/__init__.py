@@ -6,23 +6,34 @@ Every generator is seeded and deterministic and returns a validated
 
 from __future__ import annotations
 
-from functools import partial
-from typing import Callable
+import importlib
+from typing import TYPE_CHECKING, Any, Callable
 
-from privsched.simulation.trace import Trace
-from workloads.heterogeneous import heterogeneous
-from workloads.macrobenchmark import macrobenchmark
-from workloads.microbenchmarks import multi_block, single_block
+if TYPE_CHECKING:
+    from privsched.simulation.trace import Trace
+
+
+def _lazy(module: str, function: str, **fixed: Any) -> Callable[..., Trace]:
+    """The generator ``module.function`` with ``fixed`` arguments, its module imported on
+    the first call (so that naming one workload does not import every generator's
+    dependencies)."""
+
+    def generator(**params: Any) -> Trace:
+        return getattr(importlib.import_module(module), function)(**fixed, **params)
+
+    generator.__name__ = generator.__qualname__ = function
+    return generator
+
 
 #: Workload name -> generator (keyword arguments: seed and the generator's parameters).
 WORKLOADS: dict[str, Callable[..., Trace]] = {
-    "single-block": partial(single_block, accounting="basic"),
-    "single-block-rdp": partial(single_block, accounting="rdp"),
-    "multi-block": partial(multi_block, accounting="basic"),
-    "multi-block-rdp": partial(multi_block, accounting="rdp"),
-    "macro": partial(macrobenchmark, accounting="basic"),
-    "macro-rdp": partial(macrobenchmark, accounting="rdp"),
-    "heterogeneous": heterogeneous,
+    "single-block": _lazy("workloads.microbenchmarks", "single_block", accounting="basic"),
+    "single-block-rdp": _lazy("workloads.microbenchmarks", "single_block", accounting="rdp"),
+    "multi-block": _lazy("workloads.microbenchmarks", "multi_block", accounting="basic"),
+    "multi-block-rdp": _lazy("workloads.microbenchmarks", "multi_block", accounting="rdp"),
+    "macro": _lazy("workloads.macrobenchmark", "macrobenchmark", accounting="basic"),
+    "macro-rdp": _lazy("workloads.macrobenchmark", "macrobenchmark", accounting="rdp"),
+    "heterogeneous": _lazy("workloads.heterogeneous", "heterogeneous"),
 }
 
 

@@ -85,7 +85,8 @@ from scipy.special import ndtr, ndtri
 
 from privsched.budgets.accounting import DEFAULT_ALPHAS
 from privsched.budgets.capacity import rdp_capacity
-from privsched.budgets.curves import gaussian_curve, laplace_curve, subsampled_gaussian_curve
+from privsched.budgets.curves import gaussian_curve, laplace_curve
+from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.simulation.trace import Trace, parse_trace
 from workloads.microbenchmarks import periodic_blocks, poisson_arrivals
 

@@ -10,7 +10,6 @@ from privsched.budgets.curves import (
     laplace_curve,
     pure_dp_curve,
     rdp_to_epsilon,
-    subsampled_gaussian_curve,
 )
 from privsched.budgets.mechanisms import (
     Composed,
@@ -24,6 +23,7 @@ from privsched.budgets.mechanisms import (
     mechanism_json,
     parse_mechanism,
 )
+from privsched.budgets.sgm import calibrate_noise_multiplier, subsampled_gaussian_curve
 
 __all__ = [
     "DEFAULT_ALPHAS",
@@ -37,6 +37,7 @@ __all__ = [
     "SubsampledGaussian",
     "analytic_gaussian_sigma",
     "block_capacity",
+    "calibrate_noise_multiplier",
     "demand_vector",
     "gaussian_curve",
     "gaussian_delta",

@@ -1,7 +1,7 @@
 """RDP curves of common mechanisms and conversions to (ε, δ) (DESIGN §3.4).
 
-Pure functions over an order grid ``alphas``; each returns an array of ε(α).
-Heavy dependencies (Opacus, hence torch) are imported only by the functions that need them.
+Pure NumPy functions over an order grid ``alphas``; each returns an array of ε(α). The
+subsampled Gaussian (DP-SGD) has its own module, :mod:`privsched.budgets.sgm`.
 """
 
 from __future__ import annotations
@@ -38,21 +38,6 @@ def laplace_curve(scale: float, alphas, sensitivity: float = 1.0) -> np.ndarray:
     first = np.log(a / (2 * a - 1)) + (a - 1) / lam
     second = np.log((a - 1) / (2 * a - 1)) + (-a / lam)
     return np.logaddexp(first, second) / (a - 1)
-
-
-def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
-    """DP-SGD: Poisson-subsampled Gaussian composed over ``steps`` (Mironov, Talwar & Zhang
-    2019), computed by Opacus' RDP analysis (``compute_rdp``)."""
-    if not 0 < sample_rate <= 1:
-        raise ValueError(f"sample rate must be in (0, 1], got {sample_rate!r}")
-    if not noise_multiplier > 0 or not math.isfinite(noise_multiplier):
-        raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier!r}")
-    if int(steps) != steps or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    from opacus.accountants.analysis.rdp import compute_rdp
-
-    orders = [float(a) for a in _orders(alphas)]
-    return np.asarray(compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=int(steps), orders=orders))
 
 
 def pure_dp_curve(epsilon: float, alphas) -> np.ndarray:

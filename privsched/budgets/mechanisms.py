@@ -18,8 +18,8 @@ from privsched.budgets.curves import (
     gaussian_curve,
     laplace_curve,
     pure_dp_curve,
-    subsampled_gaussian_curve,
 )
+from privsched.budgets.sgm import subsampled_gaussian_curve
 
 
 class _Mechanism(BaseModel):

@@ -1,42 +1,37 @@
 """The ``privsched`` command line: a thin layer over the Python API.
 
-Each command group lives in its own module and registers itself on :data:`app`. Command
-modules import heavy libraries (torch, opacus, ray) only inside command bodies, so that
-``privsched --help`` stays fast.
+Each command group lives in its own module and registers itself on the Typer application
+of :mod:`privsched.cli.registry`. :func:`main` imports only the module of the command it
+runs, and command modules import heavy libraries (torch, opacus, ray, matplotlib, scipy,
+even the ledger) only inside command bodies, so that each command pays only for what it
+uses. ``privsched.cli.app`` is the application with every command registered.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
+from typing import Any
 
 import typer
 
-app = typer.Typer(
-    name="privsched",
-    help="Privacy-budget-aware job scheduler for differentially private machine learning.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+from privsched.cli.registry import load_commands
 
-#: Command modules, each registering its commands on ``app`` when imported.
-_COMMAND_MODULES = (
-    "privsched.cli.remote_option",
-    "privsched.cli.ledger_cmds",
-    "privsched.cli.sim_cmds",
-    "privsched.cli.service_cmds",
-    "privsched.cli.demo_cmds",
-    "privsched.cli.user_cmds",
-)
 
-for _name in _COMMAND_MODULES:
-    importlib.import_module(_name)
+def __getattr__(name: str) -> Any:
+    if name != "app":
+        raise AttributeError(f"module 'privsched.cli' has no attribute {name!r}")
+    from privsched.cli.registry import app
+
+    load_commands()
+    return app
 
 
 def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
     parse) is reported like every other bad input: one ``error:`` line on stderr."""
+    from privsched.cli.registry import app
+
+    load_commands(sys.argv[1:])
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:  # click's usage and parameter errors

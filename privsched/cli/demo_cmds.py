@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import errors
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
 
 if TYPE_CHECKING:
@@ -220,10 +220,8 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    from privsched.client import connect
-
-    with errors(), connect(db, create=False) as client:
-        report = client.audit(expect=expect)
+    with _open(db) as ledger, errors():
+        report = ledger.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
             print(f"violation: {_printable(violation)}", file=sys.stderr)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import errors
 
 if TYPE_CHECKING:

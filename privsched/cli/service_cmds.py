@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
 
 if TYPE_CHECKING:
@@ -175,6 +175,11 @@ def serve(
     executor: Annotated[str, typer.Option(help="Where jobs run: local, or ray (a Ray cluster).")] = "local",
     ray_address: Annotated[Optional[str], typer.Option(
         help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")] = None,
+    sandbox: Annotated[Optional[str], typer.Option(
+        help="Job confinement: landlock, or none to run jobs unconfined (default: $PRIVSCHED_SANDBOX, "
+             "else landlock).")] = None,
+    allow_network: Annotated[bool, typer.Option(
+        "--allow-network", help="Let jobs that ask for it (job.network) open TCP connections.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
     listen: Annotated[Optional[str], typer.Option(
         help="Serve the HTTP API on HOST:PORT; 'none' for no API (default: 127.0.0.1:8470, none with --until-idle).")]
@@ -210,7 +215,7 @@ def serve(
         try:
             summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
-                                   stop=stop, log=log)
+                                   sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
         except ServiceError as exc:
             fail(exc)
     print(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "

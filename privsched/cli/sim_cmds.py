@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import console, errors, fail
 
 ParamOption = Annotated[
@@ -70,7 +70,7 @@ def _summary_table(summary: dict) -> Table:
 @app.command()
 def simulate(
     workload: Annotated[str, typer.Argument(help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
-    out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and plots.")],
+    out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and (with --plots) figures.")],
     policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t).")] = "dpf-n",
     n: Annotated[Optional[int], typer.Option("--n", help="N: per-arrival unlock divisor.")] = None,
     lifetime: Annotated[Optional[float], typer.Option(help="T: data lifetime in seconds (per-time unlock).")] = None,
@@ -80,9 +80,9 @@ def simulate(
     seed: SeedOption = 0,
     duration: DurationOption = None,
     param: ParamOption = None,
+    plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Also draw the run's figures (PNG).")] = False,
 ) -> None:
-    """Simulate a policy over a workload and write the result, a summary and plots."""
-    from privsched.simulation import plots
+    """Simulate a policy over a workload and write the result, a summary and (with --plots) figures."""
     from privsched.simulation.api import load_workload, resolve_policy, run
 
     with errors():
@@ -93,9 +93,12 @@ def simulate(
     out.mkdir(parents=True, exist_ok=True)
     result.save(out / "result.json")
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    plots.result_figures(result, out)
+    if plots:
+        from privsched.simulation.plots import result_figures
+
+        result_figures(result, out)
     console.print(_summary_table(summary))
-    console.print(f"wrote {out}/result.json, summary.json and plots")
+    console.print(f"wrote {out}/result.json, summary.json" + (" and plots" if plots else ""))
 
 
 @app.command()

@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from privsched.cli import app
+from privsched.cli.registry import app
 from privsched.cli.common import DEFAULT_DB, DbOption, console, errors
 
 user_app = typer.Typer(help="Users of the HTTP API: roles, teams and bearer tokens.", no_args_is_help=True)

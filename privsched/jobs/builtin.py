@@ -29,7 +29,7 @@ BUILTIN_KINDS: tuple[str, ...] = ("dpsgd", "statistic")
 def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """The privacy demand of a built-in job, as a mechanism description.
 
-    dpsgd: ``steps = ceil(E / q)``, σ from Opacus ``get_noise_multiplier`` (RDP) for the
+    dpsgd: ``steps = ceil(E / q)``, σ calibrated as Opacus' ``get_noise_multiplier`` does (RDP) for the
     training's (ε − ε_acc, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP,
     ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy. statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a
     mean composing a sum and a count. Bad parameters raise a one-line ``ValueError``.

@@ -43,6 +43,8 @@ class JobContext:
     spent: np.ndarray | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     touched_data: bool = False
+    #: The supervisor's channel (privacy primitives, mediated block reads); None outside one.
+    channel: Any = field(default=None, repr=False, compare=False)
 
     @property
     def block_keys(self) -> list[str]:
@@ -62,7 +64,35 @@ class JobContext:
         if location is None:
             raise BlockAccessError(f"block {key!r} has no data location")
         self.touched_data = True
+        if self.channel is not None and self.channel.mediates_blocks:
+            return self.channel.fetch_block(key)
         return Path(location)
+
+    def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
+        """A DP release computed and charged by the supervisor (:mod:`privsched.jobs.primitives`)."""
+        if self.channel is None:
+            raise RuntimeError("privacy primitives are available only to a job run by privsched's runner")
+        return self.channel.call({"op": query, "epsilon": epsilon, "delta": delta, **request})
+
+    def dp_count(self, epsilon: float, delta: float = 0.0, mechanism: str = "laplace") -> float:
+        """The number of records of the granted blocks, with noise for (ε, δ)."""
+        return self._primitive("count", epsilon, delta, mechanism=mechanism)
+
+    def dp_sum(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
+               mechanism: str = "laplace") -> float:
+        """The sum of ``column`` clipped to ``bounds``, with noise for (ε, δ)."""
+        return self._primitive("sum", epsilon, delta, column=column, bounds=list(bounds), mechanism=mechanism)
+
+    def dp_mean(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
+                mechanism: str = "laplace") -> float:
+        """A noisy sum over a noisy count, each with half of (ε, δ), clipped to ``bounds``."""
+        return self._primitive("mean", epsilon, delta, column=column, bounds=list(bounds), mechanism=mechanism)
+
+    def dp_histogram(self, column: str, bounds: tuple[float, float], bins: int, epsilon: float,
+                     delta: float = 0.0, mechanism: str = "laplace") -> dict:
+        """Noisy counts of ``column`` in ``bins`` equal bins over ``bounds`` (``value``, ``edges``)."""
+        return self._primitive("histogram", epsilon, delta, column=column, bounds=list(bounds), bins=bins,
+                               mechanism=mechanism)
 
     def report_spent(self, spent: np.ndarray | list[float]) -> None:
         """Record the budget actually spent on each granted block.

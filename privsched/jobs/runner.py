@@ -1,16 +1,23 @@
-"""Runs one granted job in its own process and writes what happened to a result file.
+"""Runs one granted job under a trusted supervisor and writes how it ended to a result file.
 
-    python -m privsched.jobs.runner CONTEXT.json RESULT.json
+    python -m privsched.jobs.runner CONTEXT.json RESULT.json [--sandbox landlock|none] [--network]
 
 The context file is a :class:`~privsched.jobs.context.JobContext` in JSON with one more key,
 ``job``: a built-in trainer (``{"kind": ...}``) or user code (``{"function":
 "module:qualname"}`` or ``"path/to/file.py:function"``, plus ``pythonpath`` folders to import
-it from). The job is called with the context. The result file says whether it completed and
-what it spent on each granted block — its grant in full when it did not call
-``report_spent`` (DESIGN §4.4: a job is charged what it was granted unless it reports less) —
-or that it failed. A job that started may have read its blocks by any path (it knows their
-locations), so a failure always counts as having touched data: its grant is consumed. An executor that finds no result file
-after the process ended fails the pipeline conservatively.
+it from), and optionally ``protected``: paths the job must not be able to read (the ledger,
+other blocks' data).
+
+This process is the **supervisor**. It becomes a child subreaper
+(``prctl(PR_SET_CHILD_SUBREAPER)``), forks the job's process, which confines itself with
+Landlock (:mod:`privsched.jobs.sandbox`) *before* importing any job code, answers the job's
+privacy primitives (:mod:`privsched.jobs.primitives`) and, when the job's process ends,
+kills every process it left behind, detached or not. The supervisor alone writes the result
+(DESIGN §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
+confined, it spent only through primitives (then exactly their sum). A job that started may
+have read its blocks, so a failure always counts as having touched data (its grant is
+consumed), and so does a job that ends without reporting. An executor that finds no result file after
+the process ended fails the pipeline conservatively.
 """
 
 from __future__ import annotations
@@ -19,13 +26,31 @@ import importlib
 import importlib.util
 import json
 import os
+import shutil
+import signal
+import socket
 import sys
+import tempfile
+import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 from privsched.jobs.context import JobContext
+from privsched.jobs.primitives import Account, Channel
+from privsched.jobs.sandbox import (
+    SANDBOX_MODES,
+    Confinement,
+    SandboxError,
+    confine,
+    exposed,
+    python_roots,
+    require_sandbox,
+    sandbox_mode,
+)
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 
 
 @dataclass(frozen=True)
@@ -64,9 +89,12 @@ def _jsonable(value: Any) -> Any:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write a file so that readers see either nothing or the whole text."""
+    """Write a file, readable by its owner only, so that readers see either nothing or the
+    whole text."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as stream:
+        stream.write(text)
     os.replace(tmp, path)
 
 
@@ -101,33 +129,222 @@ def job_callable(job: dict[str, Any]) -> Callable[[JobContext], Any]:
     return load_function(job["function"], job.get("pythonpath", ()))
 
 
-def spent_per_block(ctx: JobContext) -> dict[str, list[float]]:
-    """What a finished job is charged on each block: its report, or else its whole grant."""
-    if ctx.spent is None:
-        return {key: grant.grant.tolist() for key, grant in ctx.blocks.items()}
-    return {key: ctx.spent.tolist() for key in ctx.blocks}
+def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, network: bool) -> Confinement:
+    """What a job may reach: the Python environment, privsched, the job's code (its module's
+    file or its top-level package, while its ``pythonpath`` folders may only be listed), its
+    work folder and private tmp (``private/tmp``), and (built-in jobs only) its granted
+    blocks' files; user jobs reach their blocks through the supervisor
+    (:mod:`privsched.jobs.primitives`), which copies them into ``private/blocks``, a folder
+    they may read but not write."""
+    job = document["job"]
+    pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
+    read = python_roots() + [str(Path(__file__).resolve().parents[2])]
+    read += _code_roots(str(job.get("function") or ""), pythonpath)
+    if job.get("kind"):
+        read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
+    else:
+        read.append(str(private / "blocks"))
+    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=tuple(pythonpath),
+                       network=network)
 
 
-def run_job(context_path: Path) -> JobResult:
-    """Run the job a context file describes; any exception becomes a failed result."""
-    text = context_path.read_text()
-    ctx = JobContext.from_json(text)
+def _code_roots(entry: str, pythonpath: list[str]) -> list[str]:
+    """The file of the job's module, or the folders of its top-level package, found the way
+    the import will find them (without running any of the job's code)."""
+    from importlib.machinery import PathFinder
+
+    module = entry.rpartition(":")[0]
+    if module.endswith(".py"):
+        return [str(Path(module).resolve())]
+    if not module:
+        return []
+    spec = PathFinder.find_spec(module.split(".")[0], [*pythonpath, *sys.path])
+    if spec is None:
+        return []
+    if spec.submodule_search_locations:
+        return [str(Path(p).resolve()) for p in spec.submodule_search_locations]
+    return [str(Path(spec.origin).resolve())] if spec.origin else []
+
+
+def _children(parent: int) -> list[int]:
+    """Processes whose parent is ``parent`` (from /proc: works without CONFIG_PROC_CHILDREN)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(entry.path, "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rindex(")") + 2 :].split()[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def end_descendants() -> None:
+    """Kill every process this one started, and their orphans, which a child subreaper
+    inherits however they detached (double fork, ``setsid``), until none is left."""
+    me = os.getpid()
+    while True:
+        children = _children(me)
+        if not children:
+            return
+        for pid in children:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)
+        try:
+            while os.waitpid(-1, os.WNOHANG)[0] != 0:
+                pass  # reap every killed child; their orphans come up on the next scan
+        except ChildProcessError:
+            pass
+
+
+def _prctl(option: int, value: int) -> None:
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+
+
+def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket,
+               tmp: Path) -> None:
+    """The job's process: confine itself, then import and call the job; report to the
+    supervisor over ``sock``. Never returns."""
+    code = 0
     try:
-        job_callable(json.loads(text)["job"])(ctx)
-    except BaseException as exc:  # the job's own failure, whatever it is, is its result
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.environ.pop("PRIVSCHED_LAUNCH_TOKEN", None)  # executors find the supervisor by it, never a job
+        os.environ["TMPDIR"] = str(tmp)
+        tempfile.tempdir = str(tmp)
+        os.chdir(ctx.workdir)
+        if rules is not None:
+            confine(rules)
+        job = document["job"]
+        ctx.channel = Channel(sock, mediates_blocks=rules is not None and not job.get("kind"))
+        try:
+            job_callable(job)(ctx)
+            report = {"completed": True, "spent": None if ctx.spent is None else ctx.spent.tolist(),
+                      "metrics": ctx.metrics}
+        except BaseException as exc:  # the job's own failure, whatever it is, is its result
+            traceback.print_exc()
+            message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            report = {"completed": False, "message": message, "metrics": ctx.metrics}
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ctx.channel.finish(report)
+    except BaseException:
         traceback.print_exc()
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0]
-        return JobResult(ctx.pipeline_id, False, touched_data=True, message=message, metrics=ctx.metrics)
-    return JobResult(ctx.pipeline_id, True, spent_per_block(ctx), ctx.touched_data, "", ctx.metrics)
+        code = 3
+    finally:
+        os._exit(code)
+
+
+def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = False) -> JobResult:
+    """Run the job a context document describes in a confined child process and say how it
+    ended; the child's own report is believed only where it cannot lie (module docstring).
+    ``network``: whether the operator lets a job that asks for it (``job.network``) keep TCP."""
+    ctx = JobContext.from_json(json.dumps(document))
+    builtin = bool(document["job"].get("kind"))
+    network = network and bool(document["job"].get("network"))
+    ctx.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for block in ctx.blocks.values():  # relative locations resolve from the job's work folder
+        block.location = None if block.location is None else str(ctx.workdir / block.location)
+    private = Path(tempfile.mkdtemp(prefix="privsched-job-"))
+    tmp = private / "tmp"
+    for folder in (tmp, private / "blocks"):
+        folder.mkdir(mode=0o700)
+    try:
+        rules = job_confinement(document, ctx, private, network) if mode == "landlock" else None
+        if rules is not None:
+            hits = exposed(rules.read + rules.write, document.get("protected", ()))
+            if hits:
+                return JobResult(ctx.pipeline_id, False, touched_data=False,
+                                 message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger "
+                                 "and the data out of the Python environment and the job's code)")
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            _run_child(document, ctx, rules, theirs, tmp)
+        theirs.close()
+        previous = signal.signal(signal.SIGTERM, _end_on_signal)
+        status: list[int] = []
+
+        def ended() -> bool:
+            if not status:
+                done, code = os.waitpid(pid, os.WNOHANG)
+                status.extend([code] if done else [])
+            return bool(status)
+
+        try:
+            account = Account(ctx, private / "blocks")
+            report = account.serve(ours, ended)
+            if not status:
+                status.append(os.waitpid(pid, 0)[1])
+        finally:
+            end_descendants()
+            signal.signal(signal.SIGTERM, previous)
+            ours.close()
+        return _result(ctx, builtin, rules is not None, account, report, status[0])
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+
+
+def _end_on_signal(signum: int, frame: Any) -> None:
+    end_descendants()
+    os._exit(128 + signum)
+
+
+def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None,
+            status: int) -> JobResult:
+    """How the job is settled (DESIGN §4.4). A built-in job's report is privsched's own code
+    measuring its spend; a user job is charged its whole grant unless, confined, it spent
+    only through primitives (then exactly their sum). A failed job has touched its data,
+    whatever it says."""
+    grant = {key: b.grant.tolist() for key, b in ctx.blocks.items()}
+    unconfined_note = {} if confined else {"sandbox": "none"}
+    if not isinstance(report, dict):
+        code = os.waitstatus_to_exitcode(status)
+        note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        return JobResult(ctx.pipeline_id, False, message=f"job {note} without writing its result")
+    metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
+    metrics = {**metrics, **unconfined_note}
+    if not report.get("completed"):
+        return JobResult(ctx.pipeline_id, False, touched_data=True, message=str(report.get("message", ""))[:500],
+                         metrics=metrics)
+    if builtin:
+        spent = grant if report.get("spent") is None else {key: report["spent"] for key in ctx.blocks}
+    elif confined and account.used_primitives and not account.read_blocks:
+        spent = {key: account.spent.tolist() for key in ctx.blocks}
+    else:
+        spent = grant
+    return JobResult(ctx.pipeline_id, True, spent, True, "", metrics)
+
+
+def run_job(context_path: Path, mode: str = "landlock", network: bool = False) -> JobResult:
+    """Supervise the job of a context file (see :func:`supervise`)."""
+    return supervise(json.loads(context_path.read_text()), mode, network)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m privsched.jobs.runner CONTEXT.json RESULT.json", file=sys.stderr)
-        return 2
-    result = run_job(Path(args[0]))
-    write_atomic(Path(args[1]), result.to_json())
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m privsched.jobs.runner")
+    parser.add_argument("context", type=Path)
+    parser.add_argument("result", type=Path)
+    parser.add_argument("--sandbox", choices=SANDBOX_MODES, default=None)
+    parser.add_argument("--network", action="store_true", help="let a job that asks for it keep TCP access")
+    args = parser.parse_args(argv)
+    mode = sandbox_mode(args.sandbox)
+    try:
+        require_sandbox(mode)
+        result = run_job(args.context, mode, args.network)  # the job's own ask is read there
+    except SandboxError as exc:
+        pipeline_id = int(json.loads(args.context.read_text())["pipeline_id"])
+        result = JobResult(pipeline_id, False, touched_data=False, message=f"not started: {exc}")
+    write_atomic(args.result, result.to_json())
     sys.stdout.flush()
     return 0 if result.completed else 1
 

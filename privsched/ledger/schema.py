@@ -15,9 +15,9 @@ import sqlite_utils
 from privsched.ledger import launches
 
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
-#: the hash chain over the event log (``events.detail`` and ``events.hash``), the lease's
-#: generation and the launch records.
-SCHEMA_VERSION = 2
+#: the lease's generation and the launch records; version 3 the hash chain over the event
+#: log (``events.detail`` and ``events.hash``).
+SCHEMA_VERSION = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
 

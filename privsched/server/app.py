@@ -240,10 +240,11 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(SchedulerOut(holder=client.scheduler()))
 
     @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
-    def audit(caller: Caller) -> Response:
+    def audit(caller: Caller, expect: Annotated[str | None, Query()] = None) -> Response:
         access.require_admin(caller, "audit the ledger")
-        report = client.audit()
-        return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events))
+        report = client.audit(expect=expect)
+        return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events,
+                              head=report.head))
 
     # -- users --------------------------------------------------------------------------------
     @app.get("/v1/users", response_model=list[UserOut], tags=["users"])

@@ -154,6 +154,7 @@ class AuditOut(Model):
     violations: list[str]
     blocks: int
     events: int
+    head: str = Field(description="The event log's chain head, <event id>:<hex SHA-256> (docs/ledger.md).")
 
 
 class SchedulerOut(Model):

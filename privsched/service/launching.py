@@ -3,9 +3,9 @@
 A launch takes these steps (``docs/recovery.md`` says what recovery does after a crash at
 each one):
 
-1. take the pipeline's launch lock (``flock`` on ``launch.lock`` in its run folder);
+1. take the pipeline's launch lock (``flock`` on ``launches/<id>.lock`` in the runs folder);
 2. ledger: granted → running, launch ``launching`` with a random token (fenced write);
-3. write the spawn marker (``spawn``, holding the token);
+3. write the spawn marker (``launches/<id>.spawn``, holding the token);
 4. the executor starts the process, with the token in its environment, and writes its pid;
 5. ledger: launch ``started`` with the pid and start time; release the lock.
 
@@ -14,7 +14,8 @@ the kernel frees when the launching scheduler dies, so a launcher that is merely
 (and may still start the process when it resumes) is waited for, never raced. Holding the
 lock, the absence of the marker proves that no process was ever started (step 4 comes after
 step 3), so the grant is released; with the marker, the process is found and adopted, or
-settled conservatively (DESIGN §4.4).
+settled conservatively (DESIGN §4.4). Both files live outside the job's own run folder,
+which the (untrusted) job may write.
 """
 
 from __future__ import annotations
@@ -25,15 +26,12 @@ from pathlib import Path
 
 from privsched.jobs.runner import write_atomic
 
-LOCK_FILE = "launch.lock"
-SPAWN_MARKER = "spawn"
-
 
 class LaunchLock:
-    """An exclusive ``flock`` on a run folder's launch lock file."""
+    """An exclusive ``flock`` on a pipeline's launch lock file."""
 
-    def __init__(self, folder: Path) -> None:
-        self.path = folder / LOCK_FILE
+    def __init__(self, path: Path) -> None:
+        self.path = path
         self._fd: int | None = None
 
     def acquire(self, *, wait: bool = True) -> bool:
@@ -63,19 +61,30 @@ class LaunchLock:
         self.release()
 
 
-def mark_spawning(folder: Path, token: str) -> None:
-    """Step 3: record, before any process exists, that launch ``token`` is about to start one."""
-    write_atomic(folder / SPAWN_MARKER, token)
+class LaunchFiles:
+    """The launch lock and spawn marker of each pipeline, under ``<runs root>/launches``."""
 
+    def __init__(self, runs_root: Path) -> None:
+        self.folder = runs_root / "launches"
 
-def clear_spawn_marker(folder: Path) -> None:
-    """Undo step 3 when starting the process failed: no process exists."""
-    (folder / SPAWN_MARKER).unlink(missing_ok=True)
+    def lock(self, pipeline_id: int) -> LaunchLock:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return LaunchLock(self.folder / f"{pipeline_id}.lock")
 
+    def _marker(self, pipeline_id: int) -> Path:
+        return self.folder / f"{pipeline_id}.spawn"
 
-def spawn_was_attempted(folder: Path, token: str) -> bool:
-    """Whether launch ``token`` got as far as starting a process (step 3 was done)."""
-    try:
-        return (folder / SPAWN_MARKER).read_text() == token
-    except OSError:
-        return False
+    def mark_spawning(self, pipeline_id: int, token: str) -> None:
+        """Step 3: record, before any process exists, that launch ``token`` is about to start one."""
+        write_atomic(self._marker(pipeline_id), token)
+
+    def clear_spawn_marker(self, pipeline_id: int) -> None:
+        """Undo step 3 when starting the process failed: no process exists."""
+        self._marker(pipeline_id).unlink(missing_ok=True)
+
+    def spawn_was_attempted(self, pipeline_id: int, token: str) -> bool:
+        """Whether launch ``token`` got as far as starting a process (step 3 was done)."""
+        try:
+            return self._marker(pipeline_id).read_text() == token
+        except OSError:
+            return False

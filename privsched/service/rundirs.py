@@ -4,10 +4,15 @@ Layout, for a database ``DIR/NAME.db``::
 
     DIR/runs/NAME/pool.json          the compute pool the scheduler serves with
     DIR/runs/NAME/<id>/context.json  the job's context (JobContext JSON plus its job entry)
-    DIR/runs/NAME/<id>/result.json   written by the job process when it ends
+    DIR/runs/NAME/<id>/result.json   written by the job's supervisor when the job ends
     DIR/runs/NAME/<id>/job.log       the job's stdout and stderr
-    DIR/runs/NAME/<id>/pid           the job process's id and start time (local executor)
+    DIR/runs/NAME/<id>/pid           the supervisor's process id and start time (local executor)
     DIR/runs/NAME/<id>/cancel        present when a user asked to cancel the running job
+    DIR/runs/NAME/<id>/work/         the job's working folder: the only place it may write
+
+Everything but ``work/`` is the scheduler's state: a confined job can neither read nor
+change it (:mod:`privsched.jobs.sandbox`), so no job can alter another pipeline or the
+scheduler. Folders are created ``0700`` and files ``0600``: readable by their owner only.
 """
 
 from __future__ import annotations
@@ -25,13 +30,23 @@ class RunDirs:
 
     def __init__(self, db_path: str | os.PathLike) -> None:
         db = Path(db_path).resolve()
+        self.db = db
         self.root = db.parent / "runs" / db.stem
 
     def folder(self, pipeline_id: int, *, create: bool = False) -> Path:
         path = self.root / str(pipeline_id)
         if create:
-            path.mkdir(parents=True, exist_ok=True)
+            _private_folder(path)
         return path
+
+    def workdir(self, pipeline_id: int) -> Path:
+        """The job's working folder, the only one it may write to."""
+        return self.folder(pipeline_id) / "work"
+
+    def protected(self) -> list[str]:
+        """What no job may be able to read: the ledger database, its journals, every run."""
+        db = str(self.db)
+        return [db, *(db + suffix for suffix in ("-wal", "-shm", "-journal")), str(self.root)]
 
     def context(self, pipeline_id: int) -> Path:
         return self.folder(pipeline_id) / "context.json"
@@ -53,7 +68,7 @@ class RunDirs:
         write_atomic(self.folder(pipeline_id, create=True) / "cancel", "cancelled by user\n")
 
     def record_pool(self, pool: Pool) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        _private_folder(self.root)
         write_atomic(self.root / "pool.json", json.dumps(pool.to_dict()))
 
     def recorded_pool(self) -> Pool | None:
@@ -62,3 +77,9 @@ class RunDirs:
             return Pool.from_dict(json.loads((self.root / "pool.json").read_text()))
         except (OSError, ValueError, KeyError):
             return None
+
+
+def _private_folder(path: Path) -> None:
+    """Create a folder (and its missing parents) readable by its owner only."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)

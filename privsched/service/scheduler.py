@@ -31,14 +31,14 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.policies.base import PolicySpec, Snapshot
 from privsched.service.executors.base import Executor, Launch
-from privsched.service.launching import LaunchLock, clear_spawn_marker, mark_spawning, spawn_was_attempted
+from privsched.service.launching import LaunchFiles
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
@@ -92,6 +92,7 @@ class Scheduler:
         self.executor = executor
         self.compute = FreeCompute(pool)
         self.runs = runs
+        self.launches = LaunchFiles(runs.root)
         self.log = log
         self._arrivals: Counter[int] = Counter()  # block id -> pipelines that asked for it
         self._last_seen = 0  # highest pipeline id counted in _arrivals
@@ -122,6 +123,9 @@ class Scheduler:
                 self._unresolved[info.id] = (info, record)
                 continue
             token = None if record is None else record.token
+            if record is not None and record.pid is not None:
+                # The ledger's pid, not the run folder's file, which the job itself may write.
+                write_atomic(self.runs.pid_file(info.id), f"{record.pid} {record.start_ticks or ''}\n")
             alive = self.executor.attach(self._launch(info, placement, info.started_at or now, token))
             self.log(f"pipeline {info.id} was running before the restart: " + ("still running" if alive else "ended"))
 
@@ -131,13 +135,12 @@ class Scheduler:
         → adopted (its process found by pid or launch token), or settled from its result, or
         charged in full when it ended without one (DESIGN §4.4)."""
         for pipeline_id, (info, record) in list(self._unresolved.items()):
-            folder = self.runs.folder(pipeline_id, create=True)
-            lock = LaunchLock(folder)
+            lock = self.launches.lock(pipeline_id)
             if not lock.acquire(wait=False):
                 continue  # its launcher is alive (perhaps paused) and may still start the job
             try:
                 del self._unresolved[pipeline_id]
-                if not spawn_was_attempted(folder, record.token):
+                if not self.launches.spawn_was_attempted(pipeline_id, record.token):
                     self.compute.release(pipeline_id)
                     self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)",
                                touched=False, now=now)
@@ -302,7 +305,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = input_problem(info.job, self._block_locations(info), self.runs.folder(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
@@ -315,8 +318,7 @@ class Scheduler:
         """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
         token = secrets.token_hex(16)
         launch = self._launch(info, placement, now, token)
-        folder = self.runs.folder(info.id)
-        with LaunchLock(folder):
+        with self.launches.lock(info.id):
             try:
                 self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)
             except LedgerError as exc:  # cancelled since it was listed
@@ -324,10 +326,10 @@ class Scheduler:
                 self.log(f"pipeline {info.id} not started: {exc}")
                 return False
             try:
-                mark_spawning(folder, token)
+                self.launches.mark_spawning(info.id, token)
                 self.executor.start(launch)
             except OSError as exc:  # no process was started
-                clear_spawn_marker(folder)
+                self.launches.clear_spawn_marker(info.id)
                 try:
                     self._fail(info.id, f"the job could not be started: {exc}", touched=False, now=now)
                 except StorageFull:  # released once space returns (resolve_launches)
@@ -341,14 +343,15 @@ class Scheduler:
         return True
 
     def _placement_record(self, placement: Placement) -> dict:
-        return {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        record = {"executor": self.executor.name, "host": socket.gethostname(), **placement.to_dict()}
+        return {**record, "sandbox": self.executor.sandbox}
 
     def _launch(self, info: PipelineInfo, placement: Placement, started_at: float, token: str | None) -> Launch:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
-        document = {**json.loads(context.to_json()), "job": info.job}
-        (folder / "context.json").write_text(json.dumps(document))
+        document = {**json.loads(context.to_json()), "job": info.job, "protected": self._protected(info)}
+        write_atomic(folder / "context.json", json.dumps(document))
         return Launch(
             pipeline_id=info.id,
             context=self.runs.context(info.id),
@@ -359,6 +362,12 @@ class Scheduler:
             max_runtime=info.job.get("max_runtime"),
             token=token,
         )
+
+    def _protected(self, info: PipelineInfo) -> list[str]:
+        """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
+        granted = {(info.dataset, key) for key in info.block_keys}
+        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
         """The data location of each block the pipeline was granted."""
@@ -384,7 +393,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
             device="cuda" if placement.gpus else "cpu",
-            workdir=self.runs.folder(info.id),
+            workdir=self.runs.workdir(info.id),
             params=params,
         )
 

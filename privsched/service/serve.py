@@ -230,17 +230,29 @@ def serve_options(
     memory: int | str | None = None,
     executor: str = "local",
     ray_address: str | None = None,
+    sandbox: str | None = None,
+    allow_network: bool = False,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ServeSummary:
     """:func:`serve` with the policy, executor and pool given by name and sizes (the
-    options of ``privsched serve``). Bad options raise ``ValueError`` with one line."""
+    options of ``privsched serve``). Bad options raise ``ValueError`` with one line;
+    ``sandbox="landlock"`` (the default) where the kernel has no Landlock raises
+    :class:`ServiceError`."""
+    from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
+
     from privsched.policies import make_policy
     from privsched.service.executors import make_executor
     from privsched.spec import parse_memory
 
     spec = make_policy(policy, n=n, lifetime=lifetime)
-    runner = make_executor(executor, ray_address)
+    mode = sandbox_mode(sandbox)
+    if executor == "local":  # Ray workers check their own kernel when a job starts
+        try:
+            require_sandbox(mode)
+        except SandboxError as exc:
+            raise ServiceError(str(exc)) from None
+    runner = make_executor(executor, ray_address, sandbox=mode, allow_network=allow_network)
     pool = runner.pool(gpus, cpus, None if memory is None else parse_memory(memory))
     return serve(
         db_path, spec, runner, pool, tick=tick, until_idle=until_idle, stop=stop,

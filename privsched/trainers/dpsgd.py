@@ -39,8 +39,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from privsched.budgets.accounting import Accounting, leq
-from privsched.budgets.curves import subsampled_gaussian_curve
 from privsched.budgets.mechanisms import EpsilonDelta, demand_vector
+from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.jobs.context import JobContext
 from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.data import bag_of_words, load_blocks, split
@@ -97,10 +97,11 @@ def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Exampl
     return data, data.subset(train_idx), data.subset(held_idx)
 
 
-def secure_generator() -> torch.Generator:
-    """A torch generator seeded with 64 bits from the OS (``secrets``), never from a user
-    seed: the source of DP-SGD's noise and Poisson sampling."""
-    return torch.Generator().manual_seed(secrets.randbits(64))
+def secure_generator(device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator on ``device`` seeded with 64 bits from the OS (``secrets``), never
+    from a user seed: the source of DP-SGD's noise (on the model's device, where Opacus
+    draws it) and of Poisson sampling (on the CPU, where the records are)."""
+    return torch.Generator(device=device).manual_seed(secrets.randbits(64))
 
 
 class PoissonBatches:
@@ -281,7 +282,7 @@ def private_trainer(
         max_grad_norm=job.max_grad_norm,
         expected_batch_size=expected_batch_size(job, train),
         loss_reduction="mean",
-        generator=secure_generator(),
+        generator=secure_generator(device),
         secure_mode=True,
     )
     accountant = RDPAccountant()
@@ -311,7 +312,7 @@ def opacus_trainer(
         max_grad_norm=job.max_grad_norm,
         expected_batch_size=expected_batch_size(job, train),
         loss_reduction="mean",
-        generator=secure_generator(),
+        generator=secure_generator(device),
         secure_mode=True,
     )
     criterion: nn.Module = nn.CrossEntropyLoss()

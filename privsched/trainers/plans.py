@@ -8,16 +8,13 @@ Two kinds of built-in jobs (DESIGN §5.2):
 - ``statistic``: a count, sum, mean or histogram released with the Laplace or Gaussian
   mechanism, contributions clipped to known bounds (Dwork & Roth 2014, §3.3 and App. A).
 
-Job parameters are validated here with one-line errors. Nothing here imports torch except
-:func:`calibrate_noise` (Opacus), so the scheduler can import this module cheaply.
+Job parameters are validated here with one-line errors. Nothing here imports torch or Opacus
+(the noise calibration is :mod:`privsched.budgets.sgm`), so planning a job at submit is cheap.
 """
 
 from __future__ import annotations
 
-import functools
-
 import math
-import warnings
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
@@ -33,6 +30,7 @@ from privsched.budgets.mechanisms import (
     SubsampledGaussian,
     parse_mechanism,
 )
+from privsched.budgets.sgm import calibrate_noise_multiplier
 
 #: The model zoo (built by :mod:`privsched.trainers.models`).
 MODEL_NAMES: tuple[str, ...] = ("logreg", "mlp", "cnn", "text", "lstm")
@@ -192,30 +190,12 @@ def parse_job(params: dict) -> DPSGDJob | StatisticJob:
         raise ValueError(f"bad {kind} job parameter {where}: {message}" if where else f"bad {kind} job: {message}") from None
 
 
-@functools.lru_cache(maxsize=256)
 def calibrate_noise(sample_rate: float, steps: int, epsilon: float, delta: float) -> float:
     """Noise multiplier σ such that ``steps`` subsampled-Gaussian steps at rate q reach at
-    most (ε, δ) under Opacus' RDP accountant (``get_noise_multiplier``, binary search to a
-    1 % relative tolerance, so the result always stays within ε). Cached: a binary search
-    costs hundreds of RDP evaluations, and a process plans many jobs of the same shape."""
-    if not 0 < delta < 1:
-        raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
-    from opacus.accountants.utils import get_noise_multiplier
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Optimal order is the largest alpha")
-        try:
-            sigma = get_noise_multiplier(
-                target_epsilon=epsilon,
-                target_delta=delta,
-                sample_rate=sample_rate,
-                steps=steps,
-                accountant="rdp",
-                epsilon_tolerance=0.01 * epsilon,
-            )
-        except ValueError as exc:
-            raise ValueError(f"no noise level reaches epsilon={epsilon:g} in {steps} steps: {exc}") from None
-    return float(sigma)
+    most (ε, δ) under the RDP accountant, found as Opacus' ``get_noise_multiplier`` finds it
+    (bisection to a 1 % relative tolerance, always within ε), without importing Opacus:
+    :func:`privsched.budgets.sgm.calibrate_noise_multiplier`."""
+    return calibrate_noise_multiplier(sample_rate, steps, epsilon, delta, tolerance=0.01)
 
 
 def accuracy_epsilon(epsilon: float) -> float:

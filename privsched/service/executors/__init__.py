@@ -8,20 +8,30 @@ from privsched.service.executors.base import Executor, Launch
 EXECUTOR_NAMES: tuple[str, ...] = ("local", "ray")
 
 
-def make_executor(name: str, ray_address: str | None = None) -> Executor:
+def make_executor(
+    name: str, ray_address: str | None = None, *, sandbox: str | None = None, allow_network: bool = False
+) -> Executor:
     """An executor by name (``ray_address``: the Ray cluster's dashboard address, for
-    ``ray``); unknown names raise ``ValueError`` with one line."""
+    ``ray``), confining jobs with ``sandbox`` (default ``$PRIVSCHED_SANDBOX``, else
+    ``landlock``); unknown names raise ``ValueError`` with one line."""
+    from privsched.jobs.sandbox import sandbox_mode
+
+    mode = sandbox_mode(sandbox)
     if ray_address is not None and name != "ray":
         raise ValueError("a Ray address applies to the ray executor only")
+    executor: Executor
     if name == "local":
         from privsched.service.executors.local import LocalExecutor
 
-        return LocalExecutor()
-    if name == "ray":
+        executor = LocalExecutor()
+    elif name == "ray":
         from privsched.service.executors.ray import RayExecutor
 
-        return RayExecutor(ray_address)
-    raise ValueError(f"unknown executor {name!r} (expected one of {', '.join(EXECUTOR_NAMES)})")
+        executor = RayExecutor(ray_address)
+    else:
+        raise ValueError(f"unknown executor {name!r} (expected one of {', '.join(EXECUTOR_NAMES)})")
+    executor.sandbox, executor.allow_network = mode, allow_network
+    return executor
 
 
 __all__ = ["EXECUTOR_NAMES", "Executor", "Launch", "make_executor"]

@@ -1,7 +1,8 @@
 """The executor interface: how the scheduler starts, watches and stops granted jobs.
 
 An executor runs each job as ``python -m privsched.jobs.runner CONTEXT RESULT`` somewhere
-(a local process, a Ray task, ...) with its placement's GPUs visible, and reports how each
+(a local process, a Ray task, ...) with its placement's GPUs visible, under the
+:attr:`Executor.sandbox` the operator chose (the runner confines the job itself), and reports how each
 job ended as a :class:`~privsched.jobs.runner.JobResult`. It never touches the ledger: the
 scheduler settles every result there. Five operations:
 
@@ -68,6 +69,10 @@ class Executor(ABC):
     """Runs granted jobs; see the module docstring for the contract."""
 
     name: str
+    #: How jobs are confined: ``landlock`` or ``none`` (:mod:`privsched.jobs.sandbox`).
+    sandbox: str = "landlock"
+    #: Whether the operator lets jobs that ask for it keep TCP access.
+    allow_network: bool = False
 
     @abstractmethod
     def start(self, launch: Launch) -> None:

@@ -1,12 +1,15 @@
 """The local executor: each job in its own process on this machine.
 
-The job runs ``python -m privsched.jobs.runner`` in a new session (so it survives a
-scheduler crash and can be killed as a whole process group), with ``CUDA_VISIBLE_DEVICES``
+The job runs ``python -m privsched.jobs.runner`` (its supervisor, which confines the job and
+ends every process it leaves) in a new session (so it survives a scheduler crash and can be
+killed as a whole process group), with ``CUDA_VISIBLE_DEVICES``
 set to its placement's GPUs (empty when it has none) and thread pools sized to its CPUs.
 Its stdout and stderr go to its log file. A job past its ``max_runtime`` or cancelled gets
-SIGTERM, then SIGKILL after a grace period. The process id and start time are written next
-to the job, so that a restarted scheduler can watch the jobs an earlier one started; a job
-whose pid file was never written is found by the launch token in its environment.
+SIGTERM (on which the supervisor kills the job's every process), then SIGKILL after a grace
+period. The process id and start time are written next to the job (out of its reach), so
+that a restarted scheduler can watch the jobs an earlier one started; a job whose pid file
+was never written is found by the launch token in its supervisor's environment (the job's
+own processes do not carry it).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from privsched.jobs.runner import JobResult
+from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger.lease import pid_exists
 from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
 
@@ -107,9 +110,11 @@ class LocalExecutor(Executor):
 
     def start(self, launch: Launch) -> None:
         launch.result.unlink(missing_ok=True)
-        with open(launch.log, "ab") as log:
+        command = [self.python, "-m", "privsched.jobs.runner", str(launch.context), str(launch.result),
+                   "--sandbox", self.sandbox] + (["--network"] if self.allow_network else [])
+        with open(os.open(launch.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             process = subprocess.Popen(
-                [self.python, "-m", "privsched.jobs.runner", str(launch.context), str(launch.result)],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -118,7 +123,7 @@ class LocalExecutor(Executor):
                 start_new_session=True,
             )
         ticks = _start_ticks(process.pid)
-        (launch.context.parent / "pid").write_text(f"{process.pid} {ticks or ''}\n")
+        write_atomic(launch.context.parent / "pid", f"{process.pid} {ticks or ''}\n")
         self._jobs[launch.pipeline_id] = _Job(launch, process.pid, ticks, process)
 
     def attach(self, launch: Launch) -> bool:

@@ -19,6 +19,9 @@ share the fate of their driver, so a scheduler restart would kill every running 
   pipeline id and its start time as recorded in the ledger, so a restarted scheduler finds
   the jobs an earlier one submitted (:meth:`RayExecutor.attach`), and Ray itself refuses a
   second submission of the same job.
+- **Confinement.** The entry runs the job under the same supervisor and Landlock sandbox as
+  the local executor (:mod:`privsched.jobs.runner`), with the operator's sandbox mode in the
+  job's environment; a worker whose kernel has no Landlock refuses the job.
 - **Logs.** The Ray job's output is copied into the pipeline's log file as it runs.
 - **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
   that ended without a result, fails with its data assumed touched, except when Ray reports
@@ -38,7 +41,8 @@ from typing import Any
 
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.service.executors.base import Executor, Launch, failure, read_result
-from privsched.service.executors.ray_entry import JOB_VARIABLE, encode_document, parse_result
+from privsched.jobs.sandbox import SANDBOX_VARIABLE
+from privsched.service.executors.ray_entry import JOB_VARIABLE, NETWORK_VARIABLE, encode_document, parse_result
 from privsched.service.resources import Placement, Pool, make_pool
 
 #: Ray error types of jobs whose command never started: their data was not touched.
@@ -101,11 +105,12 @@ def cluster_pool(nodes: list[dict[str, float]]) -> Pool:
                 int(sum(n.get("memory", 0) for n in nodes)))
 
 
-def _environment(placement: Placement, encoded: str) -> dict[str, str]:
-    """The job's environment: its context, thread pools sized to its CPUs, and no GPU when
-    it has none (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs it assigns)."""
+def _environment(placement: Placement, encoded: str, sandbox: str, allow_network: bool) -> dict[str, str]:
+    """The job's environment: its context, its sandbox, thread pools sized to its CPUs, and
+    no GPU when it has none (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs it assigns)."""
     threads = str(max(1, int(placement.cpus)))
-    env = {JOB_VARIABLE: encoded, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
+    env = {JOB_VARIABLE: encoded, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
+           SANDBOX_VARIABLE: sandbox, NETWORK_VARIABLE: "1" if allow_network else "0"}
     if not placement.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -208,7 +213,7 @@ class RayExecutor(Executor):
             self.client.submit_job(
                 entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
                 submission_id=job.submission_id,
-                runtime_env={"env_vars": _environment(launch.placement, encoded)},
+                runtime_env={"env_vars": _environment(launch.placement, encoded, self.sandbox, self.allow_network)},
                 metadata={"privsched_runs": str(launch.context.parent.parent),
                           "privsched_pipeline": str(launch.pipeline_id)},
                 entrypoint_num_gpus=len(launch.placement.gpus) or None,

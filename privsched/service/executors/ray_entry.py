@@ -5,12 +5,13 @@
 The job travels with its submission: the runner's context document (a
 :class:`~privsched.jobs.context.JobContext` plus its ``job`` entry) is compressed into the
 environment variable ``PRIVSCHED_JOB``, so a worker never needs the database file or the
-scheduler's run folders. The entry runs the job with :func:`privsched.jobs.runner.run_job`
-and prints the :class:`~privsched.jobs.runner.JobResult` as the last line of its output,
+scheduler's run folders. The entry runs the job under its supervisor and sandbox
+(:func:`privsched.jobs.runner.run_job`; the mode in ``PRIVSCHED_SANDBOX``, refused when the
+worker's kernel has no Landlock) and prints the :class:`~privsched.jobs.runner.JobResult` as the last line of its output,
 prefixed by :data:`RESULT_MARKER`; the scheduler reads it from the Ray job's logs and alone
 settles it in the ledger (DESIGN §4.4). The exit status is 0 when the job completed.
 
-The job's working directory is its scheduler-side run folder when that path exists on the
+The job's working directory is its scheduler-side work folder when its run folder exists on the
 worker (a shared file system, or a one-machine cluster), else the Ray job's own folder.
 """
 
@@ -25,9 +26,12 @@ import zlib
 from pathlib import Path
 
 from privsched.jobs.runner import JobResult, run_job
+from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
 
 #: Environment variable carrying the job's context document.
 JOB_VARIABLE = "PRIVSCHED_JOB"
+#: Environment variable: "1" when the operator lets jobs that ask for it keep TCP access.
+NETWORK_VARIABLE = "PRIVSCHED_ALLOW_NETWORK"
 #: Prefix of the log line that carries the job's result.
 RESULT_MARKER = "@@privsched-result "
 
@@ -68,14 +72,20 @@ def main() -> int:
         return 2
     document = json.loads(decode_document(encoded))
     workdir = Path(document["workdir"])
-    if workdir.is_dir():
+    if workdir.parent.is_dir():
+        workdir.mkdir(mode=0o700, exist_ok=True)
         os.chdir(workdir)
     else:
         document["workdir"] = os.getcwd()
-    with tempfile.TemporaryDirectory(prefix="privsched-job-") as folder:
-        context = Path(folder) / "context.json"
-        context.write_text(json.dumps(document))
-        result = run_job(context)
+    mode = sandbox_mode()
+    try:
+        require_sandbox(mode)
+        with tempfile.TemporaryDirectory(prefix="privsched-job-") as folder:
+            context = Path(folder) / "context.json"
+            context.write_text(json.dumps(document))
+            result = run_job(context, mode, os.environ.get(NETWORK_VARIABLE) == "1")
+    except SandboxError as exc:
+        result = JobResult(int(document["pipeline_id"]), False, touched_data=False, message=f"not started: {exc}")
     sys.stdout.flush()
     sys.stderr.flush()
     print("\n" + result_line(result), flush=True)

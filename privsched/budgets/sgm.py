@@ -1,0 +1,193 @@
+"""Rényi DP of the Poisson-subsampled Gaussian mechanism (DP-SGD) and its noise calibration.
+
+Pure NumPy (SciPy's ``special`` for the binomial coefficients and ``log_ndtr``, imported
+inside the functions), so that planning a DP-SGD job never loads torch or Opacus. The
+numbers are those of Opacus' RDP accountant (``compute_rdp``, ``get_noise_multiplier``);
+the tests compare the two.
+
+Mironov, Talwar & Zhang 2019, "Rényi Differential Privacy of the Sampled Gaussian
+Mechanism", §3.3: one step with sampling rate q and noise multiplier σ has RDP
+ε(α) = ln(A_α)/(α − 1), where
+
+- integer α: A_α = Σ_{k=0}^{α} C(α, k) q^k (1 − q)^{α−k} exp((k² − k)/(2σ²));
+- fractional α: A_α = A₀ + A₁ with z₀ = σ² ln(1/q − 1) + 1/2 and, for k ≥ 0,
+  A₀ = Σ_k C(α, k) q^k (1 − q)^{α−k} exp((k² − k)/(2σ²)) · ½ erfc((k − z₀)/(√2 σ)),
+  A₁ = Σ_k C(α, k) q^{α−k} (1 − q)^k exp(((α−k)² − (α−k))/(2σ²)) · ½ erfc((z₀ − (α−k))/(√2 σ)),
+  with the generalised binomial coefficient C(α, k), summed until both terms fall below
+  e^{−30} (the series converge; Opacus stops at the same term);
+- q = 1 is the Gaussian mechanism, ε(α) = α/(2σ²) (Mironov 2017, Prop. 7).
+
+T steps compose to T·ε(α) (Mironov 2017, Prop. 1).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from privsched.budgets.curves import rdp_to_epsilon
+
+#: The orders Opacus' RDP accountant converts over (``RDPAccountant.DEFAULT_ALPHAS``); a
+#: noise level calibrated over them is the one Opacus' ``get_noise_multiplier`` returns.
+CALIBRATION_ALPHAS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)])
+
+#: Largest noise multiplier the calibration tries before declaring the budget too small.
+MAX_NOISE_MULTIPLIER = 1e6
+
+#: A series term of the fractional-order sum below e^{-30} ends it (MTZ 2019 §3.3).
+_SERIES_CUTOFF = -30.0
+
+
+def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
+    """RDP curve ε(α) of ``steps`` Poisson-subsampled Gaussian steps at rate q and noise σ
+    (Mironov, Talwar & Zhang 2019, §3.3; composition: Mironov 2017, Prop. 1)."""
+    q, sigma = float(sample_rate), float(noise_multiplier)
+    if not 0 < q <= 1:
+        raise ValueError(f"sample rate must be in (0, 1], got {sample_rate!r}")
+    if not sigma > 0 or not math.isfinite(sigma):
+        raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier!r}")
+    if int(steps) != steps or steps < 0:
+        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
+    orders = np.asarray(alphas, dtype=float)
+    if orders.ndim != 1 or not np.all(np.isfinite(orders)) or np.any(orders <= 1):
+        raise ValueError("RDP orders must be finite and greater than 1")
+    return _one_step(q, sigma, orders) * int(steps)
+
+
+def _one_step(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
+    """Per-step ε(α) for each order; the terms of every series are prepared for all orders
+    at once, and each series is summed term by term in log space, in order, so that the
+    result is Opacus' to the last bit."""
+    if q == 1.0:
+        return orders / (2 * sigma**2)
+    integer = orders == np.floor(orders)
+    log_a = np.empty_like(orders)
+    if integer.any():
+        log_a[integer] = _log_a_integer(q, sigma, orders[integer])
+    if (~integer).any():
+        log_a[~integer] = _log_a_fractional(q, sigma, orders[~integer])
+    return log_a / (orders - 1)
+
+
+def _log_a_integer(q: float, sigma: float, orders: np.ndarray) -> list[float]:
+    """ln A_α for integer orders: the binomial sum, term by term in log space."""
+    k = np.arange(int(orders.max()) + 1, dtype=float)
+    log_coef = np.array([_log_binomials(float(a), 0, k.size)[1] for a in orders])
+    terms = log_coef + k * math.log(q) + (orders[:, None] - k) * math.log(1 - q) + (k * k - k) / (2 * sigma**2)
+    sums = []
+    for alpha, row in zip(orders, terms.tolist()):
+        total = -math.inf
+        for term in row[: int(alpha) + 1]:
+            total = _log_add(total, term)
+        sums.append(total)
+    return sums
+
+
+def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]:
+    """ln A_α for fractional orders: the two signed series, term by term in log space, up to
+    and including the first k at which both terms fall below e^{−30}. Terms are prepared in
+    chunks of doubling length for the orders whose series has not ended yet."""
+    from scipy import special
+
+    z0 = sigma**2 * math.log(1 / q - 1) + 0.5
+    sums = [(-math.inf, -math.inf)] * orders.size
+    todo = list(range(orders.size))
+    start, stop = 0, 64
+    while todo:
+        k = np.arange(start, stop, dtype=float)
+        j = orders[todo, None] - k
+        coefs = [_log_binomials(float(orders[row]), start, stop) for row in todo]
+        log_coef = np.array([log_coef for _, log_coef in coefs])
+        log_t0 = log_coef + k * math.log(q) + j * math.log(1 - q)
+        log_t1 = log_coef + j * math.log(q) + k * math.log(1 - q)
+        log_e0 = math.log(0.5) + (math.log(2) + special.log_ndtr(-((k - z0) / (math.sqrt(2) * sigma)) * 2**0.5))
+        log_e1 = math.log(0.5) + (math.log(2) + special.log_ndtr(-((z0 - j) / (math.sqrt(2) * sigma)) * 2**0.5))
+        log_s0 = (log_t0 + (k * k - k) / (2 * (sigma**2)) + log_e0).tolist()
+        log_s1 = (log_t1 + (j * j - j) / (2 * (sigma**2)) + log_e1).tolist()
+        unfinished = []
+        for row, (coef, _), row0, row1 in zip(todo, coefs, log_s0, log_s1):
+            a0, a1 = sums[row]
+            for c, s0, s1 in zip(coef, row0, row1):
+                a0, a1 = (_log_add(a0, s0), _log_add(a1, s1)) if c > 0 else (_log_sub(a0, s0), _log_sub(a1, s1))
+                if max(s0, s1) < _SERIES_CUTOFF:
+                    break
+            else:
+                unfinished.append(row)
+            sums[row] = (a0, a1)
+        todo, start, stop = unfinished, stop, 2 * stop
+    return [_log_add(a0, a1) for a0, a1 in sums]
+
+
+@functools.lru_cache(maxsize=4096)
+def _log_binomials(alpha: float, start: int, stop: int) -> tuple[list[float], list[float]]:
+    """Generalised binomial coefficients C(α, k) for start ≤ k < stop and ln |C(α, k)|
+    (−inf where C is 0: k > α for an integer α)."""
+    from scipy import special
+
+    coef = special.binom(alpha, np.arange(start, stop, dtype=float)).tolist()
+    return coef, [math.log(abs(c)) if c != 0 else -math.inf for c in coef]
+
+
+def _log_add(x: float, y: float) -> float:
+    """ln(e^x + e^y), the larger term factored out."""
+    low, high = min(x, y), max(x, y)
+    if low == -math.inf:
+        return high
+    return math.log1p(math.exp(low - high)) + high
+
+
+def _log_sub(x: float, y: float) -> float:
+    """ln(e^x − e^y) for x ≥ y (a partial sum of a convergent series stays positive)."""
+    if x < y:
+        raise ValueError("the subsampled-Gaussian series went negative")
+    if y == -math.inf:
+        return x
+    if x == y:
+        return -math.inf
+    try:
+        return math.log(math.expm1(x - y)) + y
+    except OverflowError:
+        return x
+
+
+def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float) -> float:
+    """The ε at δ that ``steps`` subsampled-Gaussian steps imply, converted over
+    :data:`CALIBRATION_ALPHAS` (Balle et al. 2020, Thm 21): what Opacus' RDP accountant
+    reports as ``get_epsilon(delta)``."""
+    curve = subsampled_gaussian_curve(sample_rate, noise_multiplier, steps, CALIBRATION_ALPHAS)
+    epsilon, _ = rdp_to_epsilon(curve, CALIBRATION_ALPHAS, delta)
+    return epsilon
+
+
+@functools.lru_cache(maxsize=256)
+def calibrate_noise_multiplier(
+    sample_rate: float, steps: int, epsilon: float, delta: float, tolerance: float = 0.01
+) -> float:
+    """A noise multiplier σ, found by bisection, with which ``steps`` steps at rate q reach
+    at most (ε, δ) under the RDP accountant and at least (1 − ``tolerance``)·ε.
+
+    The search of Opacus' ``get_noise_multiplier`` (``accountant="rdp"``,
+    ``epsilon_tolerance = tolerance·ε``): double σ from 20 until ε(σ) ≤ ε, then bisect
+    [0, σ] until ε − ε(σ) ≤ tolerance·ε, always keeping the upper end, which is within
+    budget. Cached: a search costs tens of curve evaluations."""
+    if not epsilon > 0 or not math.isfinite(epsilon):
+        raise ValueError(f"DP-SGD needs a positive finite epsilon, got {epsilon!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
+    low, high = 0.0, 10.0
+    eps_high = math.inf
+    while eps_high > epsilon:
+        high = 2 * high
+        eps_high = subsampled_gaussian_epsilon(sample_rate, high, steps, delta)
+        if high > MAX_NOISE_MULTIPLIER:
+            raise ValueError(f"no noise level reaches epsilon={epsilon:g} in {steps} steps: the budget is too small")
+    while epsilon - eps_high > tolerance * epsilon:
+        middle = (low + high) / 2
+        eps_middle = subsampled_gaussian_epsilon(sample_rate, middle, steps, delta)
+        if eps_middle < epsilon:
+            high, eps_high = middle, eps_middle
+        else:
+            low = middle
+    return high

@@ -1,0 +1,78 @@
+"""Hostile and accounted user jobs the sandbox tests submit as ``tests.sandbox_jobs:<name>``.
+
+This module holds no tests: job processes import it, so it stays light (no torch).
+Each job reads its target from ``ctx.params``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from privsched.jobs.context import JobContext
+from privsched.jobs.primitives import PrimitiveRefused
+
+
+def reads_file(ctx: JobContext) -> None:
+    """Opens a path it was not granted (another block's data, the ledger database)."""
+    with open(ctx.params["path"], "rb") as stream:
+        stream.read(1)
+
+
+def writes_file(ctx: JobContext) -> None:
+    """Writes (creating or replacing) a file outside its work folder."""
+    Path(ctx.params["path"]).write_text("tampered\n")
+
+
+def deletes_file(ctx: JobContext) -> None:
+    os.remove(ctx.params["path"])
+
+
+def connects(ctx: JobContext) -> None:
+    """Opens a TCP connection to a port on this machine."""
+    socket.create_connection(("127.0.0.1", int(ctx.params["port"])), timeout=5).close()
+
+
+def reads_then_reports_zero(ctx: JobContext) -> None:
+    """Reads every granted block itself, then claims it spent nothing."""
+    for key in ctx.block_keys:
+        ctx.block_path(key).read_bytes()
+    ctx.report_spent(ctx.budget * 0)
+
+
+def counts_then_stops(ctx: JobContext) -> None:
+    """Spends ``params['epsilon']`` through one DP count, tries one count beyond its grant
+    (refused), and stops early; it reports zero, which is not believed either way."""
+    value = ctx.dp_count(float(ctx.params["epsilon"]))
+    try:
+        ctx.dp_count(float(ctx.params["too_much"]))
+        refused = False
+    except PrimitiveRefused:
+        refused = True
+    ctx.report_metrics(count=value, refused=refused)
+    ctx.report_spent(ctx.budget * 0)
+
+
+def leaves_a_daemon(ctx: JobContext) -> None:
+    """Double-forks a ``setsid`` grandchild that keeps running, writes its pid, and returns
+    (or, with ``params['hang']``, keeps running too)."""
+    pid_file = Path(ctx.workdir, "daemon.pid")
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            Path(f"{pid_file}.tmp").write_text(str(os.getpid()))
+            os.replace(f"{pid_file}.tmp", pid_file)
+            while True:
+                time.sleep(0.1)
+        os._exit(0)
+    while not pid_file.exists():
+        time.sleep(0.01)
+    while ctx.params.get("hang"):
+        time.sleep(0.1)
+
+
+def records_start(ctx: JobContext) -> None:
+    """Writes the time its code started running (``started``, seconds since the epoch)."""
+    Path(ctx.workdir, "started").write_text(repr(time.time()))

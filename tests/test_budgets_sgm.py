@@ -1,0 +1,117 @@
+"""The subsampled-Gaussian RDP curve and noise calibration of ``privsched.budgets.sgm``
+against Opacus' RDP accountant, and planning a DP-SGD job without torch."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from opacus.accountants.analysis.rdp import compute_rdp
+from opacus.accountants.utils import get_noise_multiplier
+
+from privsched.budgets import DEFAULT_ALPHAS, calibrate_noise_multiplier, subsampled_gaussian_curve
+from privsched.budgets.sgm import CALIBRATION_ALPHAS, subsampled_gaussian_epsilon
+
+from .conftest import REPO
+
+#: Integer and fractional orders: the default grid, Opacus' conversion grid, and extremes.
+ORDERS = sorted(set(DEFAULT_ALPHAS) | set(CALIBRATION_ALPHAS) | {1.01, 1.25, 100.0, 256.0})
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma"),
+    list(itertools.product([1e-4, 1e-3, 0.01, 0.05, 0.2, 0.5, 0.9, 0.999, 1.0], [0.3, 0.7, 1.0, 2.0, 5.0, 20.0])),
+)
+def test_curve_equals_opacus_compute_rdp_at_every_order(q, sigma):
+    for steps in (1, 37, 10_000):
+        expected = np.asarray(compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=ORDERS))
+        np.testing.assert_allclose(subsampled_gaussian_curve(q, sigma, steps, ORDERS), expected, rtol=1e-10, atol=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    q=st.floats(1e-5, 1.0),
+    sigma=st.floats(0.2, 50.0),
+    steps=st.integers(0, 100_000),
+    alpha=st.floats(1.001, 200.0) | st.integers(2, 200).map(float),
+)
+def test_curve_equals_opacus_compute_rdp_anywhere(q, sigma, steps, alpha):
+    expected = compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=[alpha])
+    np.testing.assert_allclose(subsampled_gaussian_curve(q, sigma, steps, [alpha]), expected, rtol=1e-10, atol=0)
+
+
+def test_curve_grows_with_the_sampling_rate_and_shrinks_with_the_noise():
+    base = subsampled_gaussian_curve(0.01, 1.0, 100, DEFAULT_ALPHAS)
+    assert np.all(subsampled_gaussian_curve(0.02, 1.0, 100, DEFAULT_ALPHAS) > base)
+    assert np.all(subsampled_gaussian_curve(0.01, 1.5, 100, DEFAULT_ALPHAS) < base)
+
+
+@pytest.mark.parametrize(
+    ("q", "steps", "epsilon", "delta"),
+    [(0.02, 150, 1.0, 1e-6), (0.05, 40, 0.5, 1e-9), (0.001, 10_000, 5.0, 1e-6), (0.2, 10, 3.0, 1e-5),
+     (1.0, 5, 2.0, 1e-6), (0.01, 10, 1.0, 1e-9), (0.1, 300, 8.0, 1e-7)],
+)
+def test_calibration_is_opacus_get_noise_multiplier(q, steps, epsilon, delta):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        expected = get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=q, steps=steps,
+                                        accountant="rdp", epsilon_tolerance=0.01 * epsilon)
+    sigma = calibrate_noise_multiplier(q, steps, epsilon, delta)
+    assert sigma == expected
+    spent = subsampled_gaussian_epsilon(q, sigma, steps, delta)
+    assert 0.99 * epsilon <= spent <= epsilon
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(0.0, 1e-6), (-1.0, 1e-6), (float("nan"), 1e-6), (1.0, 0.0), (1.0, 1.0)])
+def test_calibration_refuses_bad_targets(epsilon, delta):
+    with pytest.raises(ValueError):
+        calibrate_noise_multiplier(0.01, 100, epsilon, delta)
+
+
+def test_calibration_refuses_a_budget_no_noise_reaches():
+    with pytest.raises(ValueError, match="no noise level reaches"):
+        calibrate_noise_multiplier(1.0, 10_000_000, 1e-9, 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma", "steps", "alphas"),
+    [(0.0, 1.0, 1, [2.0]), (1.5, 1.0, 1, [2.0]), (0.1, 0.0, 1, [2.0]), (0.1, float("inf"), 1, [2.0]),
+     (0.1, 1.0, -1, [2.0]), (0.1, 1.0, 1.5, [2.0]), (0.1, 1.0, 1, [1.0]), (0.1, 1.0, 1, [float("inf")])],
+)
+def test_curve_refuses_bad_parameters(q, sigma, steps, alphas):
+    with pytest.raises(ValueError):
+        subsampled_gaussian_curve(q, sigma, steps, alphas)
+
+
+PLAN_WITHOUT_TORCH = """
+import json, sys
+from privsched.cli import app
+app(sys.argv[1:], standalone_mode=False)
+heavy = sorted(m for m in ("torch", "opacus", "ray", "matplotlib") if m in sys.modules)
+print(json.dumps(heavy))
+"""
+
+
+def test_submitting_a_dpsgd_pipeline_imports_neither_torch_nor_opacus(tmp_path, run_cli):
+    db = tmp_path / "p.db"
+    for args in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
+                 ["blocks", "add", "reviews", "d1", "d2"]):
+        assert run_cli(*args, "--db", db).returncode == 0
+    spec = tmp_path / "p.yaml"
+    spec.write_text(json.dumps({
+        "name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9,
+        "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.05, "epochs": 2, "lr": 0.05}},
+    }))
+    result = subprocess.run([sys.executable, "-c", PLAN_WITHOUT_TORCH, "submit", str(spec), "--db", str(db)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+    listing = run_cli("status", "1", "--db", db)
+    assert listing.returncode == 0 and "pending" in listing.stdout

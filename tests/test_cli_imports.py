@@ -1,0 +1,76 @@
+"""Each ``privsched`` command imports its own command module and no heavy library it does
+not use (torch, opacus, ray, matplotlib, scipy), checked in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO
+
+HEAVY = ("torch", "opacus", "ray", "matplotlib", "scipy")
+COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "service_cmds", "demo_cmds", "user_cmds")
+
+#: Runs ``privsched <argv>`` through ``main`` and prints the modules of interest it loaded.
+PROBE = f"""
+import json, sys
+from privsched.cli import main
+sys.argv = ["privsched", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+loaded = [m for m in {HEAVY!r} if m in sys.modules]
+loaded += [m for m in {COMMAND_MODULES!r} if "privsched.cli." + m in sys.modules]
+print(json.dumps({{"code": code, "loaded": loaded}}))
+"""
+
+
+def probe(*args: object, cwd: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "PRIVSCHED_DB"}
+    env["PYTHONPATH"] = str(REPO)
+    result = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, env=env,
+                            capture_output=True, text=True)
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def database(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cli")
+    db = folder / "p.db"
+    spec = folder / "count.json"
+    spec.write_text(json.dumps({"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1,
+                                "job": {"kind": "statistic", "params": {"query": "count"}}}))
+    for args in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
+                 ["blocks", "add", "reviews", "d1", "d2"], ["submit", spec], ["submit", spec]):
+        assert probe(*args, "--db", db, cwd=folder)["code"] == 0
+    return db
+
+
+@pytest.mark.parametrize(
+    ("args", "modules"),
+    [(["init"], ["ledger_cmds"]), (["dataset", "list"], ["ledger_cmds"]), (["blocks", "list"], ["ledger_cmds"]),
+     (["budget", "show"], ["ledger_cmds"]), (["audit"], ["ledger_cmds"]), (["list"], ["service_cmds"]),
+     (["status", "1"], ["ledger_cmds", "service_cmds"]),  # a status shows budgets as the ledger commands do
+     (["cancel", "2"], ["service_cmds"])],
+)
+def test_a_ledger_or_queue_command_loads_only_its_modules_and_nothing_heavy(database, args, modules):
+    outcome = probe(*args, "--db", database, cwd=database.parent)
+    assert outcome == {"code": 0, "loaded": modules}
+
+
+def test_help_lists_every_command_without_heavy_imports(tmp_path):
+    outcome = probe("--help", cwd=tmp_path)
+    assert outcome == {"code": 0, "loaded": list(COMMAND_MODULES)}
+
+
+def test_a_misspelt_command_is_a_usage_error_suggesting_the_right_one(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "privsched", "sumbit"], cwd=tmp_path, capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: No such command 'sumbit'. Did you mean 'submit'?"
