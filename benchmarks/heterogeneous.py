@@ -9,7 +9,7 @@ over α ∈ {4, 5, 6, 8} drawn from a normal(0.05, 0.03) (``workloads/heterogene
 Blocks are the latest k or k at random among those that exist (the artifact's choice).
 
 1. offline instances against the MILP optimum (every task waiting at once on fully
-   unlocked blocks), DPF, FCFS, and DPack recounting every 50 grants (DESIGN's K) and
+   unlocked blocks), DPF, FCFS, and DPack recounting every 50 grants (docs/design.md §4.2's K) and
    after every grant (K = 1, the artifact's default), seeds 0–2, per σ_α:
    a. one block, about 200 tasks on it;
    b. 10 blocks, each task on one block at random, about 2,000 tasks (the artifact's σ_α

@@ -1,8 +1,9 @@
 """The HTTP API against the local Python API: submissions per second and submit → grant
 latency with 8 concurrent clients, and the whole-process time of one ``privsched submit``.
 
-The database is the backlog of ``benchmarks/service.py`` (``--pending`` pipelines, default
-10,000, over ``--blocks`` blocks, default 1,000, of one RDP dataset, all pending). One
+The database holds a backlog of ``--pending`` pipelines (default 10,000) over ``--blocks``
+blocks (default 1,000) of one RDP dataset, (ε_G, δ_G) = (10, 1e-7), each a Gaussian
+mechanism (σ ∈ [1, 10]) on 1–10 consecutive blocks, all pending (nothing is unlocked). One
 process runs the scheduler and the API, as deployed: ``privsched serve --listen ...
 --policy dpf-n --n 1e9 --tick 1s``. In the same run, against that same process:
 
@@ -32,20 +33,49 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO), str(REPO / "benchmarks")]
+sys.path.insert(0, str(REPO))
 
-from service import build, probe_spec  # noqa: E402
-
-from privsched.client import connect  # noqa: E402
-from privsched.ledger import BlockSpec  # noqa: E402
+from privsched.budgets import Gaussian, demand_vector, mechanism_json  # noqa: E402
+from privsched.client import Client, connect  # noqa: E402
+from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
 THREADS = 8
+JOB = {"function": "tests.test_service_jobs:spend_half"}
 DPSGD = ("name: dpsgd\ndataset: reviews\nblocks: [block-00000]\nepsilon: 1.0\ndelta: 1.0e-9\n"
          "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.05, epochs: 2, lr: 0.05, optimizer: adam}}\n"
          "resources: {cpus: 0.01}\n")
+
+
+def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
+    """The database with its backlog (written in batches straight through the ledger)."""
+    client = connect(path)
+    dataset = client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
+    keys = [f"block-{i:05d}" for i in range(blocks)]
+    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys])
+    rng = np.random.default_rng(seed)
+    requests = []
+    for i in range(pending):
+        mechanism = Gaussian(sigma=float(rng.uniform(1.0, 10.0)))
+        width = int(rng.integers(1, 11))
+        start = int(rng.integers(0, blocks - width + 1))
+        requests.append(PipelineRequest(
+            name=f"backlog-{i}", dataset="reviews", block_keys=keys[start:start + width],
+            demand=demand_vector(mechanism, dataset.accounting), mechanism=mechanism_json(mechanism),
+            owner="bench", job=JOB, resources={"gpus": 0, "cpus": 0.01, "memory": 0},
+        ))
+    for chunk in range(0, pending, 1000):
+        client.ledger.submit_many(requests[chunk:chunk + 1000])
+    return client
+
+
+def probe_spec(name: str, block: str) -> dict:
+    return {"name": name, "dataset": "reviews", "blocks": [block], "mechanism": {"kind": "gaussian", "sigma": 3.0},
+            "job": JOB, "resources": {"cpus": 0.01}}
 
 
 def free_port() -> int:

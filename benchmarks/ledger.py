@@ -97,8 +97,8 @@ def main() -> None:
                 single.append(ledger_rate(base.with_suffix(".ledger.db"), accounting, args.grants, 1))
                 batched.append(ledger_rate(base.with_suffix(".batch.db"), accounting, args.grants, args.batch))
         r, s, b = (statistics.median(wall for wall, _ in x) for x in (raw, single, batched))
-        ratio = statistics.median(l[0] / w[0] for l, w in zip(single, raw))
-        cpu_ratio = statistics.median(l[1] / w[1] for l, w in zip(single, raw))
+        ratio = statistics.median(ledger[0] / raw_[0] for ledger, raw_ in zip(single, raw))
+        cpu_ratio = statistics.median(ledger[1] / raw_[1] for ledger, raw_ in zip(single, raw))
         print(f"| {accounting} | {dims} | {args.grants} | {r:,.0f} | {s:,.0f} | {ratio:.2f} | {cpu_ratio:.2f} "
               f"| {b:,.0f} |")
 

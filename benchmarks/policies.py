@@ -1,6 +1,6 @@
 """Speed of one allocation pass of each policy on a synthetic RDP snapshot.
 
-The workload follows DESIGN §5.3: blocks of (ε_G, δ_G) = (10, 1e-7) under the paper's RDP
+The workload follows docs/design.md §5.3: blocks of (ε_G, δ_G) = (10, 1e-7) under the paper's RDP
 capacity rule, each at a different stage of unlocking, and pipelines asking for the last
 1–10 blocks of a random window with demands mixing Gaussian, Laplace and composed curves,
 so blocks differ in their best order. Demands shrink as the queue grows (scale

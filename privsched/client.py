@@ -42,6 +42,7 @@ from privsched.ledger import (
     PipelineInfo,
     PipelineRequest,
 )
+from privsched.ledger.states import PipelineState
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
@@ -52,7 +53,6 @@ if TYPE_CHECKING:
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
-FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 
 BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
@@ -119,12 +119,12 @@ class Run:
         return self.client.status(self.id)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PipelineState:
         return self.info.state
 
     @property
     def done(self) -> bool:
-        return self.status in FINAL_STATES
+        return self.status.is_final()
 
     @property
     def grant(self) -> dict[str, np.ndarray]:
@@ -234,7 +234,7 @@ class Client:
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (DESIGN §3.2)."""
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2)."""
         return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
 
     def datasets(self) -> list[DatasetInfo]:
@@ -376,15 +376,15 @@ class Client:
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
         unknown: ``LedgerError``."""
         info = self.ledger.get_pipeline(pipeline_id)
-        if info.state == "running":
+        if info.state is PipelineState.RUNNING:
             self.runs.request_cancel(pipeline_id)
             return "cancelling"
-        if info.state in FINAL_STATES:
+        if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
             self.ledger.cancel(pipeline_id)
         except LedgerError:
-            if self.ledger.get_pipeline(pipeline_id).state != "running":
+            if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
             self.runs.request_cancel(pipeline_id)  # started meanwhile
             return "cancelling"
@@ -426,7 +426,7 @@ class Client:
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether
         the pipeline had ended before it was read (so nothing more will come)."""
-        ended = self.status(pipeline_id).state in FINAL_STATES
+        ended = self.status(pipeline_id).state.is_final()
         path = self.runs.log(pipeline_id)
         if not path.exists():
             return b"", ended
@@ -460,6 +460,8 @@ class Client:
         *,
         n: int | None = None,
         lifetime: float | None = None,
+        k: int = 50,
+        unlock: str | None = None,
         tick: float = 1.0,
         until_idle: bool = False,
         gpus: int | None = None,
@@ -482,8 +484,8 @@ class Client:
         from privsched.service.serve import serve_options
 
         return serve_options(
-            self.path, policy, n=n, lifetime=lifetime, tick=tick, until_idle=until_idle, gpus=gpus, cpus=cpus,
-            memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
+            self.path, policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle,
+            gpus=gpus, cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
             allow_network=allow_network, stop=stop, log=log,
         )
 

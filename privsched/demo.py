@@ -156,7 +156,7 @@ def serve_with_progress(client, config: DemoConfig, ids: list[int], console) -> 
         task = progress.add_task("scheduling", total=len(ids))
         while thread.is_alive():
             states = [p.state for p in client.list() if p.id in set(ids)]
-            finished = sum(s not in ("pending", "granted", "running") for s in states)
+            finished = sum(s.is_final() for s in states)
             summary = ", ".join(f"{states.count(s)} {s}" for s in sorted(set(states)))
             progress.update(task, completed=finished, description=f"scheduling ({summary})")
             thread.join(0.5)

@@ -22,18 +22,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from privsched.errors import PrivschedError
 from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
+from privsched.ledger.states import PipelineState
 from privsched.server.models import BlockOut, DatasetOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
 
-#: Pipeline states in which nothing more happens.
-FINAL_STATES = frozenset({"completed", "failed", "timed_out", "cancelled"})
 #: Seconds to wait for the server to answer one request.
 TIMEOUT = 60.0
 
 
-class RemoteError(ValueError):
+class RemoteError(PrivschedError, ValueError):
     """The server refused a request (``status`` is its HTTP status, 0 if unreachable)."""
 
     def __init__(self, message: str, status: int = 0) -> None:
@@ -56,12 +56,12 @@ class RemoteRun:
         return self.client.status(self.id)
 
     @property
-    def status(self) -> str:
+    def status(self) -> PipelineState:
         return self.info.state
 
     @property
     def done(self) -> bool:
-        return self.status in FINAL_STATES
+        return self.status.is_final()
 
     def wait(self, timeout: float | None = None, poll: float = 0.2) -> RemoteRun:
         deadline = None if timeout is None else time.monotonic() + timeout

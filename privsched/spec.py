@@ -4,7 +4,7 @@ A specification names the dataset and the blocks a pipeline reads (explicit keys
 ``last`` k blocks, or a key range), its privacy demand (``epsilon``/``delta``, an explicit
 ``mechanism`` description, or derived from a built-in job's training plan), the job itself
 (a built-in trainer ``kind`` or user code ``function: module:qualname``), the compute it
-needs, and its timeouts. Unknown fields and impossible values are errors (DESIGN §4.4).
+needs, and its timeouts. Unknown fields and impossible values are errors (docs/design.md §4.4).
 
 Example (YAML)::
 
@@ -41,8 +41,10 @@ from pydantic import (
     model_validator,
 )
 
+from privsched.errors import BadInput, validation_message
 
-class SpecError(ValueError):
+
+class SpecError(BadInput):
     """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
 
 
@@ -222,7 +224,7 @@ class PipelineSpec(_Model):
     mechanism: dict[str, Any] | None = None
     job: JobSpec
     resources: Resources = Field(default_factory=Resources)
-    #: Longest wait for a grant, in seconds after submission (DESIGN §4.4); None waits forever.
+    #: Longest wait for a grant, in seconds after submission (docs/design.md §4.4); None waits forever.
     timeout: Duration | None = None
     #: Longest run once the job has started; the job is killed and failed after it.
     max_runtime: Duration | None = None
@@ -253,16 +255,6 @@ class PipelineSpec(_Model):
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping that :meth:`parse` turns back into an equal specification."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-def validation_message(exc: ValidationError) -> str:
-    """One line naming every invalid field of a pydantic error."""
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error["loc"])
-        message = error["msg"].removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(dict.fromkeys(parts))
 
 
 def load_spec(path: str | Path) -> PipelineSpec:

@@ -1,4 +1,4 @@
-"""Properties of the budget algebra shared by policies and the ledger (DESIGN §3.1, §3.3)."""
+"""Properties of the budget algebra shared by policies and the ledger (docs/design.md §3.1, §3.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Budget formulas against known values, numerical integration and Opacus (DESIGN §3.2, §3.4)."""
+"""Budget formulas against known values, numerical integration and Opacus (docs/design.md §3.2, §3.4)."""
 
 from __future__ import annotations
 

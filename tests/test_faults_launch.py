@@ -87,7 +87,7 @@ def test_a_launch_that_never_spawned_its_process_releases_the_grant(client: Clie
 
 def test_a_launch_cut_between_its_spawn_marker_and_its_process_is_charged_in_full(client: Client):
     """Whether the process started cannot be told apart from a job that died at once without
-    a result, so the grant is consumed (DESIGN §4.4); the window is the process spawn alone."""
+    a result, so the grant is consumed (docs/design.md §4.4); the window is the process spawn alone."""
     pipeline_id = submit(client)
     crash_at(client, "after-marker")
     recover(client)

@@ -1,5 +1,5 @@
 """The ledger API on real SQLite files: durability settings, every budget move of the
-pipeline life cycle (DESIGN §4.4), views, the lease, and the audit."""
+pipeline life cycle (docs/design.md §4.4), views, the lease, and the audit."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Random sequences of every ledger operation against a small in-memory model: balances
-match, the audit passes, and no block ever breaks its safety invariant (DESIGN §3.3)."""
+match, the audit passes, and no block ever breaks its safety invariant (docs/design.md §3.3)."""
 
 from __future__ import annotations
 

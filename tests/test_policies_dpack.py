@@ -1,4 +1,4 @@
-"""DPack (Tholoniat et al., EuroSys'25; DESIGN §4.2): best orders, efficiency, refreshes,
+"""DPack (Tholoniat et al., EuroSys'25; docs/design.md §4.2): best orders, efficiency, refreshes,
 and the incremental pass against a literal reference."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from privsched.policies.admission import EdgeTable
 from privsched.policies.dpack import best_orders
 from privsched.policies.packing import Packing
 from privsched.policies.run_queue import RunQueue
-from tests.test_policies_admission import make_snapshot, naive_admit, snapshots, spends_within
+from tests.support.snapshots import make_snapshot, naive_admit, snapshots, spends_within
 
 RDP = Accounting.rdp((2.0, 8.0))
 
@@ -120,7 +120,7 @@ def reference_best_orders(snapshot: Snapshot, available: np.ndarray, waiting: se
 
 
 def reference_dpack(snapshot: Snapshot, k: int) -> list[int]:
-    """DESIGN §4.2 literally: before every k grants, recount every block's best order over
+    """docs/design.md §4.2 literally: before every k grants, recount every block's best order over
     the pipelines not granted yet, recompute every efficiency, sort by descending
     efficiency (ties: arrival, id) and walk, one pipeline at a time, until k more grants."""
     accounting = snapshot.accounting
@@ -247,7 +247,7 @@ def test_the_run_queue_pops_the_smallest_keys_first(data) -> None:
 
 
 def test_the_area_cost_prefers_narrow_pipelines_on_nested_blocks_as_the_design_says() -> None:
-    """DESIGN §4.2 sums a pipeline's costs over its blocks. When every pipeline asks for the
+    """docs/design.md §4.2 sums a pipeline's costs over its blocks. When every pipeline asks for the
     newest block and wide ones also for an older block (the heterogeneous workload's "last
     k blocks"), the older block's budget counts against the wide pipelines although nothing
     else wants it: DPack grants the narrow ones, DPF and the optimum the wide ones.

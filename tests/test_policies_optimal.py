@@ -1,4 +1,4 @@
-"""The MILP optimum (DESIGN §4.2): proven on small instances, never beaten online."""
+"""The MILP optimum (docs/design.md §4.2): proven on small instances, never beaten online."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from privsched.budgets.accounting import Accounting
 from privsched.policies import Snapshot, admit_in_order, make_policy, solve_optimal
-from tests.test_policies_admission import make_snapshot, snapshots
+from tests.support.snapshots import make_snapshot, snapshots
 
 
 def test_optimum_packs_two_halves_where_first_come_first_served_takes_the_big_one() -> None:

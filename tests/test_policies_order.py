@@ -1,4 +1,4 @@
-"""FCFS and DPF orders, their tie-breaks, and the OSDI'21 worked example (DESIGN §4.2)."""
+"""FCFS and DPF orders, their tie-breaks, and the OSDI'21 worked example (docs/design.md §4.2)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting
 from privsched.policies import Snapshot, dpf_order, make_policy
-from tests.test_policies_admission import make_snapshot
+from tests.support.snapshots import make_snapshot
 
 
 def test_fcfs_grants_in_arrival_order_ties_by_id() -> None:

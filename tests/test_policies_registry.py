@@ -1,4 +1,4 @@
-"""Policy names, parameters and unlock rules (DESIGN §4.1)."""
+"""Policy names, parameters and unlock rules (docs/design.md §4.1)."""
 
 from __future__ import annotations
 
@@ -85,3 +85,33 @@ def test_unlock_fractions() -> None:
 def test_per_time_unlocking_rejects_negative_elapsed_time() -> None:
     with pytest.raises(ValueError, match="elapsed"):
         UnlockPerTime(20.0).on_tick(-1.0)
+
+
+@pytest.mark.parametrize(("name", "kwargs", "unlock"), [
+    ("dpack-n", {"n": 4, "k": 3}, UnlockPerArrival(4)),
+    ("dpack-t", {"lifetime": 30.0, "k": 3}, UnlockPerTime(30.0)),
+])
+def test_dpack_aliases_fix_the_unlock_rule_and_keep_their_name(name, kwargs, unlock) -> None:
+    spec = make_policy(name, **kwargs)
+    assert (spec.name, spec.unlock, spec.policy) == (name, unlock, DPack(k=3))
+    assert spec.params["k"] == 3
+
+
+def test_an_alias_refuses_another_unlock_rule() -> None:
+    with pytest.raises(ValueError, match="always unlocks with rule 'n'"):
+        make_policy("dpack-n", n=4, unlock="t", lifetime=5.0)
+
+
+def test_serve_and_simulate_accept_every_registry_name_with_the_same_options(tmp_path) -> None:
+    from privsched.ledger import Ledger
+    from privsched.service.serve import serve_options
+    from privsched.simulation import parse_trace, simulate
+
+    Ledger.init(tmp_path / "db").close()
+    trace = {"accounting": "basic", "blocks": [{"id": "b0", "epsilon": 1.0}],
+             "pipelines": [{"id": "p0", "arrival": 0.0, "blocks": ["b0"], "epsilon": 0.5}]}
+    for name in POLICY_NAMES:
+        options = {"n": 2, "lifetime": 10.0, "k": 2, "unlock": None}
+        served = serve_options(tmp_path / "db", name, **options, until_idle=True, cpus=1, memory="1G")
+        assert served.ticks == 1
+        assert simulate(parse_trace(trace), name, **options).policy == name

@@ -1,4 +1,4 @@
-"""Round robin's water-filling (DESIGN §4.2): even split, capped at the need, conserved."""
+"""Round robin's water-filling (docs/design.md §4.2): even split, capped at the need, conserved."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from privsched.budgets.accounting import Accounting
 from privsched.policies import Snapshot, make_policy
 from privsched.policies.round_robin import water_fill
-from tests.test_policies_admission import make_snapshot, snapshots
+from tests.support.snapshots import make_snapshot, snapshots
 
 
 def _pass(snapshot: Snapshot, reserved: np.ndarray | None = None):

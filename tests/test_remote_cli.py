@@ -84,16 +84,20 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     done = run_cli("submit", write(tmp_path, "b", "[b2]", 0.3), "--wait", env=remote)
     assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\n"), done.stderr
     wait_until(lambda: ps.connect(served.db).status(1).state == "completed")
-    assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left
+    assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left: never
     commands = [["list"], ["list", "--state", "pending"], ["status", "1"], ["status", "3"], ["logs", "1"],
                 ["budget", "show"], ["budget", "show", "reviews"], ["blocks", "list", "reviews"], ["dataset", "list"],
-                ["audit"], ["status", "99"], ["cancel", "1"], ["logs", "99"], ["budget", "show", "nope"],
+                ["audit"], ["audit", "--export"], ["status", "99"], ["cancel", "1"], ["logs", "99"], ["budget", "show", "nope"],
                 ["submit", tmp_path / "missing.yaml"]]
     for command in commands:
         here, there = run_cli(*command, env=local), run_cli(*command, env=remote)
         assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr), command
-    cancelled = run_cli("cancel", "3", env=remote)
-    assert (cancelled.returncode, cancelled.stdout) == (0, "pipeline 3 cancelled\n")
+    hangs = write(tmp_path, "h", "[b3]", 0.1)
+    hangs.write_text(hangs.read_text().replace("spend_half", "hangs"))
+    assert run_cli("submit", hangs, env=remote).stdout == "4\n"
+    wait_until(lambda: ps.connect(served.db).status(4).state == "running")
+    cancelled = run_cli("cancel", "4", env=remote)
+    assert (cancelled.returncode, cancelled.stdout) == (0, "pipeline 4 cancelling\n"), cancelled.stderr
     assert run_cli("audit", env=remote).returncode == 0
     for command in (["audit", "--export"], ["audit", "--expect", f"1:{'00' * 32}"], ["audit", "--expect", "x"]):
         here, there = run_cli(*command, env=local), run_cli(*command, env=remote)

@@ -1,5 +1,5 @@
 """Scaled-down versions of the published claims, asserted on real simulation output
-(Luo et al. OSDI'21 §6; Tholoniat et al. EuroSys'25; DESIGN §5). docs/results/RESULTS.md
+(Luo et al. OSDI'21 §6; Tholoniat et al. EuroSys'25; docs/design.md §5). docs/results/RESULTS.md
 has the full-size runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reference workload generators (DESIGN §5): seeded, deterministic, shaped as specified."""
+"""Reference workload generators (docs/design.md §5): seeded, deterministic, shaped as specified."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""DPack's heterogeneous RDP workload (Tholoniat et al., EuroSys'25, §6; DESIGN §5.3).
+"""DPack's heterogeneous RDP workload (Tholoniat et al., EuroSys'25, §6; docs/design.md §5.3).
 
 The paper evaluates DPack on workloads whose tasks mix DP mechanisms, so that blocks have
 different best orders α, and sweeps how heterogeneous those best orders are. We follow the

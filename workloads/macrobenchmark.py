@@ -1,4 +1,4 @@
-"""An Amazon-Reviews-like macrobenchmark (Luo et al., OSDI'21 §6.2; DESIGN §5.2).
+"""An Amazon-Reviews-like macrobenchmark (Luo et al., OSDI'21 §6.2; docs/design.md §5.2).
 
 One block per day (ε_G = 10, δ_G = 1e-7); pipelines arrive as a Poisson process,
 300 per day for 50 days by default (``days`` and ``pipelines_per_day`` scale it down), and
@@ -11,7 +11,7 @@ time out after 5 block periods.
   with ε ∈ {0.5, 1, 5}; bigger models need more data, and more at smaller ε:
   ``ceil(base / ε)`` blocks, base 1, 2, 5, 50 (1 to 100 blocks, at most 500). Under RDP a
   model's demand is the subsampled Gaussian of its training plan, its noise calibrated
-  under RDP to (ε, δ) as a DP-SGD job's plan is (DESIGN §3.4).
+  under RDP to (ε, δ) as a DP-SGD job's plan is (docs/design.md §3.4).
 Time is in seconds; a block period is one day by default.
 """
 

@@ -1,4 +1,4 @@
-"""The OSDI'21 microbenchmarks (Luo et al. §6.1; DESIGN §5.1), seeded and deterministic.
+"""The OSDI'21 microbenchmarks (Luo et al. §6.1; docs/design.md §5.1), seeded and deterministic.
 
 Pipelines arrive as a Poisson process; 75 % are mice (ε = 0.01) and 25 % elephants
 (ε = 0.1). Under basic accounting a pipeline demands (ε, δ = 1e-9); under RDP the Gaussian

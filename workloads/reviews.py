@@ -1,4 +1,4 @@
-"""Synthetic product reviews and the macrobenchmark pipeline mix (OSDI'21 §6.2, DESIGN §5.2).
+"""Synthetic product reviews and the macrobenchmark pipeline mix (OSDI'21 §6.2, docs/design.md §5.2).
 
 Reviews stand in for Amazon Reviews: each has a product category, a rating (1–5) and a
 sentiment (rating ≥ 4, half of the reviews), and its text is a sequence of token ids drawn from a vocabulary
@@ -100,7 +100,7 @@ def write_blocks(
     return paths
 
 
-#: The macrobenchmark's mix (DESIGN §5.2).
+#: The macrobenchmark's mix (docs/design.md §5.2).
 MICE_EPSILONS = (0.01, 0.05, 0.1)
 ELEPHANT_EPSILONS = (0.5, 1.0, 5.0)
 ELEPHANT_DELTA = 1e-9

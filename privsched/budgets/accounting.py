@@ -2,7 +2,7 @@
 
 A budget is a float array whose last axis holds its *dimensions*:
 - basic (ε, δ) composition: two dimensions, (ε, δ); both add up, and a demand fits only
-  if it fits in every dimension (DESIGN §3.1, §3.3).
+  if it fits in every dimension (docs/design.md §3.1, §3.3).
 - RDP: one dimension per Rényi order α of the dataset's grid; curves add, and a demand fits
   a block if it fits at *some* live order (Luo et al., OSDI'21 §4.2; Mironov 2017).
 
@@ -19,7 +19,7 @@ import numpy as np
 
 AccountingName = Literal["basic", "rdp"]
 
-#: Default RDP order grid (DESIGN §3.1).
+#: Default RDP order grid (docs/design.md §3.1).
 DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 16.0, 32.0, 64.0)
 
 #: Relative tolerance of the audit's replay, which recomputes balances by summing events in
@@ -36,7 +36,7 @@ def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element-wise, exact ``a <= b``: a budget test that errs only by refusing.
 
     No tolerance: a demand above the available budget by any amount, even one part in
-    10⁹, does not fit (DESIGN §3.3), and a NaN demand never fits. Float rounding (N unlocks
+    10⁹, does not fit (docs/design.md §3.3), and a NaN demand never fits. Float rounding (N unlocks
     of capacity/N summing a hair below capacity) can only make a demand refused.
     """
     with np.errstate(invalid="ignore"):
@@ -96,7 +96,7 @@ class Accounting:
         """Whether each demand fits the available budget (reduces the last axis).
 
         basic: ``d ≤ available`` in ε and in δ. RDP: there exists a live α with
-        ``d(α) ≤ available(α)`` (DESIGN §3.3).
+        ``d(α) ≤ available(α)`` (docs/design.md §3.3).
         """
         ok = leq(demand, available)
         if self.is_rdp:
@@ -107,7 +107,7 @@ class Accounting:
         """The ledger's safety invariant for budgets already given out (allocated + consumed).
 
         basic: spent ≤ capacity in every dimension. RDP: some live order keeps
-        spent(α) ≤ capacity(α) (DESIGN §3.3), up to the float rounding of the sum that
+        spent(α) ≤ capacity(α) (docs/design.md §3.3), up to the float rounding of the sum that
         ``spent`` is (:data:`SUM_ROUNDING`). Reduces the last axis.
         """
         capacity = np.asarray(capacity, dtype=float)

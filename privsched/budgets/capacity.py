@@ -1,4 +1,4 @@
-"""Block capacity from a global (ε_G, δ_G) guarantee (DESIGN §3.2)."""
+"""Block capacity from a global (ε_G, δ_G) guarantee (docs/design.md §3.2)."""
 
 from __future__ import annotations
 

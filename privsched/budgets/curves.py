@@ -1,4 +1,4 @@
-"""RDP curves of common mechanisms and conversions to (ε, δ) (DESIGN §3.4).
+"""RDP curves of common mechanisms and conversions to (ε, δ) (docs/design.md §3.4).
 
 Pure NumPy functions over an order grid ``alphas``; each returns an array of ε(α). The
 subsampled Gaussian (DP-SGD) has its own module, :mod:`privsched.budgets.sgm`.

@@ -102,7 +102,7 @@ def mechanism_json(mechanism: Mechanism) -> str:
 
 
 def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
-    """The budget vector a mechanism spends on each block it reads (DESIGN §3.4)."""
+    """The budget vector a mechanism spends on each block it reads (docs/design.md §3.4)."""
     if isinstance(mechanism, Composed):
         return np.sum([demand_vector(part, accounting) for part in mechanism.parts], axis=0)
     if isinstance(mechanism, Explicit):

@@ -9,7 +9,7 @@ from privsched.budgets.accounting import Accounting
 
 def as_epsilon_delta(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> tuple[float, float]:
     """Basic accounting: the vector is (ε, δ) already. RDP: the ε that the curve guarantees at
-    ``delta`` (``rdp_to_epsilon``, the conversion of DESIGN §3.1) over the live orders where
+    ``delta`` (``rdp_to_epsilon``, the conversion of docs/design.md §3.1) over the live orders where
     it is positive, and 0 where there are none."""
     if not accounting.is_rdp:
         return float(vector[0]), float(vector[1])

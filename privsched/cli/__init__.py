@@ -10,11 +10,13 @@ uses. ``privsched.cli.app`` is the application with every command registered.
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Any
 
 import typer
 
 from privsched.cli.registry import load_commands
+from privsched.errors import PrivschedError
 
 
 def __getattr__(name: str) -> Any:
@@ -28,7 +30,9 @@ def __getattr__(name: str) -> Any:
 
 def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
-    parse) is reported like every other bad input: one ``error:`` line on stderr."""
+    parse) is reported like every other bad input: one ``error:`` line on stderr; so is any
+    :class:`~privsched.errors.PrivschedError`. Any other exception is a bug: its traceback,
+    then one ``error:`` line saying so, exit status 70."""
     from privsched.cli.registry import app
 
     load_commands(sys.argv[1:])
@@ -42,4 +46,11 @@ def main() -> None:
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
+    except PrivschedError as exc:  # a refusal no command turned into a message itself
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except Exception:  # a bug, not bad input: show it as one
+        traceback.print_exc()
+        print("error: internal error in privsched (a bug; the traceback above says where)", file=sys.stderr)
+        sys.exit(70)
     sys.exit(code if isinstance(code, int) else 0)

@@ -34,8 +34,12 @@ def fail(message: object) -> NoReturn:
 
 @contextmanager
 def errors() -> Iterator[None]:
-    """Turn a ``ValueError`` (``LedgerError`` included) raised inside into :func:`fail`."""
+    """Turn a refusal raised inside into :func:`fail`: a
+    :class:`~privsched.errors.PrivschedError`, or a ``ValueError`` from the pure layers'
+    range checks (docs/design.md §6.3). Anything else propagates: it is a bug."""
+    from privsched.errors import PrivschedError
+
     try:
         yield
-    except ValueError as exc:
+    except (PrivschedError, ValueError) as exc:
         fail(exc)

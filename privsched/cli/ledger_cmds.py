@@ -65,7 +65,9 @@ def dataset_create(
     delta: Annotated[float, typer.Option("--delta", help="Global δ_G of every block.")],
     accounting: Annotated[str, typer.Option(help="basic (ε, δ) composition or rdp.")] = "rdp",
     alphas: Annotated[Optional[str], typer.Option(help="RDP orders, comma-separated (default grid).")] = None,
-    conversion: Annotated[str, typer.Option(help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive (δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
+    conversion: Annotated[str, typer.Option(
+        help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive "
+             "(δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""

@@ -164,9 +164,11 @@ def logs(
 
 @app.command()
 def serve(
-    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack.")] = "fcfs",
+    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "fcfs",
     n: Annotated[Optional[int], typer.Option("--n", help="Per-arrival unlocking: each pipeline unlocks 1/N.")] = None,
     lifetime: Annotated[Optional[str], typer.Option(help="Per-time unlocking: data lifetime, e.g. 600 or 2h.")] = None,
+    unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
+    k: Annotated[int, typer.Option(help="DPack: grants between efficiency refreshes.")] = 50,
     tick: Annotated[str, typer.Option(help="Scheduling period, e.g. 1s or 500ms.")] = "1s",
     until_idle: Annotated[bool, typer.Option("--until-idle", help="Exit once nothing more can run.")] = False,
     gpus: Annotated[Optional[int], typer.Option(help="Declare N GPUs (default: detected).")] = None,
@@ -213,7 +215,7 @@ def serve(
     with _client(db) as client, errors(), \
             api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
         try:
-            summary = client.serve(policy, n=n, lifetime=life, tick=period, until_idle=until_idle, gpus=gpus,
+            summary = client.serve(policy, n=n, lifetime=life, k=k, unlock=unlock, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
                                    sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
         except ServiceError as exc:

@@ -69,9 +69,11 @@ def _summary_table(summary: dict) -> Table:
 
 @app.command()
 def simulate(
-    workload: Annotated[str, typer.Argument(help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
+    workload: Annotated[str, typer.Argument(
+        help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
     out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and (with --plots) figures.")],
-    policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t).")] = "dpf-n",
+    policy: Annotated[str, typer.Option(
+        help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal).")] = "dpf-n",
     n: Annotated[Optional[int], typer.Option("--n", help="N: per-arrival unlock divisor.")] = None,
     lifetime: Annotated[Optional[float], typer.Option(help="T: data lifetime in seconds (per-time unlock).")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
@@ -115,14 +117,15 @@ def sweep(
     """Run a grid of policies and N / T values over workloads, with paper-style figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    import workloads as registry
     from privsched.simulation.api import resolve_policy
+    from privsched.simulation.registry import workload_generators
     from privsched.simulation.sweep import grid, summary_table, write_sweep
     from privsched.simulation.sweep import sweep as run_sweep
 
-    unknown = [w for w in workloads if w not in registry.WORKLOADS]
+    known = workload_generators()
+    unknown = [w for w in workloads if w not in known]
     if unknown:
-        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(registry.WORKLOADS)})")
+        fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(known)})")
     if workers < 1:
         fail("--workers must be at least 1")
     ns, lifetimes = _numbers(n, int, "--n"), _numbers(lifetime, float, "--lifetime")
@@ -154,13 +157,13 @@ def trace(
     param: ParamOption = None,
 ) -> None:
     """Save a generated workload as a trace file."""
-    import workloads as registry
+    from privsched.simulation.registry import generate_workload, workload_generators
     from privsched.simulation.trace import save_trace
 
     params = _params(param)
     if duration is not None:
         params["duration"] = duration
     with errors():
-        document = registry.generate(workload, seed=seed, **params)
+        document = generate_workload(workload_generators(), workload, seed, params)
     save_trace(document, out)
     console.print(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

@@ -6,7 +6,7 @@ order α). One bar needs one dimension:
 
 - basic accounting: a demand must fit in ε *and* δ, so the bar shows the binding dimension,
   the one with the smallest remaining fraction (capacity − allocated − consumed)/capacity;
-- RDP: a demand fits when it fits at *some* live order (DESIGN §3.3), so the bar
+- RDP: a demand fits when it fits at *some* live order (docs/design.md §3.3), so the bar
   shows the block's best order, the live order with the largest remaining fraction.
 """
 
@@ -49,7 +49,7 @@ def reference_dimension(block: BlockInfo, accounting: Accounting) -> int:
 
 def budget_bar(block: BlockInfo, accounting: Accounting) -> BudgetBar:
     """The block's bar. Under RDP the unlocked bucket may be negative at some orders
-    (DESIGN §3.3); fractions are clipped to [0, 1] and filled in the order consumed, allocated,
+    (docs/design.md §3.3); fractions are clipped to [0, 1] and filled in the order consumed, allocated,
     unlocked, locked so that the bar never exceeds the capacity."""
     dimension = reference_dimension(block, accounting)
     capacity = float(block.capacity[dimension])

@@ -2,7 +2,7 @@
 
 :func:`plan_mechanism` turns a job's parameters into its privacy demand at submit time;
 :func:`run_builtin` runs a granted job inside its :class:`~privsched.jobs.context.JobContext`
-(reading only granted blocks) and reports the budget it actually spent (DESIGN §4.4).
+(reading only granted blocks) and reports the budget it actually spent (docs/design.md §4.4).
 Training code (torch, Opacus) is imported only when a job runs.
 """
 
@@ -31,8 +31,9 @@ def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounti
 
     dpsgd: ``steps = ceil(E / q)``, σ calibrated as Opacus' ``get_noise_multiplier`` does (RDP) for the
     training's (ε − ε_acc, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP,
-    ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy. statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a
-    mean composing a sum and a count. Bad parameters raise a one-line ``ValueError``.
+    ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy.
+    statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a mean composing
+    a sum and a count. Bad parameters raise a one-line ``ValueError``.
     """
     validate_epsilon_delta(epsilon, delta)
     spec = parse_job(job)

@@ -3,7 +3,7 @@
 A :class:`JobContext` travels to the job's process (local or on a cluster) as JSON; the job
 reads data only through :meth:`JobContext.block_path` and reports what it actually spent
 with :meth:`JobContext.report_spent`. The executor turns the context's final state into a
-:class:`JobResult` that the scheduler settles in the ledger (DESIGN §4.4).
+:class:`JobResult` that the scheduler settles in the ledger (docs/design.md §4.4).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting, leq
+from privsched.errors import Forbidden
 
 
-class BlockAccessError(PermissionError):
+class BlockAccessError(Forbidden):
     """A job asked for a block outside its grant."""
 
 
@@ -31,18 +32,27 @@ class BlockGrant:
 
 @dataclass
 class JobContext:
-    pipeline_id: int
-    name: str
-    dataset: str
-    accounting: Accounting
+    """Everything a job may read and call (docs/design.md §6.2).
+
+    A job reads its pipeline's identity, its granted blocks' data through
+    :meth:`block_path` (any other block raises :class:`BlockAccessError`), its grant
+    (:attr:`budget`), its device, its working folder and its parameters; it calls
+    :meth:`report_spent` with what it actually spent (at most its grant) and
+    :meth:`report_metrics` with what it computed. Nothing else reaches the ledger.
+    """
+
+    pipeline_id: int  # the pipeline's ledger id
+    name: str  # the pipeline's name
+    dataset: str  # the dataset's name
+    accounting: Accounting  # how budgets are counted (basic or RDP orders)
     delta: float  # target δ used to report (ε, δ) of an RDP curve
-    blocks: dict[str, BlockGrant]
-    device: str = "cpu"
-    workdir: Path = field(default_factory=lambda: Path("."))
-    params: dict[str, Any] = field(default_factory=dict)
-    spent: np.ndarray | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    touched_data: bool = False
+    blocks: dict[str, BlockGrant]  # the granted blocks: key -> location and grant
+    device: str = "cpu"  # "cuda" when the job was placed on a GPU
+    workdir: Path = field(default_factory=lambda: Path("."))  # the job's own writable work folder
+    params: dict[str, Any] = field(default_factory=dict)  # the job's parameters
+    spent: np.ndarray | None = None  # set by report_spent
+    metrics: dict[str, Any] = field(default_factory=dict)  # set by report_metrics
+    touched_data: bool = False  # set once the job asked for a block's data
     #: The supervisor's channel (privacy primitives, mediated block reads); None outside one.
     channel: Any = field(default=None, repr=False, compare=False)
 
@@ -98,7 +108,7 @@ class JobContext:
         """Record the budget actually spent on each granted block.
 
         It must be at most the grant in every dimension (every order under RDP): a job that
-        runs its granted plan, or less of it, always is (DESIGN §4.4)."""
+        runs its granted plan, or less of it, always is (docs/design.md §4.4)."""
         vector = np.asarray(spent, dtype=float)
         if vector.shape != (self.accounting.dims,) or not np.all(np.isfinite(vector)) or np.any(vector < 0):
             raise ValueError(f"spent budget must be {self.accounting.dims} finite non-negative values")

@@ -1,13 +1,13 @@
 """Privacy primitives: DP statistics a confined job asks its trusted supervisor for.
 
-A user job is untrusted, so what it reports spending is not believed (DESIGN §4.4). Its
+A user job is untrusted, so what it reports spending is not believed (docs/design.md §4.4). Its
 spend is believed only when privsched computed the release itself: the job calls
 ``ctx.dp_count``, ``ctx.dp_sum``, ``ctx.dp_mean`` or ``ctx.dp_histogram``; the request
 travels over a socket pair to the supervisor (:mod:`privsched.jobs.runner`), which reads the
 granted blocks, charges the mechanism against what is left of the grant *before* releasing
 anything, refuses a release beyond the grant, and answers with the noisy value only. A job
 that used only primitives is charged exactly their sum (sequential composition: curves and
-(ε, δ) add, DESIGN §3.4); one that read a block itself is charged its whole grant.
+(ε, δ) add, docs/design.md §3.4); one that read a block itself is charged its whole grant.
 
 The noise is the statistic code's (Laplace scale Δ/ε, Dwork & Roth 2014 Thm 3.6; Gaussian;
 OpenDP's floating-point-safe samplers from OS entropy), reached through :func:`release` alone.

@@ -13,7 +13,7 @@ This process is the **supervisor**. It becomes a child subreaper
 Landlock (:mod:`privsched.jobs.sandbox`) *before* importing any job code, answers the job's
 privacy primitives (:mod:`privsched.jobs.primitives`) and, when the job's process ends,
 kills every process it left behind, detached or not. The supervisor alone writes the result
-(DESIGN §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
+(docs/design.md §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
 confined, it spent only through primitives (then exactly their sum). A job that started may
 have read its blocks, so a failure always counts as having touched data (its grant is
 consumed), and so does a job that ends without reporting. An executor that finds no result file after
@@ -299,7 +299,7 @@ def _end_on_signal(signum: int, frame: Any) -> None:
 
 def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None,
             status: int) -> JobResult:
-    """How the job is settled (DESIGN §4.4). A built-in job's report is privsched's own code
+    """How the job is settled (docs/design.md §4.4). A built-in job's report is privsched's own code
     measuring its spend; a user job is charged its whole grant unless, confined, it spent
     only through primitives (then exactly their sum). A failed job has touched its data,
     whatever it says."""

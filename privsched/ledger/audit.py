@@ -4,7 +4,7 @@ check the ledger's invariants.
 Checks of the log itself (:mod:`privsched.ledger.history`): every row's link in the hash
 chain, optionally a chain head kept earlier, and that the datasets, blocks, pipelines and
 demands tables say what the events that created and moved them recorded. Then, per block
-and dimension (DESIGN §2, §3.3, §4.4):
+and dimension (docs/design.md §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);

@@ -1,19 +1,14 @@
-"""The one error type a ledger caller can cause."""
+"""The error types a ledger caller can cause."""
 
 from __future__ import annotations
 
+from privsched.errors import BadInput, one_line
 
-class LedgerError(ValueError):
+__all__ = ["LedgerError", "StorageFull", "one_line"]
+
+
+class LedgerError(BadInput):
     """A request the ledger refused; the database is unchanged. The message is one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
-
-
-def one_line(message: str) -> str:
-    """Collapse a (possibly multi-line) message, e.g. a pydantic error, onto one line."""
-    parts = [part.strip() for part in str(message).splitlines() if part.strip()]
-    return "; ".join(parts) if parts else "unknown error"
 
 
 class StorageFull(LedgerError):

@@ -6,7 +6,7 @@ process exists, and ``started`` with the process id and start time once it does.
 recovering scheduler reads the record: ``launching`` with no process ever spawned means the
 job never touched data (its grant is released); a process that was spawned is found (by its
 id, or by the token in its environment) and adopted, or settled conservatively
-(DESIGN §4.4). ``docs/recovery.md`` walks through every crash point.
+(docs/design.md §4.4). ``docs/recovery.md`` walks through every crash point.
 """
 
 from __future__ import annotations

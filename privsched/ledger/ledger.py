@@ -3,7 +3,7 @@
 Every public method that moves budget or changes state is one ``BEGIN IMMEDIATE``
 transaction that makes all its checks inside the transaction and appends to the ``events``
 log, from which every balance can be recomputed (:meth:`Ledger.audit`). Errors a caller can
-cause raise :class:`LedgerError` and change nothing (DESIGN §6; life cycle: DESIGN §4.4).
+cause raise :class:`LedgerError` and change nothing (docs/design.md §6; life cycle: docs/design.md §4.4).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class Ledger:
         now: float | None = None,
     ) -> DatasetInfo:
         """Register a dataset with its global guarantee (ε_G, δ_G) and accounting mode; every
-        block of it gets capacity ε_G, or the curve ε_G(α) of DESIGN §3.2 under RDP."""
+        block of it gets capacity ε_G, or the curve ε_G(α) of docs/design.md §3.2 under RDP."""
         name = check.name(name, "dataset name")
         mode = check.accounting_mode(accounting, alphas)
         if conversion not in CONVERSIONS:
@@ -252,7 +252,7 @@ class Ledger:
     # -------------------------------------------------------------------- pipelines
     def submit(self, request: PipelineRequest, now: float | None = None) -> int:
         """Record a pending pipeline; reject it (nothing written) if it is malformed or can
-        never be granted (DESIGN §4.4)."""
+        never be granted (docs/design.md §4.4)."""
         return self.submit_many([request], now)[0]
 
     def submit_many(
@@ -406,7 +406,7 @@ class Ledger:
     # ----------------------------------------------------------------- budget moves
     def unlock(self, fractions: Mapping[int, float], now: float | None = None) -> None:
         """Unlock ``fraction × capacity`` of each block at every dimension, capped at what is
-        still locked (DESIGN §4.1)."""
+        still locked (docs/design.md §4.1)."""
         wanted = {}
         for block_id, fraction in dict(fractions).items():
             (block_id,) = check.ids([block_id], "block id")
@@ -429,7 +429,7 @@ class Ledger:
 
     def grant(self, pipeline_ids: Sequence[int], now: float | None = None) -> list[int]:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
-        current unlocked budget (``Accounting.fits``; DESIGN §3.3); those that do not fit, or
+        current unlocked budget (``Accounting.fits``; docs/design.md §3.3); those that do not fit, or
         are no longer pending, stay as they are. Returns the granted ids."""
         ids = check.ids(pipeline_ids)
         at = check.now_or_clock(now)
@@ -545,7 +545,7 @@ class Ledger:
 
     def fail(self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None) -> None:
         """→ failed. A job that touched data consumes its whole allocation (a partial model
-        may already have leaked); one that did not releases it (DESIGN §4.4)."""
+        may already have leaked); one that did not releases it (docs/design.md §4.4)."""
         (pipeline_id,) = check.ids([pipeline_id])
         if not isinstance(message, str):
             raise LedgerError(f"failure message must be a string, got {message!r}")
@@ -587,7 +587,7 @@ class Ledger:
 
     def release(self, pipeline_id: int, reason: str, now: float | None = None) -> None:
         """Admin act: return a failed pipeline's consumed budget to unlocked, with a reason
-        kept in the event log (DESIGN §4.4)."""
+        kept in the event log (docs/design.md §4.4)."""
         (pipeline_id,) = check.ids([pipeline_id])
         reason = check.name(reason, "release reason")
         at = check.now_or_clock(now)
@@ -634,7 +634,7 @@ class Ledger:
 
     def retire_exhausted(self, now: float | None = None) -> list[int]:
         """Active blocks whose consumed budget reaches capacity at every live dimension →
-        retired (DESIGN §4.4). Returns their ids."""
+        retired (docs/design.md §4.4). Returns their ids."""
         at = check.now_or_clock(now)
 
         def body() -> list[int]:

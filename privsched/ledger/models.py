@@ -9,25 +9,28 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
+from privsched.ledger.states import PipelineState
 
-#: Pipeline life cycle states (DESIGN §4.4).
-PIPELINE_STATES = ("pending", "granted", "running", "completed", "failed", "timed_out", "cancelled")
+#: Pipeline life cycle states (docs/design.md §4.4), as stored in the database.
+PIPELINE_STATES = tuple(state.value for state in PipelineState)
 #: States whose pipeline holds an allocation.
-HOLDING_STATES = ("granted", "running")
+HOLDING_STATES = tuple(state.value for state in PipelineState if state.holds_allocation())
 #: Balance buckets of a block; ``capacity = locked + unlocked + allocated + consumed``.
 BUCKETS = ("locked", "unlocked", "allocated", "consumed")
 
 
 @dataclass(frozen=True, eq=False)
 class DatasetInfo:
-    name: str
-    accounting: Accounting
-    epsilon: float
-    delta: float
-    conversion: str
+    """A dataset as the ledger records it (docs/design.md §2, §3.2)."""
+
+    name: str  # unique name
+    accounting: Accounting  # basic (ε, δ) or RDP with its orders
+    epsilon: float  # ε_G, every block's global ε
+    delta: float  # δ_G, every block's global δ
+    conversion: str  # RDP capacity rule: "paper" (OSDI'21) or "tight" (CKS'20)
     capacity: np.ndarray  # (K,) every block's capacity
-    created_at: float
-    id: int = 0
+    created_at: float  # seconds since the epoch
+    id: int = 0  # database id
 
 
 @dataclass(frozen=True)
@@ -40,17 +43,20 @@ class BlockSpec:
 
 @dataclass(frozen=True, eq=False)
 class BlockInfo:
-    id: int
-    dataset: str
-    key: str
-    location: str | None
-    state: str  # "active" | "retired"
-    created_at: float
-    capacity: np.ndarray
-    locked: np.ndarray
-    unlocked: np.ndarray  # RDP: may be < 0 at some orders (DESIGN §3.3)
-    allocated: np.ndarray
-    consumed: np.ndarray
+    """A block and its balances, each a (K,) budget vector; at every order
+    ``capacity = locked + unlocked + allocated + consumed`` (docs/design.md §2)."""
+
+    id: int  # database id
+    dataset: str  # the dataset's name
+    key: str  # the block's name within its dataset (a date, a user range)
+    location: str | None  # where its data lives, handed to jobs granted the block
+    state: str  # "active" | "retired" (consumed up to capacity at every live order)
+    created_at: float  # seconds since the epoch; per-time unlocking counts from here
+    capacity: np.ndarray  # total budget
+    locked: np.ndarray  # not yet offered to the scheduler
+    unlocked: np.ndarray  # grantable now; RDP: may be < 0 at some orders (docs/design.md §3.3)
+    allocated: np.ndarray  # granted to pipelines not yet settled
+    consumed: np.ndarray  # spent for good
 
     @property
     def remaining(self) -> np.ndarray:
@@ -81,25 +87,28 @@ class PipelineRequest:
 
 @dataclass(frozen=True, eq=False)
 class PipelineInfo:
-    id: int
-    name: str
-    dataset: str
-    state: str
-    owner: str
-    weight: float
-    timeout: float | None
-    submitted_at: float
-    granted_at: float | None
-    started_at: float | None
-    finished_at: float | None
-    block_keys: list[str]
-    demands: dict[str, np.ndarray]
-    mechanism: str | None
-    job: dict[str, Any]
-    resources: dict[str, Any]
-    placement: dict[str, Any] | None
-    consumed: dict[str, np.ndarray] | None
-    message: str | None
+    """A pipeline as the ledger records it (docs/design.md §4.4); times are seconds since
+    the epoch, budgets (K,) vectors."""
+
+    id: int  # database id, in submission order
+    name: str  # the submitter's name for it
+    dataset: str  # the dataset's name
+    state: PipelineState  # where it is in its life cycle
+    owner: str  # who submitted it
+    weight: float  # profit of granting it (DPack, optimal)
+    timeout: float | None  # longest wait for a grant, in seconds from submission
+    submitted_at: float  # its arrival
+    granted_at: float | None  # when its demand was allocated
+    started_at: float | None  # when its job started
+    finished_at: float | None  # when it ended (any final state)
+    block_keys: list[str]  # the blocks it asked for, in request order
+    demands: dict[str, np.ndarray]  # block key -> demand (allocated once granted)
+    mechanism: str | None  # JSON description of the mechanism its demand is the curve of
+    job: dict[str, Any]  # what to run (built-in kind or user function) and its parameters
+    resources: dict[str, Any]  # compute it needs: gpus, cpus, memory
+    placement: dict[str, Any] | None  # where its job was started (executor, host, GPUs)
+    consumed: dict[str, np.ndarray] | None  # block key -> budget spent, once settled
+    message: str | None  # why it failed or was released, if it did
 
 
 @dataclass(frozen=True, eq=False)
@@ -143,8 +152,10 @@ class Event:
 
 @dataclass(frozen=True)
 class AuditReport:
-    ok: bool
-    violations: list[str]
-    blocks: int = 0
-    events: int = 0
+    """What ``Ledger.audit`` found replaying the event log (docs/design.md §6.1)."""
+
+    ok: bool  # no violation: every balance, identity, invariant and holding checks out
+    violations: list[str]  # one line per problem, naming the block or pipeline
+    blocks: int = 0  # blocks checked
+    events: int = 0  # events replayed
     head: str = ""  # the event log's chain head, ``<event id>:<hex SHA-256>``

@@ -6,6 +6,7 @@ import json
 
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
+from privsched.ledger.states import PipelineState
 from privsched.ledger.schema import unpack
 
 DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at"
@@ -46,7 +47,7 @@ def pipeline(row: tuple, edges: list[tuple[str, bytes, bytes | None]]) -> Pipeli
     demands = {key: unpack(demand) for key, demand, _ in edges}
     consumed = {key: unpack(spent) for key, _, spent in edges if spent is not None}
     return PipelineInfo(
-        id=id_, name=name, dataset=dataset_name, state=state, owner=owner, weight=weight, timeout=timeout,
+        id=id_, name=name, dataset=dataset_name, state=PipelineState(state), owner=owner, weight=weight, timeout=timeout,
         submitted_at=submitted_at, granted_at=granted_at, started_at=started_at, finished_at=finished_at,
         block_keys=list(demands), demands=demands, mechanism=mechanism, job=json.loads(job),
         resources=json.loads(resources), placement=json.loads(placement) if placement is not None else None,

@@ -106,7 +106,7 @@ def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounti
 def positive(demand: np.ndarray, accounting: Accounting, capacity: np.ndarray, what: str) -> np.ndarray:
     """A demand that charges something wherever budget is counted: ε > 0 under basic
     composition (δ may be 0: pure DP), d(α) > 0 at every live order under RDP. A zero
-    order would let a pipeline be granted there for free (DESIGN §3.3: one fitting order
+    order would let a pipeline be granted there for free (docs/design.md §3.3: one fitting order
     suffices), so it would read the data without spending budget."""
     counted = accounting.live(capacity) if accounting.is_rdp else np.array([True, False])
     free = counted & ~(demand > 0)

@@ -1,8 +1,8 @@
-"""The best-effort admission pass every policy shares (DESIGN §4.2).
+"""The best-effort admission pass every policy shares (docs/design.md §4.2).
 
 Walk an ordered list of pending pipelines and grant each one whose demand fits on every one
 of its blocks right now, subtracting it before testing the next; skip the rest. Under RDP a
-demand fits a block if it fits at *some* live order (DESIGN §3.3).
+demand fits a block if it fits at *some* live order (docs/design.md §3.3).
 
 The walk is vectorised, in rounds. Within a pass unlocked budget only shrinks, so a
 pipeline that does not fit at the start of a round never fits later and is dropped at once.
@@ -205,7 +205,7 @@ def _slices(blocks: np.ndarray) -> list[slice]:
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:
-    """Grant, in ``order``, every pipeline that fits when its turn comes (DESIGN §4.2).
+    """Grant, in ``order``, every pipeline that fits when its turn comes (docs/design.md §4.2).
 
     Returns the granted pipeline indices in grant order.
     """

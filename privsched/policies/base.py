@@ -1,7 +1,7 @@
 """The contract between scheduling policies and their callers (simulator and live scheduler).
 
 A policy is a pure function from a :class:`Snapshot` to an :class:`Allocation`
-(DESIGN §4.2). Unlock rules (DESIGN §4.1) are separate objects, so any ordering can be
+(docs/design.md §4.2). Unlock rules (docs/design.md §4.1) are separate objects, so any ordering can be
 combined with any unlock rule. Nothing here performs I/O.
 """
 
@@ -28,7 +28,7 @@ class Snapshot:
     accounting: Accounting
     capacity: np.ndarray  # (B, K) each block's total budget
     unlocked: np.ndarray  # (B, K) budget available to grant now (RDP: may be < 0 at some α)
-    pipeline_ids: np.ndarray  # (P,) str ids, the last tie-break
+    pipeline_ids: np.ndarray  # (P,) ids (ledger: int, trace: str), the last tie-break
     arrival: np.ndarray  # (P,) arrival times; arrival order is the second tie-break
     weight: np.ndarray  # (P,) profit of granting each pipeline (1 by default)
     edge_pipeline: np.ndarray  # (E,) int
@@ -60,7 +60,8 @@ class Allocation:
 class Policy(Protocol):
     """Orders and admits pending pipelines."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def allocate(self, snapshot: Snapshot) -> Allocation: ...
 
@@ -93,10 +94,11 @@ def orders_per_pipeline(policy: Policy) -> bool:
 class UnlockRule(Protocol):
     """How locked budget becomes unlocked, as fractions of each block's capacity.
 
-    Callers apply ``min(locked, fraction × capacity)`` at every dimension (DESIGN §4.1).
+    Callers apply ``min(locked, fraction × capacity)`` at every dimension (docs/design.md §4.1).
     """
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def on_block_created(self) -> float:
         """Fraction unlocked when a block is created (1.0 for "all", else 0.0)."""
@@ -106,8 +108,9 @@ class UnlockRule(Protocol):
         """Fraction unlocked on each block a newly arrived pipeline demands (1/N, or 0)."""
         ...
 
-    def on_tick(self, elapsed: float) -> float:
-        """Fraction unlocked on every block per ``elapsed`` seconds of clock (elapsed/L, or 0)."""
+    def on_tick(self, elapsed: float | np.ndarray) -> float | np.ndarray:
+        """Fraction unlocked on every block per ``elapsed`` seconds of clock (elapsed/L, or 0),
+        element-wise for an array."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""DPack, efficiency-oriented privacy budget scheduling (Tholoniat et al., EuroSys'25; DESIGN §4.2).
+"""DPack, efficiency-oriented privacy budget scheduling (Tholoniat et al., EuroSys'25; docs/design.md §4.2).
 
 Under RDP a block's budget is best used at one order: for each block j and live order α,
 count how many pending demands fit in ``unlocked_j(α)`` when packed smallest first; the

@@ -1,4 +1,4 @@
-"""DPF, Dominant Private Block Fairness (Luo et al., OSDI'21 §4.1; DESIGN §4.2).
+"""DPF, Dominant Private Block Fairness (Luo et al., OSDI'21 §4.1; docs/design.md §4.2).
 
 A pipeline's dominant share is ``max over its blocks j and live dimensions α of
 d_ij(α) / capacity_j(α)`` (the block's total capacity, not what remains). Pipelines are

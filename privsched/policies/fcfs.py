@@ -1,4 +1,4 @@
-"""First come, first served (DESIGN §4.2): grant in arrival order, unlock everything."""
+"""First come, first served (docs/design.md §4.2): grant in arrival order, unlock everything."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ from privsched.policies.base import Allocation, Snapshot
 
 
 def arrival_rank(snapshot: Snapshot) -> np.ndarray:
-    """Each pending pipeline's position in arrival order, ties broken by id (0 = first)."""
-    _, id_rank = np.unique(np.asarray(snapshot.pipeline_ids).astype(str), return_inverse=True)
+    """Each pending pipeline's position in arrival order, ties broken by id (0 = first).
+    Integer ids (the ledger's) compare as numbers, so that id 10 comes after id 9; any
+    other ids (a trace's names) compare as text."""
+    ids = np.asarray(snapshot.pipeline_ids)
+    _, id_rank = np.unique(ids if ids.dtype.kind in "iu" else ids.astype(str), return_inverse=True)
     order = np.lexsort((id_rank, np.asarray(snapshot.arrival, dtype=float)))
     rank = np.empty(len(order), dtype=np.intp)
     rank[order] = np.arange(len(order))

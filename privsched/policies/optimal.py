@@ -1,4 +1,4 @@
-"""The offline optimum: a mixed-integer program over the pending pipelines (DESIGN §4.2).
+"""The offline optimum: a mixed-integer program over the pending pipelines (docs/design.md §4.2).
 
 Following DPack (Tholoniat et al., EuroSys'25 §3), maximise ``Σ_i w_i x_i`` over binary
 ``x_i`` (grant pipeline i) such that every block stays within its budget:

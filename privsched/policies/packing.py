@@ -1,5 +1,5 @@
 """Smallest-first packing counts and each block's best RDP order, kept up to date as
-pending demands are granted (DPack, Tholoniat et al., EuroSys'25; DESIGN §4.2).
+pending demands are granted (DPack, Tholoniat et al., EuroSys'25; docs/design.md §4.2).
 
 For block j and live order α, ``count_j(α)`` is how many of the block's pending demands at
 α fit in ``unlocked_j(α)`` when packed smallest first: the longest prefix of those demands,

@@ -1,4 +1,4 @@
-"""Round robin, the OSDI'21 baseline (Luo et al. §6; DESIGN §4.2), basic accounting only.
+"""Round robin, the OSDI'21 baseline (Luo et al. §6; docs/design.md §4.2), basic accounting only.
 
 Unlocked budget on each block is water-filled evenly among the pipelines waiting on it: each
 gets the same amount, except that none gets more than it still needs, and what a small

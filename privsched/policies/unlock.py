@@ -1,16 +1,30 @@
 """Unlock rules: how a block's locked budget becomes available to the scheduler.
 
-DESIGN §4.1, after Luo et al., OSDI'21 §4.1 ("DPF-N" and "DPF-T"): budget is released
+docs/design.md §4.1, after Luo et al., OSDI'21 §4.1 ("DPF-N" and "DPF-T"): budget is released
 gradually so that early pipelines cannot drain a block before later ones arrive. Each rule
 only returns fractions of capacity; callers unlock ``min(locked, fraction × capacity)`` at
 every dimension (the same fraction at every RDP order).
+
+:func:`unlocked_fraction` and :func:`unlock_step` are the one unlock computation: the live
+scheduler (:meth:`privsched.service.scheduler.Scheduler.unlock`) and the simulator
+(:class:`privsched.simulation.engine.Simulator`) both raise each block's unlocked fraction
+to the rule's target with them, per-time unlocking happening on the instants of an
+:class:`UnlockGrid`.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from privsched.policies.base import UnlockRule
+
+#: Fractions of capacity smaller than this are not worth unlocking (rounding noise).
+UNLOCK_EPSILON = 1e-12
 
 
 @dataclass(frozen=True)
@@ -25,7 +39,7 @@ class UnlockAll:
     def on_pipeline_arrival(self) -> float:
         return 0.0
 
-    def on_tick(self, elapsed: float) -> float:
+    def on_tick(self, elapsed: float | np.ndarray) -> float:
         return 0.0
 
 
@@ -49,7 +63,7 @@ class UnlockPerArrival:
     def on_pipeline_arrival(self) -> float:
         return 1.0 / self.n
 
-    def on_tick(self, elapsed: float) -> float:
+    def on_tick(self, elapsed: float | np.ndarray) -> float:
         return 0.0
 
 
@@ -74,7 +88,78 @@ class UnlockPerTime:
     def on_pipeline_arrival(self) -> float:
         return 0.0
 
-    def on_tick(self, elapsed: float) -> float:
-        if elapsed < 0:
+    def on_tick(self, elapsed: float | np.ndarray) -> float | np.ndarray:
+        if np.any(np.asarray(elapsed) < 0):
             raise ValueError(f"elapsed time must be non-negative, got {elapsed!r}")
         return elapsed / self.lifetime
+
+
+@dataclass(frozen=True)
+class UnlockGrid:
+    """The instants ``origin + k·period`` (k = 0, 1, …) at which per-time unlocking happens.
+
+    Between two instants of the grid a per-time rule unlocks nothing more: at clock ``now``
+    a block created at ``c`` counts ``max(0, floor(now) − c)`` seconds (:meth:`floor`).
+    """
+
+    origin: float
+    period: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.origin) and math.isfinite(self.period) and self.period > 0):
+            raise ValueError(f"an unlock grid needs a finite origin and a positive period, got {self!r}")
+
+    def instant(self, k: int) -> float:
+        """The k-th instant of the grid (computed by multiplication, never by accumulation)."""
+        return self.origin + k * self.period
+
+    def index(self, now: float) -> int:
+        """The largest k with ``instant(k) ≤ now`` (−1 before the origin), robust to rounding."""
+        k = math.floor((now - self.origin) / self.period)
+        if self.instant(k + 1) <= now:
+            k += 1
+        elif self.instant(k) > now:
+            k -= 1
+        return max(k, -1)
+
+    def floor(self, now: float) -> float:
+        """The latest instant of the grid at or before ``now`` (−inf before the origin)."""
+        k = self.index(now)
+        return self.instant(k) if k >= 0 else -math.inf
+
+
+def unlocked_fraction(rule: UnlockRule, arrivals: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
+    """The fraction of capacity ``rule`` has released on each block (docs/design.md §4.1):
+
+    ``min(1, on_block_created() + arrivals × on_pipeline_arrival() + on_tick(max(0, elapsed)))``
+
+    where ``arrivals`` counts the pipelines that asked for the block and ``elapsed`` is the
+    clock time the rule has counted since the block's creation (Luo et al., OSDI'21 §4.1:
+    DPF-N releases ε_G/N per arrival, DPF-T releases ε_G·Δt/T).
+    """
+    target = rule.on_block_created() + np.asarray(arrivals, dtype=float) * rule.on_pipeline_arrival()
+    return np.minimum(target + rule.on_tick(np.maximum(elapsed, 0.0)), 1.0)
+
+
+def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The fraction of capacity to unlock now on each block (B,) so that its unlocked share
+    reaches ``target``: ``target − done`` where ``done = 1 − locked/capacity`` at the block's
+    largest dimension (the same fraction was unlocked at every dimension), 0 when below
+    :data:`UNLOCK_EPSILON` or the block has no capacity. A target of 1 unlocks whatever is
+    still locked (step 1), rounding residues included. Idempotent: applying the step and
+    asking again gives 0, so a restarted caller never unlocks the same share twice."""
+    rows, dim = np.arange(len(capacity)), capacity.argmax(axis=1)
+    top, left = capacity[rows, dim], locked[rows, dim]
+    target = np.asarray(target, dtype=float)
+    step = target - (1.0 - left / np.where(top > 0, top, 1.0))  # target − done
+    step[(top <= 0) | ~(step > UNLOCK_EPSILON)] = 0.0
+    full = target >= 1.0
+    if full.any():
+        step[full & (locked > 0).any(axis=1)] = 1.0
+    return step
+
+
+def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """The budget (B, K) an unlock of ``step × capacity`` moves: ``min(locked, step × capacity)``
+    at every dimension (what the ledger moves for the same fractions)."""
+    return np.minimum(locked, np.asarray(step, dtype=float)[:, None] * capacity)

@@ -9,34 +9,19 @@ and blocks, unlocking budget), managing users, auditing, and reading job logs.
 from __future__ import annotations
 
 from privsched.client import Client
+from privsched.errors import BadInput, Conflict, Forbidden, NotFound, PrivschedError
 from privsched.ledger import DatasetInfo, LedgerError, PipelineInfo
-from privsched.ledger.errors import one_line
 from privsched.ledger.identities import Identities, Submission, User, check_name
 
 
-class ApiError(Exception):
-    """A refused request; ``status`` is its HTTP status code."""
-
-    status = 400
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
+#: A refused request; ``status`` is its HTTP status code (docs/design.md §6.3).
+ApiError = PrivschedError
 
 
-class Unauthorized(ApiError):
+class Unauthorized(PrivschedError):
+    """A request without a live bearer token."""
+
     status = 401
-
-
-class Forbidden(ApiError):
-    status = 403
-
-
-class NotFound(ApiError):
-    status = 404
-
-
-class Conflict(ApiError):
-    status = 409
 
 
 def authenticate(identities: Identities, header: str | None) -> User:
@@ -95,7 +80,7 @@ def check_team(team: str) -> None:
 
 def check_submission_id(text: str) -> None:
     if not 1 <= len(text) <= 128 or not text.isprintable():
-        raise ApiError("a submission id must be 1-128 printable characters")
+        raise BadInput("a submission id must be 1-128 printable characters")
 
 
 def check_same_submitter(user: User, submission: Submission | None, submission_id: str) -> None:

@@ -241,6 +241,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
     def audit(caller: Caller, expect: Annotated[str | None, Query()] = None) -> Response:
+        """The hash chain verified and every balance rebuilt from the event log (``expect``:
+        a chain head kept earlier, which the log must still hold)."""
         access.require_admin(caller, "audit the ledger")
         report = client.audit(expect=expect)
         return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events,

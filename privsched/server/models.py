@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.ledger.states import PipelineState
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
@@ -135,6 +136,7 @@ class PipelineOut(Model):
         fields = self.model_dump(exclude={"team"})
         fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
+        fields["state"] = PipelineState(self.state)
         return PipelineInfo(**fields)
 
 

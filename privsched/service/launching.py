@@ -14,7 +14,7 @@ the kernel frees when the launching scheduler dies, so a launcher that is merely
 (and may still start the process when it resumes) is waited for, never raced. Holding the
 lock, the absence of the marker proves that no process was ever started (step 4 comes after
 step 3), so the grant is released; with the marker, the process is found and adopted, or
-settled conservatively (DESIGN §4.4). Both files live outside the job's own run folder,
+settled conservatively (docs/design.md §4.4). Both files live outside the job's own run folder,
 which the (untrusted) job may write.
 """
 

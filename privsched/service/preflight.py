@@ -7,7 +7,7 @@ location naming an existing file, and that file must hold the per-record columns
 reads (a statistic's ``column``; DP-SGD's ``tokens`` and its ``target``). Only the file's
 array names and shapes are read (its zip directory and ``.npy`` headers), never its records,
 so the check releases nothing about the data. A job that fails the check is failed before it
-touched data, so its grant is released (DESIGN §4.4). User code is not checked: what it
+touched data, so its grant is released (docs/design.md §4.4). User code is not checked: what it
 reads is up to it, and a failure after reading is charged as usual.
 """
 

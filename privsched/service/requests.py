@@ -3,8 +3,8 @@
 The privacy demand comes from, in this order: an explicit ``mechanism`` description; a
 built-in job's own plan (:func:`privsched.jobs.builtin.plan_mechanism` for the target
 (ε, δ)); or the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2);
-δ > 0 without a named mechanism is refused, DESIGN §3.4). A job that asks for more compute than the pool has is refused here, before
-anything is written (DESIGN §4.4).
+δ > 0 without a named mechanism is refused, docs/design.md §3.4). A job that asks for more compute than the pool has is refused here, before
+anything is written (docs/design.md §4.4).
 """
 
 from __future__ import annotations

@@ -1,16 +1,17 @@
 """The scheduling tick: unlock, expire, admit (order with the policy, commit the grants),
-place granted jobs on free compute, collect finished jobs and settle them (DESIGN §4.3–4.4).
+place granted jobs on free compute, collect finished jobs and settle them (docs/design.md §4.3–4.4).
 
 The scheduler keeps no budget of its own: every move goes through the ledger, so a
 restarted scheduler resumes from the ledger alone (:meth:`Scheduler.recover`).
 
 Unlocking is idempotent. Each block's unlocked fraction is raised to what the unlock rule
-implies since the block's creation: ``on_block_created() + arrivals × on_pipeline_arrival()
+implies since the block's creation (:func:`privsched.policies.unlock.unlocked_fraction`, the
+simulator's computation too): ``on_block_created() + arrivals × on_pipeline_arrival()
 + on_tick(now − created_at)``, capped at 1, where arrivals counts the pipelines that ever
 asked for the block. Whatever a crashed scheduler already unlocked is read back from the
 ledger (the block's locked budget), so a restart never unlocks the same arrival or the
 same span of time twice, and a per-time block is fully unlocked its lifetime after its
-creation (DESIGN §4.1).
+creation (docs/design.md §4.1).
 
 Round robin's water-filled reservations (Snapshot.reserved) live in the scheduler's memory
 only: the ledger still counts them as unlocked, a granted pipeline's reservation becomes its
@@ -36,7 +37,9 @@ from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
+from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, Snapshot
+from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
 from privsched.service.preflight import input_problem
@@ -44,11 +47,7 @@ from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
 from privsched.service.unsatisfiable import never_grantable
-from privsched.spec import Resources, validation_message
-
-#: Fractions of capacity smaller than this are not worth an unlock transaction.
-_UNLOCK_EPSILON = 1e-12
-
+from privsched.spec import Resources
 
 @dataclass
 class TickReport:
@@ -86,8 +85,10 @@ class Scheduler:
         pool: Pool,
         runs: RunDirs,
         log: Callable[[str], None] = lambda message: None,
+        unlock_grid: UnlockGrid | None = None,
     ) -> None:
         self.ledger = ledger
+        self.unlock_grid = unlock_grid  # per-time unlocking at these instants only (None: continuously)
         self.policy = policy
         self.executor = executor
         self.compute = FreeCompute(pool)
@@ -133,7 +134,7 @@ class Scheduler:
         """Settle launches an earlier scheduler left mid-way, each once its launch lock is
         free (module :mod:`~privsched.service.launching`): never spawned → released; spawned
         → adopted (its process found by pid or launch token), or settled from its result, or
-        charged in full when it ended without one (DESIGN §4.4)."""
+        charged in full when it ended without one (docs/design.md §4.4)."""
         for pipeline_id, (info, record) in list(self._unresolved.items()):
             lock = self.launches.lock(pipeline_id)
             if not lock.acquire(wait=False):
@@ -158,6 +159,11 @@ class Scheduler:
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
+        """One scheduling cycle at clock ``now`` (docs/design.md §4.3): count the pipelines
+        that arrived, unlock, expire timed-out pipelines, admit (the policy orders each
+        dataset's pending pipelines; the ledger commits the grants in one transaction),
+        place granted jobs on free compute, collect ended jobs and settle them. Returns
+        what it did and what is left (:class:`TickReport`)."""
         report = TickReport()
         self.resolve_launches(now)
         views = self._pending_views()
@@ -215,27 +221,28 @@ class Scheduler:
                 self._last_seen = max(self._last_seen, int(view.pipeline_ids.max()))
 
     def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
-        """Raise each active block's unlocked fraction to the rule's target (module docstring).
+        """Raise each active block's unlocked fraction to the rule's target with the same
+        functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
+        :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
+        the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
         Returns the budget unlocked per block id, and whether time will unlock more."""
         rule = self.policy.unlock
-        per_time = rule.on_tick(1.0) > 0
-        fractions: dict[int, float] = {}
-        amounts: dict[int, np.ndarray] = {}
-        more = False
-        for block in self.ledger.list_blocks(active_only=True):
-            target = rule.on_block_created() + self._arrivals[block.id] * rule.on_pipeline_arrival()
-            target = min(1.0, target + rule.on_tick(max(0.0, now - block.created_at)))
-            more = more or (per_time and target < 1.0)
-            dim = int(np.argmax(block.capacity))
-            if block.capacity[dim] <= 0:
-                continue
-            done = 1.0 - block.locked[dim] / block.capacity[dim]
-            if target - done > _UNLOCK_EPSILON:
-                fractions[block.id] = target - done
-                amounts[block.id] = np.minimum(block.locked, block.capacity * (target - done))  # as the ledger caps
-        if fractions:
-            self.ledger.unlock(fractions, now=now)
-        return amounts, more
+        blocks = self.ledger.list_blocks(active_only=True)
+        if not blocks:
+            return {}, False
+        counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
+        arrivals = np.array([self._arrivals[b.id] for b in blocks])
+        elapsed = np.array([counted - b.created_at for b in blocks])
+        target = unlocked_fraction(rule, arrivals, elapsed)
+        capacity = np.array([b.capacity for b in blocks])
+        locked = np.array([b.locked for b in blocks])
+        step = unlock_step(capacity, locked, target)
+        moved = unlock_amounts(capacity, locked, step)
+        changed = np.flatnonzero(step > 0).tolist()
+        if changed:
+            self.ledger.unlock({blocks[i].id: float(step[i]) for i in changed}, now=now)
+        more = bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
+        return {blocks[i].id: moved[i] for i in changed}, more
 
     def admit(self, views: dict[str, PendingView], now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from privsched.errors import Conflict
 from privsched.ledger import Ledger
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.lease import LeaseLost
@@ -37,7 +38,7 @@ from privsched.service.scheduler import Scheduler, TickReport
 CONDITION_FILE = "condition"
 
 
-class ServiceError(RuntimeError):
+class ServiceError(Conflict, RuntimeError):
     """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
 
 
@@ -223,6 +224,8 @@ def serve_options(
     *,
     n: int | None = None,
     lifetime: float | None = None,
+    k: int = 50,
+    unlock: str | None = None,
     tick: float = 1.0,
     until_idle: bool = False,
     gpus: int | None = None,
@@ -235,9 +238,10 @@ def serve_options(
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ServeSummary:
-    """:func:`serve` with the policy, executor and pool given by name and sizes (the
-    options of ``privsched serve``). Bad options raise ``ValueError`` with one line;
-    ``sandbox="landlock"`` (the default) where the kernel has no Landlock raises
+    """:func:`serve` with the policy (:func:`~privsched.policies.make_policy`'s names and
+    options, as ``privsched simulate`` takes them), executor and pool given by name and
+    sizes (the options of ``privsched serve``). Bad options raise ``ValueError`` with one
+    line; ``sandbox="landlock"`` (the default) where the kernel has no Landlock raises
     :class:`ServiceError`."""
     from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
 
@@ -245,7 +249,7 @@ def serve_options(
     from privsched.service.executors import make_executor
     from privsched.spec import parse_memory
 
-    spec = make_policy(policy, n=n, lifetime=lifetime)
+    spec = make_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
     mode = sandbox_mode(sandbox)
     if executor == "local":  # Ray workers check their own kernel when a job starts
         try:

@@ -1,4 +1,4 @@
-"""Settling a finished job in the ledger (DESIGN §4.4).
+"""Settling a finished job in the ledger (docs/design.md §4.4).
 
 A completed job moves what it spent from allocated to consumed and releases the rest; a
 failed job has its whole allocation consumed when it touched data (a partial model may

@@ -1,4 +1,4 @@
-"""Pending pipelines that no future unlock can satisfy (DESIGN §3.3, §4.4).
+"""Pending pipelines that no future unlock can satisfy (docs/design.md §3.3, §4.4).
 
 Whatever happens later, a block can never give out more than it has not consumed: unlocking
 only moves locked budget to unlocked, and settling a job returns at most its allocation, so

@@ -2,7 +2,7 @@
 unlocked budget, by how much, and its rank in the policy's order (after Slurm's reason
 codes and ``condor_q -better-analyze``).
 
-A demand d fits a block's unlocked budget u when ``Accounting.fits`` says so (DESIGN §3.3):
+A demand d fits a block's unlocked budget u when ``Accounting.fits`` says so (docs/design.md §3.3):
 under basic composition d ≤ u in ε and in δ; under RDP d(α) ≤ u(α) at some live order α
 (Luo et al., OSDI'21 §4.2). So a pipeline that does not fit is reported at the block where
 it is furthest from fitting, with the dimension that decides it: under basic accounting

@@ -10,12 +10,9 @@ import numpy as np
 from privsched.policies.base import PolicySpec
 from privsched.simulation.engine import STATUS_NAMES, Simulator
 from privsched.simulation.instance import Instance
+from privsched.simulation.registry import generate_workload, workload_generators
 from privsched.simulation.results import SimulationResult, used_share
 from privsched.simulation.trace import Trace, load_trace
-
-#: Names accepted besides the registry's: DPack with an explicit unlock rule.
-POLICY_ALIASES = {"dpack-n": ("dpack", "n"), "dpack-t": ("dpack", "t")}
-
 
 def resolve_policy(
     policy: str | PolicySpec,
@@ -25,16 +22,13 @@ def resolve_policy(
     k: int = 50,
     unlock: str | None = None,
 ) -> PolicySpec:
-    """A :class:`PolicySpec` from a registry name (or ``dpack-n`` / ``dpack-t``) and its parameters."""
+    """A :class:`PolicySpec` from a registry name and its parameters
+    (:func:`privsched.policies.make_policy`, as ``serve`` does)."""
     if isinstance(policy, PolicySpec):
         return policy
     from privsched.policies import make_policy
 
-    name, unlock = POLICY_ALIASES.get(policy, (policy, unlock))
-    spec = make_policy(name, n=n, lifetime=lifetime, k=k, unlock=unlock)
-    if policy != name:
-        spec = PolicySpec(name=policy, policy=spec.policy, unlock=spec.unlock, params=spec.params)
-    return spec
+    return make_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
 
 
 def load_workload(
@@ -54,19 +48,18 @@ def load_workload(
     elif isinstance(workload_or_trace, Trace):
         label, instance = "trace", workload_or_trace.instance
     else:
-        import workloads
-
         name = str(workload_or_trace)
-        if name in workloads.WORKLOADS:
+        generators = workload_generators()
+        if name in generators:
             params = dict(workload_params)
             if duration is not None:
                 params["duration"] = duration
-            return name, workloads.generate(name, seed=seed, **params).instance
+            return name, generate_workload(generators, name, seed, params).instance
         if workload_params:
             raise ValueError(f"workload parameters {sorted(workload_params)} apply to generated workloads only")
         path = Path(name)
         if not path.exists() and not name.endswith(".json"):
-            known = ", ".join(workloads.WORKLOADS)
+            known = ", ".join(generators)
             raise ValueError(f"unknown workload {name!r}: not a trace file nor one of: {known}")
         label, instance = path.stem, load_trace(path).instance
     if duration is not None:
@@ -124,11 +117,10 @@ def simulate(
     tick: float | None = None,
     **workload_params,
 ) -> SimulationResult:
-    """Simulate a scheduling policy over a workload (DESIGN §4, §5).
+    """Simulate a scheduling policy over a workload (docs/design.md §4, §5).
 
-    ``workload_or_trace`` is a workload name (see ``workloads.WORKLOADS``), a trace file, or a
-    :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` (or
-    ``dpack-n`` / ``dpack-t``) with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
+    ``workload_or_trace`` is a registered workload name (:mod:`.registry`), a trace file, or a
+    :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
     :class:`PolicySpec`. ``seed`` and ``**workload_params`` go to the workload generator;
     ``duration`` is the arrival window; ``tick`` the per-time unlock period (default
     lifetime/100).

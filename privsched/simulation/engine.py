@@ -1,10 +1,13 @@
-"""The discrete-event simulator: the scheduler's semantics without waiting (DESIGN §4.1, §4.3).
+"""The discrete-event simulator: the scheduler's semantics without waiting (docs/design.md §4.1, §4.3).
 
 At every instant the events are applied in the order block arrivals, unlocks (per-time
 ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one allocation
 pass calls ``spec.policy.allocate(snapshot)``, the very code the live scheduler calls.
+Unlocking raises each block to the fraction the live scheduler computes too
+(:func:`~privsched.policies.unlock.unlocked_fraction`), per-time rules on the grid
+``first block arrival + k · tick`` (:attr:`Simulator.grid`).
 
-Every admission is a best-effort pass (DESIGN §4.2), and budget only comes back at the
+Every admission is a best-effort pass (docs/design.md §4.2), and budget only comes back at the
 next unlock, so the loop skips work that cannot change any decision:
 - After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
   arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
@@ -37,6 +40,7 @@ import numpy as np
 
 from privsched.policies.admission import admit_in_order
 from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
+from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
 from privsched.simulation.instance import Instance
 from privsched.simulation.watch import BlockMembers, WatchLists, fits
 
@@ -99,6 +103,8 @@ class Simulator:
         self.samples = samples
         self.shortcuts = shortcuts
         self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
+        #: The instants of per-time unlocking (None for the other rules).
+        self.grid = UnlockGrid(float(instance.block_arrival[0]), tick) if self.tick and instance.n_blocks else None
 
         B, K, P = instance.n_blocks, self.acc.dims, instance.n_pipelines
         self.cap = instance.capacity
@@ -107,11 +113,10 @@ class Simulator:
         self.unlocked = np.zeros((B, K))
         self.consumed = np.zeros((B, K))
         self.wasted = np.zeros((B, K))
-        self.unlocked_through = instance.block_arrival.copy()
+        self.arrivals = np.zeros(B)  # (B,) pipelines that asked for each block so far
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
         self.edge_span, self.block_span = _spans(instance)
-        self.arrival_unlock = self.unlock_per_arrival * self.cap  # (B, K) per arriving pipeline
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
         self.sorted_deadline = self.deadline[self.by_deadline].tolist()
@@ -132,9 +137,15 @@ class Simulator:
 
     # -- budget -----------------------------------------------------------------------------
 
-    def _unlock(self, blocks: np.ndarray, amount: np.ndarray) -> None:
-        """Move ``min(locked, amount)`` to unlocked on ``blocks`` (distinct indices)."""
-        moved = np.minimum(self.locked[blocks], amount)
+    def _unlock(self, blocks: np.ndarray | slice, now: float) -> None:
+        """Raise ``blocks`` (distinct) to the unlock rule's target at ``now``, as the live
+        scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`)."""
+        if not self.locked[blocks].any():  # fully unlocked already: nothing to raise
+            return
+        counted = self.grid.floor(now) if self.grid is not None else now
+        target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], counted - self.inst.block_arrival[blocks])
+        cap, locked = self.cap[blocks], self.locked[blocks]
+        moved = unlock_amounts(cap, locked, unlock_step(cap, locked, target))
         self.locked[blocks] -= moved
         self.unlocked[blocks] += moved
 
@@ -188,7 +199,7 @@ class Simulator:
 
     # -- events ---------------------------------------------------------------------------------
 
-    def _arrive(self, first: int, last: int) -> np.ndarray | None:
+    def _arrive(self, first: int, last: int, now: float) -> np.ndarray | None:
         """Pipelines first..last-1 arrive (per-arrival unlock on their blocks); returns the
         (distinct) blocks that gained budget, if any."""
         self.status[first:last] = PENDING
@@ -198,11 +209,12 @@ class Simulator:
         if last - first > 1:
             blocks = self.inst.edge_block[self.edge_span[first].start : self.edge_span[last - 1].stop]
             touched = np.unique(blocks)
-            count = np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
-            self._unlock(touched, count[:, None] * self.arrival_unlock[touched])
+            self.arrivals[touched] += np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
+            self._unlock(touched, now)
             return touched
         blocks = self.block_span[first]  # one pipeline: distinct blocks
-        self._unlock(blocks, self.arrival_unlock[blocks])
+        self.arrivals[blocks] += 1
+        self._unlock(blocks, now)
         return self.inst.edge_block[self.edge_span[first]]
 
     def _expire(self, now: float) -> None:
@@ -358,24 +370,27 @@ class Simulator:
     # -- the event loop ---------------------------------------------------------------------------
 
     def run(self) -> RunState:
+        """Simulate the whole workload: visit every instant at which something happens
+        (block or pipeline arrival, unlock grid instant) in time order, apply its events and
+        one allocation pass (module docstring; docs/design.md §4.3, §6.4), until nothing can
+        change. Pipelines with a deadline still pending at the end time out. Returns each
+        pipeline's outcome and grant time and each block's budget."""
         inst = self.inst
         B, P = inst.n_blocks, inst.n_pipelines
-        unlock = self.spec.unlock
-        at_creation = unlock.on_block_created()
+        at_creation = self.spec.unlock.on_block_created()
         horizon = self._horizon()
         sample_times = np.linspace(0.0, horizon, self.samples) if self.samples else np.zeros(0)
         sampled: list[np.ndarray] = []
         block_times, arrival_times = inst.block_arrival.tolist(), inst.arrival.tolist()
         b_next = p_next = 0
-        first_block = float(inst.block_arrival[0]) if B else 0.0
-        ticks = 1  # index of the next tick on the grid first_block + k · tick
+        ticks = 1  # index of the next instant of the unlock grid
         now = 0.0
         while True:
             t_block = block_times[b_next] if b_next < B else math.inf
             t_pipe = arrival_times[p_next] if p_next < P else math.inf
             t_tick = math.inf
-            if self.tick and (self.n_pending or p_next < P) and (b_next < B or np.any(self.locked[:b_next] > 0)):
-                t_tick = first_block + ticks * self.tick
+            if self.grid is not None and (self.n_pending or p_next < P) and (b_next < B or np.any(self.locked[:b_next] > 0)):
+                t_tick = self.grid.instant(ticks)
             now = min(t_block, t_pipe, t_tick)
             if now == math.inf:
                 break
@@ -387,24 +402,19 @@ class Simulator:
             if b_stop > b_next:
                 created = np.arange(b_next, b_stop)
                 if at_creation > 0:
-                    self._unlock(created, at_creation * self.cap[created])
+                    self._unlock(created, now)
                 b_next = b_stop
             # 2. per-time unlock (catching up on ticks skipped while nothing could use them)
-            if self.tick and now >= first_block + ticks * self.tick:
+            if self.grid is not None and now >= self.grid.instant(ticks):
                 existing = np.arange(b_next)
-                elapsed = now - self.unlocked_through[existing]
-                fraction = np.array([unlock.on_tick(float(e)) for e in elapsed])
-                self._unlock(existing, fraction[:, None] * self.cap[existing])
-                self.unlocked_through[existing] = now
+                self._unlock(existing, now)
                 dirty.append(existing)
-                ticks = math.floor((now - first_block) / self.tick) + 1
-                if first_block + ticks * self.tick <= now:
-                    ticks += 1
+                ticks = self.grid.index(now) + 1
             # 3. pipeline arrivals
             p_stop = bisect.bisect_right(arrival_times, now)
             arrived = np.arange(p_next, p_stop)
             if p_stop > p_next:
-                gained = self._arrive(p_next, p_stop)
+                gained = self._arrive(p_next, p_stop, now)
                 if gained is not None:
                     dirty.append(gained)
                 p_next = p_stop

@@ -111,7 +111,7 @@ class Instance:
 
 def _plain(epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """A trace's plain (ε, δ): under RDP with δ > 0, the Gaussian mechanism calibrated to it
-    (σ = sqrt(2 ln(1.25/δ))/ε, the OSDI'21 microbenchmarks' demand, DESIGN §5.1); else (ε, δ)."""
+    (σ = sqrt(2 ln(1.25/δ))/ε, the OSDI'21 microbenchmarks' demand, docs/design.md §5.1); else (ε, δ)."""
     if accounting.is_rdp and delta > 0:
         return Gaussian(sigma=gaussian_sigma(epsilon, delta))
     return EpsilonDelta(epsilon=epsilon, delta=delta)

@@ -1,5 +1,5 @@
 """Offline instances: every pipeline waiting at once on fully unlocked blocks, one pass per
-policy, compared with the MILP optimum (DESIGN §4.2; DPack, Tholoniat et al. EuroSys'25 §6.1).
+policy, compared with the MILP optimum (docs/design.md §4.2; DPack, Tholoniat et al. EuroSys'25 §6.1).
 """
 
 from __future__ import annotations

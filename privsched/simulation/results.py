@@ -15,7 +15,7 @@ def used_share(consumed: np.ndarray, capacity: np.ndarray, accounting: Accountin
     """Fraction of each block's budget that is used up (reduces the last axis).
 
     basic: the binding dimension, ``max(ε/ε_G, δ/δ_G)``. RDP: ``min`` over live orders of
-    ``consumed(α)/capacity(α)``: the block is exhausted only once every order is (DESIGN §3.3).
+    ``consumed(α)/capacity(α)``: the block is exhausted only once every order is (docs/design.md §3.3).
     """
     live = accounting.live(capacity) & (capacity > 0)
     share = np.where(live, consumed / np.where(live, capacity, 1.0), np.nan)

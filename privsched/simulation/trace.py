@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
+from privsched.errors import BadInput
 
 if TYPE_CHECKING:
     from privsched.simulation.instance import Instance
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 MECHANISM_NAMES = ("gaussian", "laplace")
 
 
-class TraceError(ValueError):
+class TraceError(BadInput):
     """A trace that cannot be simulated; the message names the offending entry."""
 
 

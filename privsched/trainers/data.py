@@ -79,7 +79,7 @@ def bag_of_words(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
 def split(n: int, holdout: float) -> tuple[np.ndarray, np.ndarray]:
     """(train, held-out) index split from OS entropy: each record is held out independently
     with probability ``holdout``, so adding or removing one record changes no other
-    record's side (the held-out metric and the training then compose, DESIGN §7), and no
+    record's side (the held-out metric and the training then compose, docs/design.md §7), and no
     user-visible seed can reveal which records were trained on."""
     held = np.random.default_rng(secrets.randbits(128)).random(n) < holdout
     return np.flatnonzero(~held), np.flatnonzero(held)

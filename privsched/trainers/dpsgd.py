@@ -6,12 +6,12 @@ runs in one of three modes (``grad_sample_mode``): "ghost", single-pass ghost cl
 for models whose trainable layers are all linear (:mod:`privsched.trainers.clipping`,
 the default for them); "opacus-ghost", Opacus' two-pass fast gradient clipping (the default for the other
 models); "hooks", Opacus' per-sample gradients. The noise
-multiplier σ is the one its plan was charged with (RDP calibration, DESIGN §3.4). The
+multiplier σ is the one its plan was charged with (RDP calibration, docs/design.md §3.4). The
 trainer never takes a step whose cumulative cost ``compute_rdp(q, σ, steps, orders)``, plus
 the held-out accuracy release, would exceed the grant in any dimension, may stop earlier
 (``max_steps``), and reports the budget of the steps it actually took, read from the Opacus
 accountant that counted them, plus the accuracy release: the scheduler releases the rest
-(DESIGN §4.4).
+(docs/design.md §4.4).
 
 Randomness: the Gaussian noise comes from Opacus' optimizer built with ``secure_mode=True``
 (each draw sums several normal samples, resisting floating-point attacks; Holohan & Braghin

@@ -1,6 +1,6 @@
 """Built-in job descriptions and their privacy plans (what a job will spend, before it runs).
 
-Two kinds of built-in jobs (DESIGN §5.2):
+Two kinds of built-in jobs (docs/design.md §5.2):
 - ``dpsgd``: a DP-SGD model (Abadi et al. 2016) trained with Poisson sampling rate q for E
   epochs, i.e. ``ceil(E / q)`` noisy steps, with the noise multiplier calibrated so that the
   training reaches (ε − ε_acc, δ) under Opacus' RDP accountant, and ε_acc = 10 % of ε spent

@@ -1,4 +1,4 @@
-"""DP statistics ("mice", DESIGN §5.2): counts, sums, means and histograms.
+"""DP statistics ("mice", docs/design.md §5.2): counts, sums, means and histograms.
 
 Each record contributes at most its value clipped to [lo, hi] (bounded contributions), so
 the released quantities have the sensitivities of :meth:`StatisticJob.parts`. A value that
@@ -77,7 +77,8 @@ def dp_statistic(job: StatisticJob, mechanism: Mechanism, values: np.ndarray | N
     """Release the job's statistic of ``values`` (``n`` records) with the charged noise.
 
     Every part's noise is checked against its charge with OpenDP's privacy map before any
-    part is released (:func:`~privsched.trainers.noise.within_charge`). Returns ``{"value": ...}`` (a list of bin counts and ``"edges"`` for a histogram)."""
+    part is released (:func:`~privsched.trainers.noise.within_charge`). Returns ``{"value": ...}``
+    (a list of bin counts and ``"edges"`` for a histogram)."""
     parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
     specs = job.parts()
     if len(parts) != len(specs):

@@ -1,0 +1,1 @@
+"""Helpers shared by test modules (executors, trace builders); no tests live here."""

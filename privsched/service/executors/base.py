@@ -14,7 +14,7 @@ scheduler settles every result there. Five operations:
 - :meth:`Executor.running` ids it is watching. Logs are files (:class:`Launch.log`).
 
 A job that exits without writing its result, or that is killed past its ``max_runtime``,
-is reported failed with ``touched_data=True`` (conservative: DESIGN §4.4).
+is reported failed with ``touched_data=True`` (conservative: docs/design.md §4.4).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ share the fate of their driver, so a scheduler restart would kill every running 
 - **Logs.** The Ray job's output is copied into the pipeline's log file as it runs.
 - **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
   that ended without a result, fails with its data assumed touched, except when Ray reports
-  that its command never started (DESIGN §4.4).
+  that its command never started (docs/design.md §4.4).
 
 ``ray`` is imported only when a :class:`RayExecutor` is made.
 """

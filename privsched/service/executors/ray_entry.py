@@ -9,7 +9,7 @@ scheduler's run folders. The entry runs the job under its supervisor and sandbox
 (:func:`privsched.jobs.runner.run_job`; the mode in ``PRIVSCHED_SANDBOX``, refused when the
 worker's kernel has no Landlock) and prints the :class:`~privsched.jobs.runner.JobResult` as the last line of its output,
 prefixed by :data:`RESULT_MARKER`; the scheduler reads it from the Ray job's logs and alone
-settles it in the ledger (DESIGN §4.4). The exit status is 0 when the job completed.
+settles it in the ledger (docs/design.md §4.4). The exit status is 0 when the job completed.
 
 The job's working directory is its scheduler-side work folder when its run folder exists on the
 worker (a shared file system, or a one-machine cluster), else the Ray job's own folder.

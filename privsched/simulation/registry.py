@@ -1,0 +1,37 @@
+"""Named workload generators, filled by the packages that provide them.
+
+The simulator takes traces; it never imports a workload package. A package registers its
+generators under the ``privsched.workloads`` entry-point group as a mapping from name to
+generator (``generator(seed=..., **params) -> Trace``); this project's ``workloads``
+package does so in ``pyproject.toml`` (docs/design.md §5, §6.1).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from collections.abc import Mapping
+from typing import Callable
+
+from privsched.simulation.trace import Trace
+
+#: The entry-point group workload packages register their generators under.
+ENTRY_POINT_GROUP = "privsched.workloads"
+
+
+def workload_generators() -> dict[str, Callable[..., Trace]]:
+    """Workload name -> generator, from every registered package."""
+    generators: dict[str, Callable[..., Trace]] = {}
+    for entry in entry_points(group=ENTRY_POINT_GROUP):
+        generators.update(entry.load())
+    return generators
+
+
+def generate_workload(generators: Mapping[str, Callable[..., Trace]], name: str, seed: int, params: dict) -> Trace:
+    """The workload ``name`` of ``generators`` generated with ``seed`` and ``params``;
+    ValueError (one line) for an unknown name or parameter."""
+    if name not in generators:
+        raise ValueError(f"unknown workload {name!r} (expected one of: {', '.join(generators)})")
+    try:
+        return generators[name](seed=seed, **params)
+    except TypeError as exc:
+        raise ValueError(f"workload {name!r}: {exc}") from None
