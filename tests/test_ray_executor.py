@@ -58,7 +58,7 @@ def db(tmp_path: Path) -> Path:
 
 def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **params: object) -> dict:
     return {
-        "name": name, "dataset": "reviews", "blocks": {"last": blocks}, "epsilon": 0.5, "delta": 1e-9,
+        "name": name, "dataset": "reviews", "blocks": {"last": blocks}, "epsilon": 0.5, "delta": 0.0,
         "resources": {"gpus": gpus, "cpus": 0.5},
         "job": {"function": function, "pythonpath": [str(REPO)], "params": params},
     }

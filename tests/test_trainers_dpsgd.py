@@ -63,10 +63,12 @@ def job_context(
     return JobContext(1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=params)
 
 
-def expected_spent(accounting: Accounting, q: float, sigma: float, steps: int, epsilon: float = 1.0) -> np.ndarray:
+def expected_spent(
+    accounting: Accounting, q: float, sigma: float, steps: int, epsilon: float = 1.0, accuracy: bool = True
+) -> np.ndarray:
     """What Opacus' RDP accountant says ``steps`` steps cost, plus the pure-DP held-out
-    accuracy release at 10 % of ε."""
-    accuracy = demand_vector(EpsilonDelta(epsilon=0.1 * epsilon), accounting)
+    accuracy release at 10 % of ε (when the job released it)."""
+    accuracy = demand_vector(EpsilonDelta(epsilon=0.1 * epsilon), accounting) * accuracy
     if accounting.is_rdp:
         return subsampled_gaussian_curve(q, sigma, steps, accounting.alphas) + accuracy
     if steps == 0:
@@ -94,13 +96,15 @@ def test_spent_budget_is_within_the_grant_and_what_opacus_counts(
     ctx = job_context(small_blocks, job, accounting, tmp_path, grant_scale=grant_scale)
     run_builtin(ctx)
     steps, sigma = ctx.metrics["steps"], ctx.metrics["noise_multiplier"]
+    accuracy = "heldout_accuracy" in ctx.metrics  # released only when the grant can pay for it
+    assert accuracy == bool(np.all(leq(expected_spent(accounting, q, sigma, 0), ctx.budget)))
     assert np.all(leq(ctx.spent, ctx.budget))
-    assert ctx.spent == pytest.approx(expected_spent(accounting, q, sigma, steps), rel=1e-9)
+    assert ctx.spent == pytest.approx(expected_spent(accounting, q, sigma, steps, accuracy=accuracy), rel=1e-9)
     planned = min(ctx.metrics["planned_steps"], max_steps or ctx.metrics["planned_steps"])
     assert steps <= planned
     if steps < planned:  # stopped by the grant: one more step would have exceeded it
         assert ctx.metrics["stopped"] == "budget"
-        assert not np.all(leq(expected_spent(accounting, q, sigma, steps + 1), ctx.budget))
+        assert not np.all(leq(expected_spent(accounting, q, sigma, steps + 1, accuracy=accuracy), ctx.budget))
 
 
 def test_a_job_stopped_by_max_steps_spends_less_and_saves_its_model(small_blocks, tmp_path):

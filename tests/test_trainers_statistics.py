@@ -12,7 +12,7 @@ from privsched.jobs.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.trainers.data import read_block_files
 from privsched.trainers.plans import parse_job
-from privsched.trainers.statistics import dp_statistic
+from privsched.trainers.statistics import dp_statistic, noise_of
 from workloads.reviews import write_blocks
 
 VALUES = np.array([-4.0, 0.5, 1.0, 2.0, 2.5, 3.0, 9.0, 4.0])
@@ -28,14 +28,20 @@ def releases(job: dict, epsilon: float, draws: int, delta: float = 1e-6) -> list
 def test_count_sum_and_histogram_are_unbiased(noise):
     bounds = [0.0, 4.0]
     clipped = np.clip(VALUES, *bounds)
-    count = releases({"kind": "statistic", "query": "count", "mechanism": noise}, 1.0, 1500)
-    assert np.mean(count) == pytest.approx(len(VALUES), abs=0.3)
-    total = releases({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "mechanism": noise}, 1.0, 1500)
-    assert np.mean(total) == pytest.approx(clipped.sum(), abs=1.0)
+    draws = 1500
+
+    def within(job: dict, expected) -> None:
+        spec = parse_job(job)
+        (_, sensitivity), = spec.parts()
+        kind, scale = noise_of(plan_mechanism(job, 1.0, 1e-6, Accounting.rdp()), sensitivity)
+        spread = scale * np.sqrt(2) if kind == "laplace" else scale  # standard deviation
+        mean = np.mean(releases(job, 1.0, draws), axis=0)
+        assert mean == pytest.approx(expected, abs=4.5 * spread / np.sqrt(draws))  # 4.5 standard errors
+
+    within({"kind": "statistic", "query": "count", "mechanism": noise}, len(VALUES))
+    within({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "mechanism": noise}, clipped.sum())
     job = {"kind": "statistic", "query": "histogram", "column": "v", "bounds": bounds, "bins": 4, "mechanism": noise}
-    histogram = np.mean(releases(job, 1.0, 1500), axis=0)
-    exact, _ = np.histogram(clipped, bins=4, range=bounds)
-    assert histogram == pytest.approx(exact, abs=0.3)
+    within(job, np.histogram(clipped, bins=4, range=bounds)[0])
 
 
 def test_contributions_are_clipped_to_the_bounds():

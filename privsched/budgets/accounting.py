@@ -26,6 +26,11 @@ DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.
 #: another order and compares them with the stored ones. It is never used to grant budget.
 RELATIVE_TOLERANCE = 1e-9
 
+#: Relative rounding allowed when a *float sum* of budgets given out is checked against a
+#: capacity (:meth:`Accounting.is_safe`): a sum of n terms may round up by about n·2⁻⁵³
+#: (1e-12 covers thousands of terms). A check, never a grant: admission is exact (:func:`leq`).
+SUM_ROUNDING = 1e-12
+
 
 def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element-wise, exact ``a <= b``: a budget test that errs only by refusing.
@@ -102,9 +107,12 @@ class Accounting:
         """The ledger's safety invariant for budgets already given out (allocated + consumed).
 
         basic: spent ≤ capacity in every dimension. RDP: some live order keeps
-        spent(α) ≤ capacity(α) (docs/design.md §3.3). Reduces the last axis.
+        spent(α) ≤ capacity(α) (docs/design.md §3.3), up to the float rounding of the sum that
+        ``spent`` is (:data:`SUM_ROUNDING`). Reduces the last axis.
         """
-        return self.fits(spent, capacity, self.live(capacity))
+        capacity = np.asarray(capacity, dtype=float)
+        bound = capacity + SUM_ROUNDING * np.abs(capacity)
+        return self.fits(spent, bound, self.live(capacity))
 
     def shares(self, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Per-dimension share ``d / capacity``; 0 on dead or zero-capacity dimensions.

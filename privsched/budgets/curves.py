@@ -85,7 +85,7 @@ CALIBRATION_MARGIN = 1e-6
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
-    """Smallest σ (to 1e-12 relative) with :func:`gaussian_delta` (σ, ε) ≤ δ: the analytic
+    """Smallest σ (to 1e-12 relative) with :func:`gaussian_delta` (σ, ε) ≤ δ(1 − 10⁻⁹): the analytic
     Gaussian mechanism (Balle & Wang 2018, Alg. 1), an (ε, δ) calibration valid for every
     ε > 0. Bisection on σ, whose δ(σ) decreases; the returned σ is the bracket's upper end.
 
@@ -95,15 +95,15 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     ever adds noise."""
     if not epsilon > 0 or not math.isfinite(epsilon) or not 0 < delta < 1:
         raise ValueError(f"need epsilon > 0 and 0 < delta < 1, got ({epsilon!r}, {delta!r})")
-    delta = delta * (1 - CALIBRATION_MARGIN)
+    target = delta * (1 - CALIBRATION_MARGIN)
     low, high = sensitivity * 1e-6, sensitivity
-    while gaussian_delta(high, epsilon, sensitivity) > delta:
+    while gaussian_delta(high, epsilon, sensitivity) > target:
         low, high = high, 2 * high
-    while gaussian_delta(low, epsilon, sensitivity) <= delta:
+    while gaussian_delta(low, epsilon, sensitivity) <= target:
         high, low = low, low / 2
     while high - low > 1e-12 * high:
         mid = (low + high) / 2
-        low, high = (low, mid) if gaussian_delta(mid, epsilon, sensitivity) <= delta else (mid, high)
+        low, high = (low, mid) if gaussian_delta(mid, epsilon, sensitivity) <= target else (mid, high)
     return high
 
 

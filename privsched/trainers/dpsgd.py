@@ -388,6 +388,9 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float, accura
     ``accuracy_epsilon``; save ``model.pt`` and ``metrics.json`` under the work directory;
     report metrics and the budget actually spent."""
     accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
+    releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
+    if not releases_accuracy:  # a grant below the plan that cannot pay for it: no accuracy
+        accuracy_cost = np.zeros_like(accuracy_cost)
     data, train, heldout = train_heldout(load_blocks(ctx), job)
     planned = min(job.steps, job.max_steps or job.steps)
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)
@@ -407,8 +410,8 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float, accura
         "planned_steps": job.steps,
         "steps": taken,
         "stopped": "budget" if steps < planned else "max_steps" if planned < job.steps else "plan",
-        **release_accuracy(model, heldout, device, accuracy_epsilon),
-        "accuracy_epsilon": accuracy_epsilon,
+        **(release_accuracy(model, heldout, device, accuracy_epsilon) if releases_accuracy else {}),
+        "accuracy_epsilon": accuracy_epsilon if releases_accuracy else 0.0,
         "spent": spent.tolist(),
     }
     ctx.report_spent(spent)
