@@ -67,7 +67,12 @@ def connect(path: str | os.PathLike | None = None, *, create: bool = True, token
         from privsched.remote import RemoteClient
 
         return RemoteClient(path, token)
-    return Client(Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db").resolve(), create=create)
+    given = Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db")
+    try:
+        resolved = given.resolve()
+    except (OSError, RuntimeError) as exc:  # a symbolic-link loop
+        raise LedgerError(f"cannot open {given}: {exc}") from None
+    return Client(resolved, create=create)
 
 
 def _block_spec(block: BlockLike) -> BlockSpec:

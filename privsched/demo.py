@@ -280,7 +280,7 @@ def run_demo(config: DemoConfig, console) -> Path:
 
     started = time.monotonic()
     db = prepare(config)
-    console.print(f"[bold]privsched demo[/] — database {db}, {config.days} daily blocks of synthetic reviews")
+    console.print(f"privsched demo — database {db}, {config.days} daily blocks of synthetic reviews")
     with ps.connect(db) as client:
         ids = submit_all(client, config)
         console.print(f"submitted {len(ids)} pipelines; scheduling with {config.policy} (N = {config.n}) "

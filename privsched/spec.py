@@ -21,7 +21,6 @@ Example (YAML)::
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from datetime import date
@@ -30,18 +29,20 @@ from typing import Annotated, Any, Union
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
     ValidationError,
     model_validator,
 )
 
+from privsched.budgets.bounds import Delta, Epsilon, bounded, check_number, shown
+from privsched.documents import check_depth, parse_json, parse_yaml, read_text
 from privsched.errors import BadInput, validation_message
+from privsched.text import name_problem
+
 
 
 class SpecError(BadInput):
@@ -53,42 +54,54 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, 
 _MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
+#: Largest specification file read, in bytes.
+MAX_SPEC_BYTES = 2**20
+#: Shortest and longest duration (timeouts, run times, ticks): 1 ms to 10 years, in seconds.
+MIN_DURATION, MAX_DURATION = 0.001, 10 * 365 * 86400.0
+#: Largest memory size, in bytes (1 PiB).
+MAX_MEMORY = 2**50
+#: Most GPUs and CPUs a job (or a pool) may have; the smallest CPU share of one job.
+MAX_GPUS, MAX_CPUS, MIN_CPUS = 1024, 4096.0, 0.01
+#: Most blocks a ``last`` selector may ask for.
+MAX_LAST = 10**6
+#: Largest weight of a pipeline (and smallest).
+MIN_WEIGHT, MAX_WEIGHT = 1e-6, 1e6
+
 
 def parse_duration(value: Any) -> float:
     """Seconds from a number or a string such as ``"90"``, ``"30s"``, ``"5m"``, ``"2h"``, ``"1d"``."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
+    if isinstance(value, str):
+        match = _DURATION.match(value)
         if match is None:
-            raise ValueError(f"invalid duration {value!r} (expected seconds or e.g. 30s, 5m, 2h, 1d)")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"a duration must be positive and finite, got {value!r}")
-    return seconds
+            raise ValueError(f"invalid duration {shown(value)} (expected seconds or e.g. 30s, 5m, 2h, 1d)")
+        value = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    return float(check_number(value, "a duration in seconds (1 ms to 10 years)", MIN_DURATION, MAX_DURATION))
 
 
 def parse_memory(value: Any) -> int:
     """Bytes from a number of bytes or a string such as ``"512M"``, ``"4GiB"``, ``"2G"`` (binary units)."""
-    if isinstance(value, bool):
-        raise ValueError(f"invalid memory size {value!r}")
-    if isinstance(value, (int, float)):
-        amount = float(value)
-    else:
-        match = _MEMORY.match(str(value))
+    if isinstance(value, str):
+        match = _MEMORY.match(value)
         if match is None:
-            raise ValueError(f"invalid memory size {value!r} (expected bytes or e.g. 512M, 4GiB)")
+            raise ValueError(f"invalid memory size {shown(value)} (expected bytes or e.g. 512M, 4GiB)")
         unit = (match.group(2) or "").upper().rstrip("B").rstrip("I") or ""
-        amount = float(match.group(1)) * _MEMORY_UNITS[unit or "B"]
-    if not math.isfinite(amount) or amount < 0:
-        raise ValueError(f"a memory size must be non-negative and finite, got {value!r}")
-    return int(amount)
+        value = float(match.group(1)) * _MEMORY_UNITS[unit or "B"]
+    if isinstance(value, float) and math.isfinite(value):
+        value = math.floor(value)
+    return int(check_number(value, "a memory size (bytes)", 0, MAX_MEMORY, integer=True))
+
+
+def _name(value: str) -> str:
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Memory = Annotated[int, BeforeValidator(parse_memory)]
+#: A dataset, pipeline, block key or owner name (:func:`privsched.text.name_problem`).
+Name = Annotated[str, AfterValidator(_name)]
 
 
 class _Model(BaseModel):
@@ -98,7 +111,7 @@ class _Model(BaseModel):
 class Last(_Model):
     """The ``last`` k active blocks of the dataset, in the order they were added."""
 
-    last: PositiveInt
+    last: bounded(1, MAX_LAST, integer=True)  # type: ignore[valid-type]
 
     def __init__(self, last: int | None = None, /, **data: Any) -> None:
         if last is not None:
@@ -116,8 +129,8 @@ class Range(_Model):
     """Every block whose key lies in ``[from, to]`` (string order: ISO dates sort correctly).
     Either bound may be left out."""
 
-    start: str | None = Field(None, alias="from")
-    end: str | None = Field(None, alias="to")
+    start: Name | None = Field(None, alias="from")
+    end: Name | None = Field(None, alias="to")
 
     def __init__(self, start: str | None = None, end: str | None = None, /, **data: Any) -> None:
         if start is not None:
@@ -151,7 +164,14 @@ def _selector(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         if not value:
             raise ValueError("the list of block keys is empty")
-        return [v.isoformat() if isinstance(v, date) else str(v) for v in value]
+        # YAML reads unquoted keys such as 2026-01-01 or 17 as dates and numbers.
+        keys = [v.isoformat() if isinstance(v, date) else str(v) if isinstance(v, (int, float)) and
+                not isinstance(v, bool) else v for v in value]
+        for key in keys:
+            problem = name_problem(key) if isinstance(key, str) else "must be a string"
+            if problem is not None:
+                raise ValueError(f"block key {shown(key)} {problem}")
+        return keys
     if isinstance(value, (Last, Range)):
         return value
     raise ValueError("expected a list of block keys, {last: k}, or {from: KEY, to: KEY}")
@@ -180,11 +200,12 @@ class JobSpec(_Model):
     """The job a granted pipeline runs: a built-in trainer ``kind``, or user code ``function``
     (``module:qualname``, or ``path/to/file.py:function``), with its keyword ``params``."""
 
-    kind: str | None = None
-    function: str | None = None
+    kind: Name | None = None
+    function: str | None = Field(None, min_length=1, max_length=4096)
     params: dict[str, Any] = Field(default_factory=dict)
     #: Directories prepended to the job process's import path (where ``function`` lives).
-    pythonpath: list[str] = Field(default_factory=list)
+    pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list,
+                                                                                   max_length=64)
     #: Whether the job asks to keep TCP access in its sandbox (granted only if the operator
     #: serves with ``--allow-network``).
     network: bool = False
@@ -203,8 +224,8 @@ class JobSpec(_Model):
 class Resources(_Model):
     """Compute a job needs while it runs."""
 
-    gpus: NonNegativeInt = 0
-    cpus: PositiveFloat = 1.0
+    gpus: bounded(0, MAX_GPUS, integer=True) = 0  # type: ignore[valid-type]
+    cpus: bounded(MIN_CPUS, MAX_CPUS) = 1.0  # type: ignore[valid-type]
     memory: Memory = 0  # bytes
 
     def describe(self) -> str:
@@ -215,11 +236,11 @@ class Resources(_Model):
 class PipelineSpec(_Model):
     """A pipeline as submitted: data, privacy demand, job, compute and timeouts."""
 
-    name: str = Field(min_length=1, max_length=200)
-    dataset: str = Field(min_length=1)
+    name: Name
+    dataset: Name
     blocks: BlockSelector
-    epsilon: PositiveFloat | None = None
-    delta: float | None = Field(None, ge=0, lt=1)
+    epsilon: Epsilon | None = None
+    delta: Delta | None = None
     #: A mechanism description (privsched.budgets.mechanisms), e.g. {kind: laplace, scale: 10}.
     mechanism: dict[str, Any] | None = None
     job: JobSpec
@@ -228,9 +249,9 @@ class PipelineSpec(_Model):
     timeout: Duration | None = None
     #: Longest run once the job has started; the job is killed and failed after it.
     max_runtime: Duration | None = None
-    weight: PositiveFloat = 1.0
+    weight: bounded(MIN_WEIGHT, MAX_WEIGHT) = 1.0  # type: ignore[valid-type]
     #: Defaults to the submitting user.
-    owner: str | None = None
+    owner: Name | None = None
 
     @model_validator(mode="after")
     def _one_demand(self) -> PipelineSpec:
@@ -248,9 +269,12 @@ class PipelineSpec(_Model):
         if not isinstance(data, dict):
             raise SpecError(f"{source}: a pipeline specification must be a mapping, got {type(data).__name__}")
         try:
+            check_depth(data, source)
             return cls.model_validate(data)
         except ValidationError as exc:
             raise SpecError(f"{source}: {validation_message(exc)}") from None
+        except ValueError as exc:  # nesting too deep
+            raise SpecError(str(exc)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping that :meth:`parse` turns back into an equal specification."""
@@ -258,19 +282,13 @@ class PipelineSpec(_Model):
 
 
 def load_spec(path: str | Path) -> PipelineSpec:
-    """Load a specification from a ``.json`` file, or YAML for any other suffix."""
+    """Load a specification from a ``.json`` file, or YAML for any other suffix; read strictly
+    (:mod:`privsched.documents`: a regular file of at most ``MAX_SPEC_BYTES``, no YAML
+    aliases, no duplicate keys, bounded nesting)."""
     path = Path(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(f"{path}: invalid YAML{where}: {problem}") from None
+        text = read_text(path, MAX_SPEC_BYTES)
+        data = parse_json(text, str(path)) if path.suffix == ".json" else parse_yaml(text, str(path))
+    except ValueError as exc:
+        raise SpecError(str(exc)) from None
     return PipelineSpec.parse(data, source=str(path))

@@ -17,11 +17,12 @@ from privsched.ledger import Ledger
 from tests.conftest import REPO, dump_database
 
 
-def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "") -> Path:
+def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "",
+                   params: str = "{}") -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\n"
-        f"job: {{function: 'tests.test_service_jobs:{function}'}}\n{extra}"
+        f"job: {{function: 'tests.test_service_jobs:{function}', params: {params}}}\n{extra}"
     )
     return path
 
@@ -109,9 +110,9 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
 def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     for i in range(3):
-        cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2,
-                                     "job: {function: 'tests.test_service_jobs:sleep_then_spend', "
-                                     "params: {seconds: 2}}\n").resolve())
+        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2,
+                                                 params="{seconds: 2}").resolve())
+        assert submitted.returncode == 0, submitted.stderr
     first = subprocess.Popen([sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while list(states(db).values()) != ["running"] * 3:

@@ -67,7 +67,7 @@ def test_views_show_every_block_queue_and_pipeline(client):
     queue = views.queue_page(client, everything, client.reasons(), lambda info: info.message)
     assert [p["name"] for p in queue["pending"]] == ["wait"]
     assert queue["pending"][0]["reason"].startswith("budget: block d1 ε needs 0.9, unlocked 0.8")
-    assert queue["pending"][0]["owner"] == "bo[/]\x1b[31m"
+    assert queue["pending"][0]["owner"] == "bo[/]<b>"
     assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"]["gpus"] == ["0"]
     assert [p["name"] for p in queue["recent"]] == ["stop", "done"]
     done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, log_tail=True)

@@ -22,9 +22,16 @@ def test_declared_sizes_override_detection():
     assert pool == Pool(("0", "1", "2"), 2.0, 2**30)
 
 
-def test_negative_sizes_are_refused():
-    with pytest.raises(ValueError, match="non-negative"):
-        make_pool(gpus=-1)
+@pytest.mark.parametrize("sizes, bound", [
+    ({"gpus": -1}, r"\[0, 1024\]"),
+    ({"gpus": 10**30}, r"\[0, 1024\]"),
+    ({"cpus": float("nan")}, "finite"),
+    ({"cpus": 1e-9}, r"\[0.01, 4096\]"),
+    ({"memory": 10**400}, "memory"),
+])
+def test_pool_sizes_out_of_bounds_are_refused_naming_the_bound(sizes, bound):
+    with pytest.raises(ValueError, match=bound):
+        make_pool(**sizes)
 
 
 def test_a_job_larger_than_the_pool_is_refused_with_the_reason():

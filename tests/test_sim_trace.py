@@ -87,7 +87,7 @@ def test_mechanism_needing_rdp_is_rejected_under_basic():
 def test_malformed_json_is_one_clear_error(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{"accounting": "basic", "blocks": [')
-    with pytest.raises(TraceError, match=r"malformed JSON .*\(line 1, column 36\)"):
+    with pytest.raises(TraceError, match=r"invalid JSON at line 1, column 36"):
         load_trace(path)
 
 

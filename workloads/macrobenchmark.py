@@ -23,6 +23,7 @@ import numpy as np
 
 from privsched.simulation.trace import Trace, parse_trace
 from privsched.trainers.plans import calibrate_noise
+from workloads.microbenchmarks import MAX_BLOCKS as MAX_WORKLOAD_BLOCKS
 from workloads.microbenchmarks import poisson_arrivals
 
 DAY = 86_400.0
@@ -72,8 +73,12 @@ def macrobenchmark(
     duration: float | None = None,
 ) -> Trace:
     """Daily blocks and a mix of DP statistics (mice) and DP-SGD models (elephants)."""
+    if not block_period > 0:
+        raise ValueError(f"block_period must be positive, got {block_period!r}")
     if duration is not None:
         days = max(1, math.ceil(duration / block_period))
+    if days > MAX_WORKLOAD_BLOCKS:
+        raise ValueError(f"the workload would have {days} daily blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
     rng = np.random.default_rng(seed)
     blocks = [
         {"id": f"day{d}", "arrival": d * block_period, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}

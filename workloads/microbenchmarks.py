@@ -24,6 +24,9 @@ PIPELINE_DELTA = 1e-9
 BLOCK_EPSILON = 1.0
 BLOCK_DELTA = 1e-6
 TIMEOUT = 300.0
+#: Most pipelines (expected arrivals) and blocks a generated workload may have.
+MAX_PIPELINES = 10**6
+MAX_BLOCKS = 100_000
 #: Arrival rates (pipelines per second) under basic and RDP accounting.
 SINGLE_RATE = {"basic": 1.0, "rdp": 1.0 * 234.4 / 12.8}
 MULTI_RATE = {"basic": 12.8, "rdp": 234.4}
@@ -33,11 +36,19 @@ def poisson_arrivals(rng: np.random.Generator, rate: float, duration: float) -> 
     """Sorted arrival times of a Poisson process of ``rate`` per second on (0, duration)."""
     if not rate > 0 or not duration > 0:
         raise ValueError(f"rate and duration must be positive, got {rate!r} and {duration!r}")
+    if rate * duration > MAX_PIPELINES:
+        raise ValueError(f"rate {rate:g}/s over {duration:g} s means about {rate * duration:.3g} pipelines, "
+                         f"more than the limit of {MAX_PIPELINES}")
     return np.sort(rng.uniform(0.0, duration, rng.poisson(rate * duration)))
 
 
 def periodic_blocks(initial: int, interval: float, duration: float, epsilon: float, delta: float) -> list[dict]:
     """``initial`` blocks at time 0, then one every ``interval`` seconds before ``duration``."""
+    if not interval > 0:
+        raise ValueError(f"the block interval must be positive, got {interval!r}")
+    count = initial + max(0.0, duration / interval)
+    if count > MAX_BLOCKS:
+        raise ValueError(f"the workload would have about {count:.3g} blocks, more than the limit of {MAX_BLOCKS}")
     times = np.concatenate([np.zeros(initial), np.arange(interval, duration, interval)])
     return [
         {"id": f"b{j}", "arrival": float(t), "epsilon": epsilon, "delta": delta} for j, t in enumerate(times.tolist())

@@ -8,6 +8,7 @@ from typing import Literal
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import MAX_EPSILON, MIN_EPSILON, check_delta, check_number
 
 Conversion = Literal["paper", "tight", "paper-adaptive", "tight-adaptive"]
 
@@ -16,11 +17,9 @@ CONVERSIONS: tuple[str, ...] = ("paper", "tight", "paper-adaptive", "tight-adapt
 
 
 def validate_epsilon_delta(epsilon: float, delta: float) -> None:
-    """Raise ``ValueError`` unless 0 < ε < ∞ and 0 ≤ δ < 1."""
-    if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
-    if not isinstance(delta, (int, float)) or not math.isfinite(delta) or not 0 <= delta < 1:
-        raise ValueError(f"delta must be in [0, 1), got {delta!r}")
+    """Raise ``ValueError`` unless ε and δ lie in the ranges of :mod:`privsched.budgets.bounds`."""
+    check_number(epsilon, "epsilon", MIN_EPSILON, MAX_EPSILON)
+    check_delta(delta, "delta")
 
 
 def rdp_capacity(

@@ -11,15 +11,20 @@ from __future__ import annotations
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import MAX_DEMAND, Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
 from privsched.budgets.curves import (
     gaussian_curve,
     laplace_curve,
     pure_dp_curve,
 )
 from privsched.budgets.sgm import subsampled_gaussian_curve
+
+#: Most parts of a composition, and most values of an explicit demand.
+MAX_PARTS = 1024
+Demand = bounded(0.0, MAX_DEMAND)
 
 
 class _Mechanism(BaseModel):
@@ -35,47 +40,47 @@ class EpsilonDelta(_Mechanism):
     outright with probability δ), so the demand is refused unless it names its mechanism."""
 
     kind: Literal["epsilon_delta"] = "epsilon_delta"
-    epsilon: PositiveFloat
-    delta: float = Field(0.0, ge=0, lt=1)
+    epsilon: Epsilon
+    delta: Delta = 0.0
 
 
 class Gaussian(_Mechanism):
     """Gaussian mechanism with noise σ (RDP only)."""
 
     kind: Literal["gaussian"] = "gaussian"
-    sigma: PositiveFloat
-    sensitivity: PositiveFloat = 1.0
+    sigma: Noise
+    sensitivity: Sensitivity = 1.0
 
 
 class Laplace(_Mechanism):
     """Laplace mechanism with scale b; ε = Δ/b under basic accounting."""
 
     kind: Literal["laplace"] = "laplace"
-    scale: PositiveFloat
-    sensitivity: PositiveFloat = 1.0
+    scale: Noise
+    sensitivity: Sensitivity = 1.0
 
 
 class SubsampledGaussian(_Mechanism):
     """A DP-SGD plan: Poisson sampling rate q, noise multiplier, number of steps (RDP only)."""
 
     kind: Literal["subsampled_gaussian"] = "subsampled_gaussian"
-    sample_rate: float = Field(gt=0, le=1)
-    noise_multiplier: PositiveFloat
-    steps: int = Field(ge=0)
+    sample_rate: SampleRate
+    noise_multiplier: Noise
+    steps: Steps
 
 
 class Composed(_Mechanism):
     """Sequential composition: demands add up."""
 
     kind: Literal["composed"] = "composed"
-    parts: list[Mechanism] = Field(min_length=1)
+    parts: list[Mechanism] = Field(min_length=1, max_length=MAX_PARTS)
 
 
 class Explicit(_Mechanism):
     """A demand vector given directly: (ε, δ) for basic, one ε(α) per order for RDP."""
 
     kind: Literal["explicit"] = "explicit"
-    values: list[float] = Field(min_length=1)
+    values: list[Demand] = Field(min_length=1, max_length=MAX_PARTS)
 
 
 Mechanism = Annotated[
@@ -91,10 +96,18 @@ _MECHANISM_ADAPTER: TypeAdapter = TypeAdapter(Mechanism)
 
 
 def parse_mechanism(data: dict | str) -> Mechanism:
-    """Validate a mechanism description from a dict or its JSON text."""
-    if isinstance(data, str):
-        return _MECHANISM_ADAPTER.validate_json(data)
-    return _MECHANISM_ADAPTER.validate_python(data)
+    """Validate a mechanism description from a dict or its JSON text; a problem raises a
+    ``ValueError`` of one line naming the first invalid field."""
+    try:
+        if isinstance(data, str):
+            return _MECHANISM_ADAPTER.validate_json(data)
+        return _MECHANISM_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        where = ".".join(str(part) for part in error["loc"])
+        where = where if len(where) <= 80 else "..." + where[-77:]
+        message = error["msg"].removeprefix("Value error, ")
+        raise ValueError(f"invalid mechanism: {where}: {message}" if where else f"invalid mechanism: {message}") from None
 
 
 def mechanism_json(mechanism: Mechanism) -> str:
@@ -109,8 +122,8 @@ def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
         values = np.asarray(mechanism.values, dtype=float)
         if values.shape != (accounting.dims,):
             raise ValueError(f"explicit demand has {values.size} values, the dataset's budgets have {accounting.dims}")
-        if not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise ValueError("explicit demand values must be finite and non-negative")
+        if not np.all(np.isfinite(values)) or np.any(values < 0) or np.any(values > MAX_DEMAND):
+            raise ValueError(f"explicit demand values must be in [0, {MAX_DEMAND:g}]")
         return values
     if accounting.is_rdp:
         alphas = accounting.alphas

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import typer
 
 from privsched.cli.registry import load_commands
 from privsched.errors import PrivschedError
+from privsched.text import printable
 
 
 def __getattr__(name: str) -> Any:
@@ -32,25 +34,33 @@ def main() -> None:
     """Run the CLI. A usage error (an unknown command or option, a value that does not
     parse) is reported like every other bad input: one ``error:`` line on stderr; so is any
     :class:`~privsched.errors.PrivschedError`. Any other exception is a bug: its traceback,
-    then one ``error:`` line saying so, exit status 70."""
+    then one ``error:`` line saying so, exit status 70. Warnings raised by libraries (NumPy,
+    Opacus) are held back: shown as one line each after a command that succeeded, dropped
+    when it failed, so an error is always the only line."""
     from privsched.cli.registry import app
 
     load_commands(sys.argv[1:])
-    try:
-        code = app(standalone_mode=False)
-    except typer.TyperException as exc:  # click's usage and parameter errors
-        message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
-        if message:  # empty after the help printed for a bare `privsched`
-            print(f"error: {message}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(130)
-    except PrivschedError as exc:  # a refusal no command turned into a message itself
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except Exception:  # a bug, not bad input: show it as one
-        traceback.print_exc()
-        print("error: internal error in privsched (a bug; the traceback above says where)", file=sys.stderr)
-        sys.exit(70)
-    sys.exit(code if isinstance(code, int) else 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        try:
+            code = app(standalone_mode=False)
+        except typer.TyperException as exc:  # click's usage and parameter errors
+            message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
+            if message:  # empty after the help printed for a bare `privsched`
+                print(f"error: {printable(message)}", file=sys.stderr)
+            sys.exit(getattr(exc, "exit_code", 2))
+        except typer.Abort:
+            print("aborted", file=sys.stderr)
+            sys.exit(130)
+        except PrivschedError as exc:  # a refusal no command turned into a message itself
+            print(f"error: {printable(' '.join(str(exc).split()))}", file=sys.stderr)
+            sys.exit(1)
+        except Exception:  # a bug, not bad input: show it as one
+            traceback.print_exc()
+            print("error: internal error in privsched (a bug; the traceback above says where)", file=sys.stderr)
+            sys.exit(70)
+    code = code if isinstance(code, int) else 0
+    if code == 0:
+        for line in dict.fromkeys(f"{w.category.__name__}: {' '.join(str(w.message).split())}" for w in caught):
+            print(f"warning: {printable(line)}", file=sys.stderr)
+    sys.exit(code)

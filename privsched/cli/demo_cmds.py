@@ -8,8 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from privsched.cli.common import errors, make_console
 from privsched.cli.registry import app
-from privsched.cli.common import errors
 
 
 @app.command()
@@ -24,12 +24,10 @@ def demo(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
 ) -> None:
     """Schedule DP statistics and DP-SGD models on synthetic reviews with DPF, end to end."""
-    from rich.console import Console
-
     from privsched.demo import DemoConfig, run_demo
 
     # Wide enough for the pipeline table when the output is a file or a pipe, not a terminal.
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = make_console() if sys.stdout.isatty() else make_console(width=160)
     config = DemoConfig(out=out, days=days, reviews_per_day=reviews_per_day, n=n, limit=limit, seed=seed)
     with errors():
         run_demo(config, console)

@@ -8,6 +8,7 @@ name and options. The ledger (numpy, SQLite) is imported inside command bodies s
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -16,14 +17,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
 from privsched.cli.registry import app
-from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
     import numpy as np
 
     from privsched.budgets.accounting import Accounting
-    from privsched.ledger import Ledger
+    from privsched.ledger import BlockInfo, Ledger
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
                           no_args_is_help=True)
@@ -47,6 +49,22 @@ def _open(db: Path, *, create: bool = False) -> Ledger:
         return Ledger(db, create=create)
 
 
+#: Blocks that ``blocks list`` and ``budget show`` print unless ``--all`` is given.
+SHOWN_BLOCKS = 100
+AllOption = Annotated[bool, typer.Option("--all", help=f"Every block (default: the {SHOWN_BLOCKS} most recent).")]
+
+
+def _page(blocks: list[BlockInfo], every: bool) -> tuple[list[BlockInfo], str | None]:
+    """The blocks to print (the most recent ``SHOWN_BLOCKS`` unless ``every``), and a line
+    summarising the others, or None when every block is printed."""
+    if every or len(blocks) <= SHOWN_BLOCKS:
+        return blocks, None
+    states = Counter(block.state for block in blocks)
+    counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+    return blocks[-SHOWN_BLOCKS:], (f"showing the {SHOWN_BLOCKS} most recent of {len(blocks)} blocks ({counts}); "
+                                    "--all shows every block")
+
+
 def _when(timestamp: float) -> str:
     return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
 
@@ -55,7 +73,7 @@ def _when(timestamp: float) -> str:
 def init(db: DbOption = DEFAULT_DB) -> None:
     """Create an empty privsched database (an existing one is left as it is)."""
     with _open(db, create=True) as ledger:
-        console.print(f"privsched database ready at {ledger.path}")
+        say(f"privsched database ready at {ledger.path}")
 
 
 @dataset_app.command("create")
@@ -75,7 +93,7 @@ def dataset_create(
     with _open(db) as ledger, errors():
         info = ledger.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders,
                                      conversion=conversion)
-    console.print(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
+    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
 
 
 def _parse_alphas(text: str | None) -> list[float] | None:
@@ -96,8 +114,8 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
-        table.add_row(info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
-                      _when(info.created_at))
+        add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
+                _when(info.created_at))
     console.print(table)
 
 
@@ -107,7 +125,8 @@ def blocks_add(
     keys: Annotated[list[str], typer.Argument(help="Block keys, e.g. dates or user ranges.")],
     location: Annotated[Optional[list[str]], typer.Option(help="KEY=PATH data location (repeatable).")] = None,
     location_template: Annotated[
-        Optional[str], typer.Option(help="Data location of every block, with {key} replaced, e.g. 'data/{key}.npz'.")
+        Optional[str], typer.Option(help="Data location of every block, with {key} (and {dataset}) replaced, "
+                                         "e.g. 'data/{key}.npz'; {{ and }} stand for braces.")
     ] = None,
     unlocked: Annotated[float, typer.Option(help="Fraction of each block's capacity unlocked at once.")] = 0.0,
     db: DbOption = DEFAULT_DB,
@@ -115,19 +134,18 @@ def blocks_add(
     """Add blocks to a dataset, each with the dataset's capacity."""
     from privsched.ledger import BlockSpec
 
-    locations = _parse_locations(location or [], keys, location_template)
+    locations = _parse_locations(location or [], keys, location_template, dataset)
     with _open(db) as ledger, errors():
         added = ledger.add_blocks(dataset, [BlockSpec(k, locations.get(k)) for k in keys], unlocked_fraction=unlocked)
-    console.print(f"added {len(added)} block(s) to {dataset}")
+    say(f"added {len(added)} block(s) to {dataset}")
 
 
-def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None) -> dict[str, str]:
+def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None,
+                     dataset: str) -> dict[str, str]:
     locations = {}
     if template is not None:
-        try:
-            locations = {key: template.format(key=key) for key in keys}
-        except (KeyError, IndexError, ValueError) as exc:
-            fail(f"--location-template may only use {{key}}: {exc}")
+        with errors():
+            locations = {key: fill_template(template, key=key, dataset=dataset) for key in keys}
     for pair in pairs:
         key, sep, path = pair.partition("=")
         if not sep or not key or not path:
@@ -141,27 +159,30 @@ def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | 
 @blocks_app.command("list")
 def blocks_list(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset's blocks.")] = None,
+    every: AllOption = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """List blocks with their state and data location."""
+    """List blocks with their state and data location (the most recent ones, or --all)."""
     with _open(db) as ledger, errors():
-        blocks = ledger.list_blocks(dataset)
-    table = Table("id", "dataset", "key", "state", "location", "created")
+        blocks, note = _page(ledger.list_blocks(dataset), every)
+    table = Table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
-        table.add_row(str(block.id), block.dataset, block.key, block.state, block.location or "-",
-                      _when(block.created_at))
+        add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
+                _when(block.created_at))
     console.print(table)
 
 
 @budget_app.command("show")
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
+    every: AllOption = False,
     plot: Annotated[Optional[Path], typer.Option(
         "--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).",
         dir_okay=False)] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ).
+    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ)
+    (the most recent blocks of each dataset, or --all).
 
     Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
     tight conversion, over the live orders where the curve is positive)."""
@@ -180,19 +201,20 @@ def budget_show(
     for info in datasets:
         rdp = info.accounting.is_rdp
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
-        caption = f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ"
+        shown, note = _page(blocks[info.name], every)
+        caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
         table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
-                      title=title, caption=caption)
-        for block in blocks[info.name]:
+                      title=text(title), caption=text(caption))
+        for block in shown:
             cells = [budget_text(getattr(block, bucket), info.accounting, block.capacity, info.delta)
                      for bucket in ("locked", "unlocked", "allocated", "consumed")]
             remaining = budget_text(block.remaining, info.accounting, block.capacity, info.delta)
             if rdp:
                 remaining = f"({remaining}, {info.delta:g})"
-            table.add_row(block.key, block.state, *cells, remaining)
+            add_row(table, block.key, block.state, *cells, remaining)
         console.print(table)
     if plot is not None:
-        print(f"budget figure: {plot}")
+        say(f"budget figure: {plot}")
 
 
 def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
@@ -204,11 +226,6 @@ def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray
     if not accounting.is_rdp:
         return f"{epsilon:.4g}, {spent_delta:.3g}"
     return "0" if epsilon == 0 else f"{epsilon:.4g}"
-
-
-def _printable(text: str) -> str:
-    """``text`` with control and other non-printable characters shown as escapes."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 @app.command()
@@ -226,10 +243,9 @@ def audit(
         report = ledger.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
-            print(f"violation: {_printable(violation)}", file=sys.stderr)
+            print(f"violation: {printable(violation)}", file=sys.stderr)
         raise typer.Exit(1)
     if export:
-        print(report.head)
+        say(report.head)
         return
-    console.print(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds; "
-                  f"chain head {report.head}", highlight=False, markup=False)
+    say(f"audit ok: {report.blocks} blocks, {report.events} events, every invariant holds; chain head {report.head}")

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 from rich.table import Table
 
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
 from privsched.cli.registry import app
-from privsched.cli.common import DEFAULT_DB, DbOption, console, errors, fail
+from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
@@ -62,16 +63,17 @@ def submit(
         fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with _client(db) as client, errors():
         if dry_run:
-            print("\n".join(client.dry_run(pipeline, owner=owner).lines()))
+            for line in client.dry_run(pipeline, owner=owner).lines():
+                say(line)
             return
         run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id is not None else {}))
         if not wait:
-            print(run.id)
+            say(run.id)
             return
         if client.scheduler() is None:
-            print(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}", file=sys.stderr)
+            print(printable(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}"), file=sys.stderr)
         info = run.wait().info
-    print(_outcome(info))
+    say(_outcome(info))
     if info.state != "completed":
         raise typer.Exit(1)
 
@@ -89,8 +91,8 @@ def list_pipelines(
     table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
-        table.add_row(str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
-                      _when(info.submitted_at), _when(info.finished_at), reason)
+        add_row(table, str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
+                _when(info.submitted_at), _when(info.finished_at), reason)
     console.print(table)
 
 
@@ -108,23 +110,23 @@ def status(
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
-    table = Table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
-    table.add_row("state", info.state + (f" ({info.message})" if info.message else ""))
-    table.add_row("dataset", f"{info.dataset} ({acc.name})")
-    table.add_row("owner", info.owner)
+    table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
+    add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
+    add_row(table, "dataset", f"{info.dataset} ({acc.name})")
+    add_row(table, "owner", info.owner)
     if reason is not None:
-        table.add_row("waiting", reason.text())
+        add_row(table, "waiting", reason.text())
     for key in info.block_keys:
         grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
         consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
-        table.add_row(f"block {key}", f"demand {grant}{consumed} ({unit})")
+        add_row(table, f"block {key}", f"demand {grant}{consumed} ({unit})")
     if info.placement:
-        table.add_row("placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
+        add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
                       ("finished", info.finished_at)):
-        table.add_row(label, _when(at))
+        add_row(table, label, _when(at))
     if info.started_at is not None:
-        table.add_row("run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
+        add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     console.print(table)
 
 
@@ -139,7 +141,7 @@ def cancel(
     is stopped by the scheduler and its allocation consumed, since it may have read data."""
     with _client(db) as client, errors():
         outcome = client.cancel(pipeline_id)
-    print(f"pipeline {pipeline_id} {outcome}")
+    say(f"pipeline {pipeline_id} {outcome}")
 
 
 @app.command()
@@ -154,7 +156,7 @@ def logs(
         while True:
             chunk, ended = client.log_chunk(pipeline_id, offset)
             offset += len(chunk)
-            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.write(printable(chunk.decode(errors="replace"), keep="\n\t"))
             sys.stdout.flush()
             if not follow or (ended and not chunk):
                 return
@@ -197,20 +199,22 @@ def serve(
     from privsched.policies import make_policy
     from privsched.server.runner import api_for_options
     from privsched.service.serve import ServiceError
-    from privsched.spec import parse_duration
+    from privsched.service.resources import make_pool
+    from privsched.spec import parse_duration, parse_memory
 
     local_only("serve")
     with errors():
         period = parse_duration(tick)
         life = None if lifetime is None else parse_duration(lifetime)
         ranking = make_policy(policy, n=n, lifetime=life).policy
+        make_pool(gpus, cpus, None if memory is None else parse_memory(memory))  # sizes checked before any start
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
 
     def log(message: str) -> None:
         if not quiet:
-            print(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}", flush=True)
+            say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
     with _client(db) as client, errors(), \
             api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
@@ -220,5 +224,5 @@ def serve(
                                    sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
         except ServiceError as exc:
             fail(exc)
-    print(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
+    say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
           f"{summary.pending} still pending")

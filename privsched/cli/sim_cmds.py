@@ -9,14 +9,17 @@ one error line and leaves no output behind.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.table import Table
 
+from privsched.cli.common import add_row, console, errors, fail, say, text
 from privsched.cli.registry import app
-from privsched.cli.common import console, errors, fail
 
 ParamOption = Annotated[
     Optional[list[str]],
@@ -24,19 +27,67 @@ ParamOption = Annotated[
 ]
 SeedOption = Annotated[int, typer.Option(help="Seed of the workload generator.")]
 DurationOption = Annotated[Optional[float], typer.Option(help="Arrival window in seconds (default: the workload's).")]
+#: Most worker processes of a sweep.
+MAX_WORKERS = 256
 
 
 def _params(pairs: list[str] | None) -> dict:
-    params = {}
+    params: dict = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             fail(f"workload parameter {pair!r} is not KEY=VALUE")
+        if key in params:
+            fail(f"workload parameter {key!r} is given twice")
+        if key in ("seed", "duration"):
+            fail(f"give the workload's {key} with --{key}, not -p")
         try:
             params[key] = json.loads(value)
         except json.JSONDecodeError:
             params[key] = value
+        except (RecursionError, ValueError):  # nested too deep, or beyond the integer digit limit
+            fail(f"workload parameter {key!r} is not a usable value")
     return params
+
+
+def _output_folder(out: Path) -> None:
+    """Refuse an ``--out`` folder that cannot be created, before any work is done."""
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out} exists and is not a folder")
+    ancestor = out
+    while not ancestor.exists():
+        if ancestor.is_symlink():
+            fail(f"--out {out}: {ancestor} is a dangling symbolic link")
+        ancestor = ancestor.parent
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        fail(f"--out {out} cannot be created: {ancestor} is not a writable folder")
+
+
+def _output_file(out: Path) -> None:
+    """Refuse an ``--out`` file that is a folder or lies where no file can be written."""
+    if out.is_dir():
+        fail(f"--out {out} is a folder, not a file")
+    if out.exists() and not out.is_file():
+        fail(f"--out {out} is not a regular file")
+    _output_folder(out.parent)
+
+
+@contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """Turn a failure to write the results into one error line."""
+    try:
+        yield
+    except OSError as exc:
+        fail(f"cannot write to {out}: {exc.strerror or exc}")
+
+
+def _duration(value: float | None) -> None:
+    from privsched.budgets.bounds import check_number
+    from privsched.simulation.trace import MAX_TIME
+
+    if value is not None:
+        with errors():
+            check_number(value, "--duration", 0.0, MAX_TIME, low_open=True)
 
 
 def _numbers(text: str | None, kind: type, option: str) -> list:
@@ -49,17 +100,17 @@ def _numbers(text: str | None, kind: type, option: str) -> list:
 
 
 def _summary_table(summary: dict) -> Table:
-    table = Table(title=f"{summary['policy']} on {summary['workload']} ({summary['accounting']})")
+    table = Table(title=text(f"{summary['policy']} on {summary['workload']} ({summary['accounting']})"))
     table.add_column("class")
     table.add_column("pipelines", justify="right")
     table.add_column("granted", justify="right")
     for name, counts in summary["by_class"].items():
-        table.add_row(name, str(counts["pipelines"]), str(counts["granted"]))
-    table.add_row("[bold]total", str(summary["pipelines"]), f"[bold]{summary['granted']}")
+        add_row(table, name, str(counts["pipelines"]), str(counts["granted"]))
+    add_row(table, text("total", "bold"), str(summary["pipelines"]), text(summary["granted"], "bold"))
     delays = "no grant" if summary["delay_p50"] is None else (
         f"delay p50 {summary['delay_p50']:.2f} s, p99 {summary['delay_p99']:.2f} s"
     )
-    table.caption = (
+    table.caption = text(
         f"timed out {summary['timed_out']}, pending {summary['pending']}; {delays}; "
         f"mean block budget used {summary['mean_block_used']:.3f}; "
         f"{summary['passes']} passes in {summary['runtime_s']:.2f} s"
@@ -87,20 +138,24 @@ def simulate(
     """Simulate a policy over a workload and write the result, a summary and (with --plots) figures."""
     from privsched.simulation.api import load_workload, resolve_policy, run
 
+    _output_folder(out)
+    _duration(duration)
+    params = _params(param)
     with errors():
         spec = resolve_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
-        label, instance = load_workload(workload, seed=seed, duration=duration, **_params(param))
+        label, instance = load_workload(workload, seed=seed, duration=duration, **params)
         result = run(label, instance, spec, tick=tick)
     summary = result.summary()
-    out.mkdir(parents=True, exist_ok=True)
-    result.save(out / "result.json")
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    if plots:
-        from privsched.simulation.plots import result_figures
+    with _writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        result.save(out / "result.json")
+        (out / "summary.json").write_text(json.dumps(summary, indent=1))
+        if plots:
+            from privsched.simulation.plots import result_figures
 
-        result_figures(result, out)
+            result_figures(result, out)
     console.print(_summary_table(summary))
-    console.print(f"wrote {out}/result.json, summary.json" + (" and plots" if plots else ""))
+    say(f"wrote {out}/result.json, summary.json" + (" and plots" if plots else ""))
 
 
 @app.command()
@@ -126,8 +181,10 @@ def sweep(
     unknown = [w for w in workloads if w not in known]
     if unknown:
         fail(f"unknown workload {unknown[0]!r} (expected one of: {', '.join(known)})")
-    if workers < 1:
-        fail("--workers must be at least 1")
+    if not 1 <= workers <= MAX_WORKERS:
+        fail(f"--workers must be in [1, {MAX_WORKERS}]")
+    _output_folder(out)
+    params = _params(param)
     ns, lifetimes = _numbers(n, int, "--n"), _numbers(lifetime, float, "--lifetime")
     names = [p.strip() for p in policies.split(",") if p.strip()]
     with errors():
@@ -142,10 +199,11 @@ def sweep(
             progress.update(task, advance=1, description=f"{row['workload']}: {row['label']} → {row['granted']}")
 
         with errors():
-            rows, best = run_sweep(jobs, workers=workers, params=_params(param), on_done=done)
-    write_sweep(rows, best, out)
-    console.print(summary_table(rows), markup=False)
-    console.print(f"wrote {out}/sweep.json, summary.md and figures")
+            rows, best = run_sweep(jobs, workers=workers, params=params, on_done=done)
+    with _writing(out):
+        write_sweep(rows, best, out)
+    console.print(summary_table(rows))
+    say(f"wrote {out}/sweep.json, summary.md and figures")
 
 
 @app.command()
@@ -160,10 +218,13 @@ def trace(
     from privsched.simulation.registry import generate_workload, workload_generators
     from privsched.simulation.trace import save_trace
 
+    _output_file(out)
+    _duration(duration)
     params = _params(param)
     if duration is not None:
         params["duration"] = duration
     with errors():
         document = generate_workload(workload_generators(), workload, seed, params)
-    save_trace(document, out)
-    console.print(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")
+    with _writing(out):
+        save_trace(document, out)
+    say(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

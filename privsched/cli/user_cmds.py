@@ -10,8 +10,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, say
 from privsched.cli.registry import app
-from privsched.cli.common import DEFAULT_DB, DbOption, console, errors
 
 user_app = typer.Typer(help="Users of the HTTP API: roles, teams and bearer tokens.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
@@ -40,7 +40,7 @@ def user_add(
     else:
         with _identities(db) as identities, errors():
             token = identities.add_user(name, role, team)
-    print(token)
+    say(token)
 
 
 @user_app.command("list")
@@ -57,8 +57,8 @@ def user_list(db: DbOption = DEFAULT_DB) -> None:
     table = Table("name", "role", "team", "created", "revoked")
     for user in users:
         revoked = user["revoked_at"]
-        table.add_row(user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
-                      "-" if revoked is None else _when(revoked))
+        add_row(table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
+                "-" if revoked is None else _when(revoked))
     console.print(table)
 
 
@@ -76,7 +76,7 @@ def user_revoke(
     else:
         with _identities(db) as identities, errors():
             identities.revoke(name)
-    print(f"user {name} revoked")
+    say(f"user {name} revoked")
 
 
 def _when(timestamp: float) -> str:
@@ -112,4 +112,4 @@ def quota_set(
             dataset_id = ledger.get_dataset(dataset).id
         with _identities(db) as identities, errors():
             identities.set_quota(dataset_id, team, value)
-    print(f"quota of team {team} on {dataset}: {'none' if value is None else f'{value:g} of each block'}")
+    say(f"quota of team {team} on {dataset}: {'none' if value is None else f'{value:g} of each block'}")

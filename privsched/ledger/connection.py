@@ -20,8 +20,8 @@ import sqlite3
 import stat
 import sys
 import time
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -97,10 +97,7 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     A missing file without ``create``, a file that is not SQLite, a foreign SQLite
     database or a newer schema raise :class:`LedgerError`; nothing is written to them.
     """
-    if not create and not path.exists():
-        raise LedgerError(f"no privsched database at {path} (create one with `privsched init`)")
-    if path.is_dir():
-        raise LedgerError(f"{path} is a directory, not a privsched database")
+    resolved = _probe(path, create)
     mode = "rwc" if create else "rw"
     new = create and not path.exists()
     if not new:
@@ -108,7 +105,7 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     try:
         with _private_files(new):
             conn = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode={mode}",
+                f"{resolved.as_uri()}?mode={mode}",
                 uri=True,
                 timeout=BUSY_TIMEOUT,
                 isolation_level=None,
@@ -128,6 +125,40 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     except BaseException:
         conn.close()
         raise
+
+
+def _probe(path: Path, create: bool) -> Path:
+    """The absolute path of a database file that can be opened (or, with ``create``,
+    created); otherwise a :class:`LedgerError` of one line naming why: missing, a folder or
+    another non-regular file, a symbolic-link loop, no permission, a read-only file system."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if not create:
+            raise LedgerError(f"no privsched database at {path} (create one with `privsched init`)") from None
+        info = None
+    except OSError as exc:  # a symbolic-link loop, a name too long, a path through a file
+        raise LedgerError(f"cannot open {path}: {exc.strerror}") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise LedgerError(f"{path} is a directory, not a privsched database")
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        raise LedgerError(f"{path} is not a regular file, not a privsched database")
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError) as exc:  # a loop among the folders of the path
+        raise LedgerError(f"cannot open {path}: {exc}") from None
+    folder = resolved.parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "a read-only file system" if _read_only(folder) else "a folder privsched cannot write to"
+        raise LedgerError(f"cannot open {path}: {folder} is {why} (the ledger writes its journal next to it)")
+    return resolved
+
+
+def _read_only(folder: Path) -> bool:
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 @contextmanager

@@ -286,8 +286,8 @@ class Ledger:
         info = self._dataset(request.dataset)
         weight = check.finite_number(request.weight, "weight", low_open=True)
         timeout = None if request.timeout is None else check.finite_number(request.timeout, "timeout", low_open=True)
-        if not isinstance(request.owner, str):
-            raise LedgerError(f"owner must be a string, got {request.owner!r}")
+        if request.owner != "":  # no owner recorded
+            check.name(request.owner, "owner")
         job = check.json_text(request.job, "job")
         resources = check.json_text(request.resources, "resources")
         demands = check.request_demands(request, info.accounting, info.capacity)

@@ -14,15 +14,17 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import PipelineRequest
+from privsched.text import name_problem
 
 
 def name(value: object, what: str) -> str:
-    """A non-empty single-line name (dataset, block key, pipeline)."""
-    if not isinstance(value, str) or not value.strip():
-        raise LedgerError(f"{what} must be a non-empty string, got {value!r}")
-    if any(ch in value for ch in "\r\n\t\0"):
-        raise LedgerError(f"{what} {value!r} must not contain control characters")
-    return value
+    """A non-empty single-line name (dataset, block key, pipeline, owner) without control
+    characters and at most ``MAX_NAME_LENGTH`` long (:func:`privsched.text.name_problem`)."""
+    problem = name_problem(value)
+    if problem is not None:
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise LedgerError(f"{what} {shown} {problem}")
+    return value  # type: ignore[return-value]
 
 
 def unique(values: Iterable[str], what: str) -> list[str]:
@@ -69,24 +71,38 @@ def now_or_clock(now: float | None) -> float:
     return finite_number(now, "now", low=-math.inf)
 
 
+#: Largest database id: SQLite's rowid is a signed 64-bit integer.
+MAX_ID = 2**63 - 1
+
+
 def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
-    """Database ids given by a caller, as Python ints."""
+    """Database ids given by a caller, as Python ints in [1, MAX_ID]."""
     out = []
     for value in values:
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
             raise LedgerError(f"{what} must be an integer, got {value!r}")
+        if not 1 <= value <= MAX_ID:
+            text = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
+            raise LedgerError(f"{what} must be in [1, {MAX_ID}] (a 64-bit id), got {text}")
         out.append(int(value))
     return out
 
 
+#: Largest JSON text stored for a pipeline's job, resources or mechanism, in bytes.
+MAX_STORED_JSON = 2**20
+
+
 def json_text(value: Any, what: str) -> str:
-    """A dict as JSON text (no NaN)."""
+    """A dict as JSON text (no NaN), at most ``MAX_STORED_JSON`` bytes."""
     if not isinstance(value, dict):
         raise LedgerError(f"{what} must be a dict, got {type(value).__name__}")
     try:
-        return json.dumps(value, allow_nan=False, sort_keys=True)
-    except (TypeError, ValueError) as exc:
+        text = json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise LedgerError(f"{what} is not JSON-serialisable: {exc}") from exc
+    if len(text.encode()) > MAX_STORED_JSON:
+        raise LedgerError(f"{what} is {len(text.encode())} bytes as JSON, more than the {MAX_STORED_JSON}-byte limit")
+    return text
 
 
 def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounting:
@@ -122,9 +138,11 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
     if request.mechanism is not None:
         if not isinstance(request.mechanism, str):
             raise LedgerError("mechanism must be a JSON string")
+        if len(request.mechanism.encode()) > MAX_STORED_JSON:
+            raise LedgerError(f"mechanism is more than the {MAX_STORED_JSON}-byte limit")
         try:
             json.loads(request.mechanism)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise LedgerError(f"mechanism is not valid JSON: {exc}") from exc
     keys = [name(k, "block key") for k in (request.block_keys or [])]
     unique(keys, "block key")

@@ -15,7 +15,8 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
-from privsched.spec import Resources
+from privsched.budgets.bounds import check_number
+from privsched.spec import MAX_CPUS, MAX_GPUS, MAX_MEMORY, MIN_CPUS, Resources
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,12 @@ def detect_memory() -> int:
 
 def make_pool(gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
     """The machine's pool, with any of its sizes overridden (declared GPUs are named 0..N-1)."""
-    if gpus is not None and gpus < 0 or cpus is not None and cpus <= 0 or memory is not None and memory < 0:
-        raise ValueError("pool sizes must be non-negative (and at least some CPU)")
+    if gpus is not None:
+        check_number(gpus, "the pool's GPU count", 0, MAX_GPUS, integer=True)
+    if cpus is not None:
+        check_number(cpus, "the pool's CPUs", MIN_CPUS, MAX_CPUS)
+    if memory is not None:
+        check_number(memory, "the pool's memory (bytes)", 0, MAX_MEMORY, integer=True)
     gpu_ids = detect_gpus() if gpus is None else tuple(str(i) for i in range(gpus))
     return Pool(gpu_ids, detect_cpus() if cpus is None else float(cpus), detect_memory() if memory is None else memory)
 

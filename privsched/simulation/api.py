@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
@@ -67,6 +68,29 @@ def load_workload(
     return label, instance
 
 
+#: Most per-time unlock ticks a simulation may need.
+MAX_SIMULATION_TICKS = 10**7
+
+
+def check_tick(instance: Instance, spec: PolicySpec, tick: float | None) -> None:
+    """Refuse a per-time tick that would take more than ``MAX_SIMULATION_TICKS`` ticks.
+
+    Ticks matter only while some block is still locked: each block for one data lifetime
+    L after its arrival, so a run needs at most min(span / tick, B · (L / tick + 1)) ticks,
+    with span the time from the first block's arrival to the last one's plus L."""
+    rate = spec.unlock.on_tick(1.0)
+    if tick is None or rate <= 0 or instance.n_blocks == 0:
+        return
+    if not (isinstance(tick, (int, float)) and math.isfinite(tick) and tick > 0):
+        raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
+    lifetime = 1.0 / rate
+    span = float(instance.block_arrival[-1] - instance.block_arrival[0]) + lifetime
+    ticks = min(span / tick, instance.n_blocks * (lifetime / tick + 1))
+    if ticks > MAX_SIMULATION_TICKS:
+        raise ValueError(f"tick {tick:g} s would take about {ticks:.3g} unlock ticks, more than the limit of "
+                         f"{MAX_SIMULATION_TICKS}: use a longer tick")
+
+
 def run(
     label: str,
     instance: Instance,
@@ -77,6 +101,7 @@ def run(
     shortcuts: bool = True,
 ) -> SimulationResult:
     """Simulate ``spec`` over a compiled workload."""
+    check_tick(instance, spec, tick)
     started, cpu = time.perf_counter(), time.process_time()
     state = Simulator(instance, spec, tick=tick, samples=samples, shortcuts=shortcuts).run()
     runtime, cpu = time.perf_counter() - started, time.process_time() - cpu

@@ -19,7 +19,6 @@ Format (times in seconds)::
 from __future__ import annotations
 
 import json
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -29,21 +28,37 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
-    PositiveInt,
     PrivateAttr,
     ValidationError,
     field_validator,
 )
 
+from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON, Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
+from privsched.documents import check_depth, parse_json, read_text
 from privsched.errors import BadInput
+from privsched.spec import MAX_LAST, MAX_WEIGHT, MIN_DURATION, MIN_WEIGHT, Name
+from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.simulation.instance import Instance
 
 #: Mechanisms a pipeline may name with a string; they are calibrated to its (ε, δ).
 MECHANISM_NAMES = ("gaussian", "laplace")
+
+
+#: Largest trace file read, in bytes.
+MAX_TRACE_BYTES = 64 * 2**20
+#: Largest magnitude of an arrival time in a trace, in seconds (about 300 years).
+MAX_TIME = 1e10
+#: Most RDP orders a trace may use.
+MAX_ORDERS = 256
+
+Time = bounded(-MAX_TIME, MAX_TIME)
+Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
+Timeout = bounded(MIN_DURATION, MAX_TIME)
+Share = bounded(MIN_EPSILON, MAX_DEMAND)
+CurveValue = bounded(0.0, MAX_DEMAND)
 
 
 class TraceError(BadInput):
@@ -57,32 +72,32 @@ class _Entry(BaseModel):
 class TraceBlock(_Entry):
     """A block: it exists from ``arrival`` on, with global budget (ε_G, δ_G)."""
 
-    id: str = Field(min_length=1)
-    arrival: float = Field(0.0, allow_inf_nan=False)
-    epsilon: PositiveFloat = Field(allow_inf_nan=False)
-    delta: float = Field(0.0, ge=0, lt=1)
+    id: Name
+    arrival: Time = 0.0
+    epsilon: Epsilon
+    delta: Delta = 0.0
 
 
 class LastBlocks(_Entry):
     """The ``last`` k blocks that exist when the pipeline arrives."""
 
-    last: PositiveInt
+    last: bounded(1, MAX_LAST, integer=True)  # type: ignore[valid-type]
 
 
 class TracePipeline(_Entry):
     """A pipeline: its blocks, its demand (one of epsilon/demands/curve/mechanism), weight and timeout."""
 
-    id: str = Field(min_length=1)
-    arrival: float = Field(allow_inf_nan=False)
-    blocks: list[str] | LastBlocks
-    epsilon: PositiveFloat | None = Field(None, allow_inf_nan=False)
-    delta: float = Field(0.0, ge=0, lt=1)
-    demands: dict[str, PositiveFloat] | None = None
-    curve: list[float] | None = None
+    id: Name
+    arrival: Time
+    blocks: list[Name] | LastBlocks
+    epsilon: Epsilon | None = None
+    delta: Delta = 0.0
+    demands: dict[Name, Share] | None = None
+    curve: list[CurveValue] | None = Field(None, max_length=MAX_ORDERS)
     mechanism: str | Mechanism | None = None
-    weight: PositiveFloat = Field(1.0, allow_inf_nan=False)
-    timeout: PositiveFloat | None = None
-    klass: str = Field("", alias="class")
+    weight: Weight = 1.0
+    timeout: Timeout | None = None
+    klass: str = Field("", alias="class", max_length=256)
 
     @field_validator("blocks")
     @classmethod
@@ -94,12 +109,12 @@ class TracePipeline(_Entry):
                 raise ValueError("lists a block twice")
         return blocks
 
-    @field_validator("curve")
+    @field_validator("klass")
     @classmethod
-    def _finite_curve(cls, curve: list[float] | None) -> list[float] | None:
-        if curve is not None and not all(math.isfinite(v) and v >= 0 for v in curve):
-            raise ValueError("curve values must be finite and non-negative")
-        return curve
+    def _printable_class(cls, klass: str) -> str:
+        if printable(klass) != klass:
+            raise ValueError("a class name must not contain control characters")
+        return klass
 
     @field_validator("mechanism", mode="before")
     @classmethod
@@ -119,7 +134,7 @@ class Trace(_Entry):
     validates it and compiles it for the simulator."""
 
     accounting: Literal["basic", "rdp"]
-    alphas: list[float] | None = None
+    alphas: list[bounded(1.0, 1e4, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
     blocks: list[TraceBlock]
     pipelines: list[TracePipeline]
     _instance: Instance | None = PrivateAttr(None)
@@ -157,27 +172,26 @@ def parse_trace(data: Any) -> Trace:
     if not isinstance(data, dict):
         raise TraceError("a trace must be a JSON object with 'accounting', 'blocks' and 'pipelines'")
     try:
+        check_depth(data, "invalid trace")
         trace = Trace.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         message = first["msg"].removeprefix("Value error, ")
         more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
         raise TraceError(f"invalid trace: {_entry_name(data, tuple(first['loc']))}: {message}{more}") from None
+    except ValueError as exc:  # nested too deep
+        raise TraceError(str(exc)) from None
     trace.instance  # compiling checks cross-references and demands  # noqa: B018
     return trace
 
 
 def load_trace(path: str | Path) -> Trace:
-    """Read, validate and compile a trace file."""
-    path = Path(path)
+    """Read (strictly, at most ``MAX_TRACE_BYTES``: :mod:`privsched.documents`), validate and
+    compile a trace file."""
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise TraceError(f"cannot read trace {str(path)!r}: {exc.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise TraceError(f"malformed JSON in {str(path)!r}: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        data = parse_json(read_text(path, MAX_TRACE_BYTES), f"trace {str(path)!r}")
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
     return parse_trace(data)
 
 

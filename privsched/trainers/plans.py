@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import MAX_STEPS, SampleRate, bounded
 from privsched.budgets.curves import gaussian_sigma
 from privsched.budgets.mechanisms import (
     Composed,
@@ -43,6 +44,12 @@ GRAD_SAMPLE_MODES: tuple[str, ...] = ("ghost", "opacus-ghost", "hooks")
 #: clipping applies to (``privsched.trainers.models.ghost_clipping_applies``).
 ALL_LINEAR_MODELS: tuple[str, ...] = ("logreg", "mlp", "text")
 
+#: Most epochs of a DP-SGD job (its planned steps are bounded by ``MAX_STEPS`` too).
+MAX_EPOCHS = 10_000.0
+#: A seed fits in 63 bits (torch and NumPy take at most 64).
+Seed = bounded(0, 2**63 - 1, integer=True)
+#: A clipping bound of a statistic.
+Bound = bounded(-1e15, 1e15)
 #: Share of a DP-SGD job's ε spent on its noisy held-out accuracy (:func:`dpsgd_mechanism`).
 ACCURACY_SHARE = 0.1
 
@@ -59,15 +66,15 @@ class DPSGDJob(_Job):
 
     kind: Literal["dpsgd"] = "dpsgd"
     model: Literal["logreg", "mlp", "cnn", "text", "lstm"]
-    sample_rate: float = Field(gt=0, le=1)
-    epochs: PositiveFloat
-    lr: PositiveFloat
-    max_grad_norm: PositiveFloat = 1.0
+    sample_rate: SampleRate
+    epochs: bounded(1e-6, MAX_EPOCHS)  # type: ignore[valid-type]
+    lr: bounded(1e-12, 1e6, low_open=True)  # type: ignore[valid-type]
+    max_grad_norm: bounded(1e-12, 1e12, low_open=True) = 1.0  # type: ignore[valid-type]
     optimizer: Literal["sgd", "adam"] = "sgd"
-    seed: int = 0
+    seed: Seed = 0
     target: Literal["sentiment", "category"] = "sentiment"
     holdout: float = Field(0.2, gt=0, lt=1)
-    max_steps: int | None = Field(None, ge=1)
+    max_steps: bounded(1, MAX_STEPS, integer=True) | None = None  # type: ignore[valid-type]
     grad_sample_mode: Literal["ghost", "opacus-ghost", "hooks"] | None = None
     embed_dim: int = Field(32, ge=1, le=1024)
     hidden: int = Field(64, ge=1, le=4096)
@@ -84,6 +91,9 @@ class DPSGDJob(_Job):
 
     @model_validator(mode="after")
     def _check(self) -> DPSGDJob:
+        if self.epochs / self.sample_rate > MAX_STEPS:
+            raise ValueError(f"{self.epochs:g} epochs at sample rate {self.sample_rate:g} is more than "
+                             f"{MAX_STEPS} noisy steps")
         if self.grad_sample_mode == "ghost" and self.model not in ALL_LINEAR_MODELS:
             raise ValueError(
                 f"grad_sample_mode ghost needs a model whose layers are all linear ({', '.join(ALL_LINEAR_MODELS)}); "
@@ -104,7 +114,7 @@ class StatisticJob(_Job):
     kind: Literal["statistic"] = "statistic"
     query: Literal["count", "sum", "mean", "histogram"]
     column: str | None = None
-    bounds: tuple[float, float] | None = None
+    bounds: tuple[Bound, Bound] | None = None
     bins: int | None = Field(None, ge=1, le=10_000)
     mechanism: Literal["laplace", "gaussian"] = "laplace"
 

@@ -35,7 +35,7 @@ def populated_client(path: Path) -> Client:
     ledger.complete(done, {"d1": np.array([0.2, 5e-8])}, now=12)
     ledger.mark_running(busy, {"cpus": 1, "gpus": ["0"]}, now=13)
     ledger.cancel(stop, now=14)
-    ledger.submit(request("wait", ["d1"], 0.9, owner="bo[/]\x1b[31m"), now=15)
+    ledger.submit(request("wait", ["d1"], 0.9, owner="bo[/]<b>"), now=15)
     return client
 
 

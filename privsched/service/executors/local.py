@@ -4,7 +4,8 @@ The job runs ``python -m privsched.jobs.runner`` (its supervisor, which confines
 ends every process it leaves) in a new session (so it survives a scheduler crash and can be
 killed as a whole process group), with ``CUDA_VISIBLE_DEVICES``
 set to its placement's GPUs (empty when it has none) and thread pools sized to its CPUs.
-Its stdout and stderr go to its log file. A job past its ``max_runtime`` or cancelled gets
+Its stdout and stderr go to its log file, cut to its tail at every poll once it grows past
+its limit (:mod:`privsched.service.logcap`). A job past its ``max_runtime`` or cancelled gets
 SIGTERM (on which the supervisor kills the job's every process), then SIGKILL after a grace
 period. The process id and start time are written next to the job (out of its reach), so
 that a restarted scheduler can watch the jobs an earlier one started; a job whose pid file
@@ -25,6 +26,7 @@ from pathlib import Path
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger.lease import pid_exists
 from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
+from privsched.service.logcap import cap_log
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -162,6 +164,7 @@ class LocalExecutor(Executor):
         results = []
         for pipeline_id, job in list(self._jobs.items()):
             note = job.exit_note()
+            cap_log(job.launch.log)
             if note is None:
                 deadline = job.launch.deadline
                 if job.stop_reason is None and deadline is not None and now > deadline:

@@ -43,6 +43,7 @@ from privsched.jobs.runner import JobResult, write_atomic
 from privsched.service.executors.base import Executor, Launch, failure, read_result
 from privsched.jobs.sandbox import SANDBOX_VARIABLE
 from privsched.service.executors.ray_entry import JOB_VARIABLE, NETWORK_VARIABLE, encode_document, parse_result
+from privsched.service.logcap import cap_log
 from privsched.service.resources import Placement, Pool, make_pool
 
 #: Ray error types of jobs whose command never started: their data was not touched.
@@ -307,6 +308,7 @@ class RayExecutor(Executor):
             with open(job.launch.log, "ab") as log:
                 log.write(data[job.copied :])
             job.copied = len(data)
+            cap_log(job.launch.log)
         return logs
 
     def _outcome(self, job: _Job, info: Any, logs: str) -> JobResult:

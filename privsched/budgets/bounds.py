@@ -1,0 +1,88 @@
+"""The ranges of numbers privsched accepts, and pydantic types that enforce them.
+
+Each bound keeps the arithmetic that follows it finite and its loops short, and an error
+names the bound that was crossed:
+- a Gaussian curve α Δ²/(2σ²) (Mironov 2017, Prop. 7) stays below 1e30 at α ≤ 1e4 when
+  Δ ≤ ``MAX_SENSITIVITY`` and σ ≥ ``MIN_NOISE``; a Laplace curve (Prop. 6) is evaluated in
+  log space, and its (α − 1) Δ/b stays finite for b ≥ ``MIN_NOISE``;
+- σ = sqrt(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm A.1) stays finite for ε ≥ ``MIN_EPSILON``
+  and δ ≥ ``MIN_DELTA`` (no subnormal δ);
+- a DP-SGD plan has at most ``MAX_STEPS`` noisy steps, so that the noise calibration
+  (Opacus' ``get_noise_multiplier``, a doubling then a bisection) ends;
+- booleans are not numbers, and integers are compared exactly (a 400-digit integer is
+  refused, never converted to an infinite float).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator
+
+MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
+#: Smallest positive δ (a subnormal δ has no meaning and loses precision in ln(1/δ)).
+MIN_DELTA = 1e-300
+MIN_NOISE, MAX_NOISE = 1e-6, 1e12
+MIN_SENSITIVITY, MAX_SENSITIVITY = 1e-9, 1e6
+MIN_SAMPLE_RATE = 1e-9
+MAX_STEPS = 10**7
+#: Largest value of any single entry of a demand vector or curve.
+MAX_DEMAND = 1e12
+
+
+def shown(value: Any, width: int = 40) -> str:
+    """``repr(value)``, cut to ``width`` characters."""
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_number(value: Any, what: str, low: float, high: float, *, low_open: bool = False,
+                 integer: bool = False) -> float | int:
+    """``value`` if it is a real number (not a bool) in [low, high] (or (low, high]); an
+    integral value is returned as an ``int`` when ``integer``. Raises ``ValueError``."""
+    must = f"{what} must" if what else "must"
+    if isinstance(value, str):  # YAML 1.1 reads 1e-8 (no dot) as text
+        try:
+            value = float(value.strip()) if len(value) <= 64 else value
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{must} be a number, got {shown(value)}")
+    if integer:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"{must} be a whole number, got {shown(value)}")
+        if isinstance(value, numbers.Integral) or math.isfinite(value):
+            value = int(value)
+    elif not isinstance(value, int) and not math.isfinite(float(value)):
+        raise ValueError(f"{must} be finite, got {shown(value)}")
+    if value > high or value < low or (low_open and value == low):
+        bracket = "(" if low_open else "["
+        low_text, high_text = (f"{int(low)}", f"{int(high)}") if integer else (f"{low:g}", f"{high:g}")
+        raise ValueError(f"{must} be in {bracket}{low_text}, {high_text}], got {shown(value)}")
+    return value if integer else float(value)
+
+
+def bounded(low: float, high: float, what: str = "", *, low_open: bool = False,
+            integer: bool = False) -> Any:
+    """An annotated pydantic type accepting only :func:`check_number`'s values."""
+    kind = int if integer else float
+    return Annotated[kind, BeforeValidator(
+        lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))]
+
+
+def check_delta(value: Any, what: str = "") -> float:
+    """δ = 0, or MIN_DELTA ≤ δ < 1."""
+    delta = check_number(value, what, 0.0, 1.0)
+    if delta >= 1 or 0 < delta < MIN_DELTA:
+        raise ValueError(f"{what + ' ' if what else ''}must be 0 or in [{MIN_DELTA:g}, 1), got {shown(value)}")
+    return float(delta)
+
+
+Epsilon = bounded(MIN_EPSILON, MAX_EPSILON)
+Delta = Annotated[float, BeforeValidator(check_delta)]
+Noise = bounded(MIN_NOISE, MAX_NOISE)
+Sensitivity = bounded(MIN_SENSITIVITY, MAX_SENSITIVITY)
+SampleRate = bounded(MIN_SAMPLE_RATE, 1.0)
+Steps = bounded(0, MAX_STEPS, integer=True)
