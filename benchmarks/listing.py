@@ -43,7 +43,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         db = Path(folder) / "listing.db"
         build(db, options.blocks)
-        print(f"| command | blocks | default s | default bytes | --all s | --all bytes | time ratio | bytes ratio |")
+        print("| command | blocks | default s | default bytes | --all s | --all bytes | time ratio | bytes ratio |")
         print("|---|---|---|---|---|---|---|---|")
         for command in (["blocks", "list"], ["budget", "show"]):
             paged_s, paged_bytes = measure(db, *command)

@@ -27,7 +27,6 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Union
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
