@@ -53,8 +53,10 @@ def check_number(value: Any, what: str, low: float, high: float, *, low_open: bo
     if integer:
         if isinstance(value, float) and not value.is_integer():
             raise ValueError(f"{must} be a whole number, got {shown(value)}")
-        if isinstance(value, numbers.Integral) or math.isfinite(value):
+        if isinstance(value, numbers.Integral):
             value = int(value)
+        elif math.isfinite(value):
+            value = int(float(value))
     elif not isinstance(value, int) and not math.isfinite(float(value)):
         raise ValueError(f"{must} be finite, got {shown(value)}")
     if value > high or value < low or (low_open and value == low):

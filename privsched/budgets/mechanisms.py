@@ -80,7 +80,7 @@ class Explicit(_Mechanism):
     """A demand vector given directly: (ε, δ) for basic, one ε(α) per order for RDP."""
 
     kind: Literal["explicit"] = "explicit"
-    values: list[Demand] = Field(min_length=1, max_length=MAX_PARTS)
+    values: list[Demand] = Field(min_length=1, max_length=MAX_PARTS)  # type: ignore[valid-type]  # a pydantic Annotated alias
 
 
 Mechanism = Annotated[
