@@ -72,14 +72,17 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
         write_pipeline(tmp_path, "whole", "no_report", "{from: b0, to: b1}", 0.4),
         write_pipeline(tmp_path, "crash", "raises_after_reading", "[b1]", 0.3),
         write_pipeline(tmp_path, "toolate", "spend_half", "[b0]", 0.5),  # 0.2 left on b0 after the others
-        write_pipeline(tmp_path, "expires", "spend_half", "{last: 4}", 0.9, "timeout: 1s\n"),
+        write_pipeline(tmp_path, "holder", "sleep_then_spend", "[b2]", 0.5, params="{seconds: 3}"),
+        # could fit b2 once "holder" ends, but waits behind its allocation past its timeout
+        write_pipeline(tmp_path, "expires", "spend_half", "[b2]", 0.6, "timeout: 1s\n"),
     ]
     ids = [cli("submit", s).stdout.strip() for s in specs]
-    assert ids == ["1", "2", "3", "4", "5"]
+    assert ids == ["1", "2", "3", "4", "5", "6"]
     served = cli("serve", "--policy", "fcfs", "--until-idle", "--tick", "200ms", "--cpus", "4", "--gpus", "0")
     assert served.returncode == 0, served.stderr
     assert states(tmp_path / "p.db") == {"half": "completed", "whole": "completed", "crash": "failed",
-                                         "toolate": "failed", "expires": "timed_out"}  # toolate can never fit
+                                         "toolate": "failed", "holder": "completed",
+                                         "expires": "timed_out"}  # toolate can never fit
     assert consumed(tmp_path / "p.db", "b0") == pytest.approx(0.4 + 0.4)  # user jobs are charged their grants
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0

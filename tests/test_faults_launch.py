@@ -108,10 +108,11 @@ def test_recovery_watches_the_process_the_ledger_recorded_not_a_pid_file_the_job
     assert first.tick(time.time()).started == [pipeline_id]
     record = client.ledger.launch_records([pipeline_id])[pipeline_id]
     assert record.state == "started" and record.pid is not None
-    pid_file, deadline = RunDirs(client.path).pid_file(pipeline_id), time.monotonic() + 30
-    while not pid_file.read_text().startswith(f"{os.getpid()} "):  # the job forges its pid file
-        assert time.monotonic() < deadline, "the job never forged its pid file"
-        time.sleep(0.02)
+    # The job itself can no longer reach the scheduler's pid file (it writes only its work
+    # folder); forge the file as if it had, pointing at another live process.
+    pid_file = RunDirs(client.path).pid_file(pipeline_id)
+    stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+    pid_file.write_text(f"{os.getpid()} {stat[stat.rindex(')') + 2:].split()[19]}\n")
     second = Scheduler(client.ledger, make_policy("fcfs"), LocalExecutor(), pool, RunDirs(client.path))
     second.recover(time.time())
     deadline = time.monotonic() + 30
@@ -120,5 +121,5 @@ def test_recovery_watches_the_process_the_ledger_recorded_not_a_pid_file_the_job
         second.tick(time.time())
         time.sleep(0.05)
     assert client.ledger.get_pipeline(pipeline_id).state == "completed"
-    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON / 2)
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)  # a user job: its grant
     assert client.ledger.audit().ok
