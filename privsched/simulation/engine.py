@@ -40,7 +40,14 @@ import numpy as np
 
 from privsched.policies.admission import admit_in_order
 from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
-from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
+from privsched.policies.unlock import (
+    UnlockGrid,
+    block_unlock_step,
+    block_unlocked_fraction,
+    unlock_amounts,
+    unlock_step,
+    unlocked_fraction,
+)
 from privsched.simulation.instance import Instance
 from privsched.simulation.watch import BlockMembers, WatchLists, fits
 
@@ -114,6 +121,8 @@ class Simulator:
         self.consumed = np.zeros((B, K))
         self.wasted = np.zeros((B, K))
         self.arrivals = np.zeros(B)  # (B,) pipelines that asked for each block so far
+        self.top_dim = self.cap.argmax(axis=1)  # (B,) the dimension unlock_step measures in
+        self.top = self.cap[np.arange(B), self.top_dim]  # (B,) capacity in that dimension
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
         self.edge_span, self.block_span = _spans(instance)
@@ -137,15 +146,46 @@ class Simulator:
 
     # -- budget -----------------------------------------------------------------------------
 
-    def _unlock(self, blocks: np.ndarray | slice, now: float) -> None:
+    def _unlock(self, blocks: np.ndarray, now: float) -> np.ndarray:
         """Raise ``blocks`` (distinct) to the unlock rule's target at ``now``, as the live
-        scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`)."""
-        if not self.locked[blocks].any():  # fully unlocked already: nothing to raise
-            return
-        counted = self.grid.floor(now) if self.grid is not None else now
-        target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], counted - self.inst.block_arrival[blocks])
-        cap, locked = self.cap[blocks], self.locked[blocks]
-        moved = unlock_amounts(cap, locked, unlock_step(cap, locked, target))
+        scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`); returns those
+        that gained budget."""
+        locked = self.locked[blocks]
+        if not locked.any():  # fully unlocked already: nothing to raise
+            return blocks[:0]
+        elapsed = self._counted(now) - self.inst.block_arrival[blocks]
+        target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], elapsed)
+        step = unlock_step(self.cap[blocks], locked, target)
+        self._move(blocks, locked, step)
+        return blocks[step > 0]
+
+    def _unlock_one(self, blocks: slice | np.ndarray, ids: np.ndarray, now: float) -> np.ndarray:
+        """:meth:`_unlock` for one pipeline's few ``blocks`` (``ids`` their indices), block by
+        block in Python floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`);
+        blocks fully unlocked already step by 0 and are skipped."""
+        locked = self.locked[blocks]
+        rows = locked.tolist()
+        if not any(any(x > 0 for x in row) for row in rows):
+            return ids[:0]
+        rule, counted = self.spec.unlock, self._counted(now)
+        arrivals, created = self.arrivals[blocks].tolist(), self.inst.block_arrival[blocks].tolist()
+        tops, dims = self.top[blocks].tolist(), self.top_dim[blocks].tolist()
+        steps = [0.0] * len(rows)
+        for r, row in enumerate(rows):
+            if any(x > 0 for x in row):
+                target = block_unlocked_fraction(rule, arrivals[r], counted - created[r])
+                steps[r] = block_unlock_step(tops[r], row[dims[r]], target, True)
+        step = np.array(steps)
+        self._move(blocks, locked, step)
+        return ids[step > 0]
+
+    def _counted(self, now: float) -> float:
+        """The clock the unlock rule counts at ``now``: the latest grid instant, if per time."""
+        return self.grid.floor(now) if self.grid is not None else now
+
+    def _move(self, blocks: slice | np.ndarray, locked: np.ndarray, step: np.ndarray) -> None:
+        """Unlock ``step × capacity`` (at most what is locked) on ``blocks``."""
+        moved = unlock_amounts(self.cap[blocks], locked, step)
         self.locked[blocks] -= moved
         self.unlocked[blocks] += moved
 
@@ -210,12 +250,12 @@ class Simulator:
             blocks = self.inst.edge_block[self.edge_span[first].start : self.edge_span[last - 1].stop]
             touched = np.unique(blocks)
             self.arrivals[touched] += np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
-            self._unlock(touched, now)
-            return touched
-        blocks = self.block_span[first]  # one pipeline: distinct blocks
-        self.arrivals[blocks] += 1
-        self._unlock(blocks, now)
-        return self.inst.edge_block[self.edge_span[first]]
+            gained = self._unlock(touched, now)
+        else:
+            blocks = self.block_span[first]  # one pipeline: distinct blocks
+            self.arrivals[blocks] += 1
+            gained = self._unlock_one(blocks, self.inst.edge_block[self.edge_span[first]], now)
+        return gained if gained.size else None
 
     def _expire(self, now: float) -> None:
         """Pending pipelines whose deadline is at or before ``now`` time out."""
@@ -406,9 +446,9 @@ class Simulator:
                 b_next = b_stop
             # 2. per-time unlock (catching up on ticks skipped while nothing could use them)
             if self.grid is not None and now >= self.grid.instant(ticks):
-                existing = np.arange(b_next)
-                self._unlock(existing, now)
-                dirty.append(existing)
+                gained = self._unlock(np.arange(b_next), now)
+                if gained.size:
+                    dirty.append(gained)
                 ticks = self.grid.index(now) + 1
             # 3. pipeline arrivals
             p_stop = bisect.bisect_right(arrival_times, now)
