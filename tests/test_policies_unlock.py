@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from privsched.policies import UnlockAll, UnlockPerArrival, UnlockPerTime
 from privsched.policies.unlock import (
     UnlockGrid,
+    block_unlock_amounts,
     block_unlock_step,
     block_unlocked_fraction,
     unlock_amounts,
@@ -80,3 +81,11 @@ def test_one_blocks_step_has_the_same_bits_as_the_vector_step(dims, target) -> N
     top = int(capacity[0].argmax())
     step = block_unlock_step(float(capacity[0, top]), float(locked[0, top]), target, bool((locked > 0).any()))
     assert step == expected and math.copysign(1.0, step) == math.copysign(1.0, expected)
+
+
+@given(st.lists(st.tuples(st.floats(-10.0, 100.0), fractions), min_size=1, max_size=4), fractions)
+def test_one_blocks_amounts_have_the_same_bits_as_the_vector_amounts(dims, step) -> None:
+    capacity = [c for c, _ in dims]
+    locked = [c * f for c, f in dims]  # dead RDP orders (negative capacity) included
+    expected = unlock_amounts(np.array([capacity]), np.array([locked]), np.array([step]))[0]
+    assert block_unlock_amounts(capacity, locked, step) == expected.tolist()

@@ -181,3 +181,9 @@ def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -
     """The budget (B, K) an unlock of ``step × capacity`` moves: ``min(locked, step × capacity)``
     at every dimension (what the ledger moves for the same fractions)."""
     return np.minimum(locked, np.asarray(step, dtype=float)[:, None] * capacity)
+
+
+def block_unlock_amounts(capacity: list[float], locked: list[float], step: float) -> list[float]:
+    """:func:`unlock_amounts` of one block (K,) in Python floats: the same bits for numbers
+    (``min`` does not propagate NaN as ``np.minimum`` does)."""
+    return [min(left, step * top) for top, left in zip(capacity, locked)]

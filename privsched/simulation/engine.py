@@ -42,6 +42,7 @@ from privsched.policies.admission import admit_in_order
 from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
 from privsched.policies.unlock import (
     UnlockGrid,
+    block_unlock_amounts,
     block_unlock_step,
     block_unlocked_fraction,
     unlock_amounts,
@@ -120,12 +121,21 @@ class Simulator:
         self.unlocked = np.zeros((B, K))
         self.consumed = np.zeros((B, K))
         self.wasted = np.zeros((B, K))
-        self.arrivals = np.zeros(B)  # (B,) pipelines that asked for each block so far
-        self.top_dim = self.cap.argmax(axis=1)  # (B,) the dimension unlock_step measures in
-        self.top = self.cap[np.arange(B), self.top_dim]  # (B,) capacity in that dimension
+        self.arrivals = [0.0] * B  # pipelines that asked for each block so far
+        # Per block, for the one-pipeline unlock: its creation time, capacity, the dimension
+        # unlock_step measures in (the first largest capacity) and the capacity there, as
+        # Python numbers.
+        self.created = instance.block_arrival.tolist()
+        self.cap_rows = self.cap.tolist()
+        self.top_dim = self.cap.argmax(axis=1).tolist()
+        self.top = self.cap[np.arange(B), self.top_dim].tolist()
+        #: False once a block has nothing locked (all zero): it stays so, only unlocks move locked budget.
+        self.maybe_locked = [True] * B
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
         self.edge_span, self.block_span = _spans(instance)
+        edge_block = instance.edge_block.tolist()
+        self.block_ids = [edge_block[edges] for edges in self.edge_span]  # (P,) lists of blocks
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
         self.sorted_deadline = self.deadline[self.by_deadline].tolist()
@@ -154,30 +164,33 @@ class Simulator:
         if not locked.any():  # fully unlocked already: nothing to raise
             return blocks[:0]
         elapsed = self._counted(now) - self.inst.block_arrival[blocks]
-        target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], elapsed)
+        target = unlocked_fraction(self.spec.unlock, np.array(self.arrivals)[blocks], elapsed)
         step = unlock_step(self.cap[blocks], locked, target)
         self._move(blocks, locked, step)
         return blocks[step > 0]
 
-    def _unlock_one(self, blocks: slice | np.ndarray, ids: np.ndarray, now: float) -> np.ndarray:
-        """:meth:`_unlock` for one pipeline's few ``blocks`` (``ids`` their indices), block by
-        block in Python floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`);
-        blocks fully unlocked already step by 0 and are skipped."""
-        locked = self.locked[blocks]
-        rows = locked.tolist()
-        if not any(any(x > 0 for x in row) for row in rows):
-            return ids[:0]
+    def _unlock_one(self, i: int, now: float) -> np.ndarray:
+        """:meth:`_unlock` for pipeline i's few (distinct) blocks, block by block in Python
+        floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`).
+        Blocks with nothing locked are skipped: they step by 0 and move nothing, and locked
+        budget never comes back (:attr:`maybe_locked`)."""
         rule, counted = self.spec.unlock, self._counted(now)
-        arrivals, created = self.arrivals[blocks].tolist(), self.inst.block_arrival[blocks].tolist()
-        tops, dims = self.top[blocks].tolist(), self.top_dim[blocks].tolist()
-        steps = [0.0] * len(rows)
-        for r, row in enumerate(rows):
-            if any(x > 0 for x in row):
-                target = block_unlocked_fraction(rule, arrivals[r], counted - created[r])
-                steps[r] = block_unlock_step(tops[r], row[dims[r]], target, True)
-        step = np.array(steps)
-        self._move(blocks, locked, step)
-        return ids[step > 0]
+        gained = []
+        for j in self.block_ids[i]:
+            if not self.maybe_locked[j]:
+                continue
+            row = self.locked[j].tolist()
+            if not any(row):
+                self.maybe_locked[j] = False
+                continue
+            target = block_unlocked_fraction(rule, self.arrivals[j], counted - self.created[j])
+            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, any(x > 0 for x in row))
+            moved = block_unlock_amounts(self.cap_rows[j], row, step)
+            self.locked[j] -= moved
+            self.unlocked[j] += moved
+            if step > 0:
+                gained.append(j)
+        return np.array(gained, dtype=np.int64) if gained else _NO_BLOCKS
 
     def _counted(self, now: float) -> float:
         """The clock the unlock rule counts at ``now``: the latest grid instant, if per time."""
@@ -249,12 +262,13 @@ class Simulator:
         if last - first > 1:
             blocks = self.inst.edge_block[self.edge_span[first].start : self.edge_span[last - 1].stop]
             touched = np.unique(blocks)
-            self.arrivals[touched] += np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
+            for j, count in zip(touched.tolist(), np.bincount(blocks)[touched].tolist()):
+                self.arrivals[j] += count
             gained = self._unlock(touched, now)
         else:
-            blocks = self.block_span[first]  # one pipeline: distinct blocks
-            self.arrivals[blocks] += 1
-            gained = self._unlock_one(blocks, self.inst.edge_block[self.edge_span[first]], now)
+            for j in self.block_ids[first]:  # one pipeline: distinct blocks
+                self.arrivals[j] += 1
+            gained = self._unlock_one(first, now)
         return gained if gained.size else None
 
     def _expire(self, now: float) -> None:
@@ -481,6 +495,9 @@ class Simulator:
         finite = self.deadline[np.isfinite(self.deadline)]
         ends.append(finite.max(initial=0.0))
         return float(max(ends))
+
+
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 def _distinct(arrays: list[np.ndarray]) -> np.ndarray:
