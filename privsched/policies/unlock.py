@@ -186,4 +186,4 @@ def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -
 def block_unlock_amounts(capacity: list[float], locked: list[float], step: float) -> list[float]:
     """:func:`unlock_amounts` of one block (K,) in Python floats: the same bits for numbers
     (``min`` does not propagate NaN as ``np.minimum`` does)."""
-    return [min(left, step * top) for top, left in zip(capacity, locked)]
+    return [min(left, step * cap) for cap, left in zip(capacity, locked)]

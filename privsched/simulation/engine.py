@@ -5,12 +5,14 @@ ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one a
 pass calls ``spec.policy.allocate(snapshot)``, the very code the live scheduler calls.
 Unlocking raises each block to the fraction the live scheduler computes too
 (:func:`~privsched.policies.unlock.unlocked_fraction`), per-time rules on the grid
-``first block arrival + k · tick`` (:attr:`Simulator.grid`).
+``first block arrival + k · tick`` (:attr:`Simulator.grid`). A lone arriving pipeline's
+blocks are raised one by one in Python floats with the same bits (the ``block_*`` twins in
+:mod:`privsched.policies.unlock`), skipping blocks with nothing left locked.
 
 Every admission is a best-effort pass (docs/design.md §4.2), and budget only comes back at the
 next unlock, so the loop skips work that cannot change any decision:
 - After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
-  arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
+  arrived, or if one of its blocks gained budget (an unlock step above 0); watch lists (:mod:`.watch`) find those
   among the pending ones without looking at the others. When none fits, the pass would
   grant nothing and is skipped.
 - Policies whose order is a key of each pipeline alone (FCFS, DPF: ``PerPipelineOrder``)
@@ -61,6 +63,8 @@ DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 #: A per-pipeline-order pass grants this many pipelines one at a time, re-checking the rest
 #: after each, then walks what still fits at once (:func:`~privsched.policies.admission.admit_in_order`).
 GREEDY_GRANTS = 4
+
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 def rank_everyone(instance: Instance, policy: PerPipelineOrder) -> np.ndarray:
@@ -165,8 +169,11 @@ class Simulator:
             return blocks[:0]
         elapsed = self._counted(now) - self.inst.block_arrival[blocks]
         target = unlocked_fraction(self.spec.unlock, np.array(self.arrivals)[blocks], elapsed)
-        step = unlock_step(self.cap[blocks], locked, target)
-        self._move(blocks, locked, step)
+        cap = self.cap[blocks]
+        step = unlock_step(cap, locked, target)
+        moved = unlock_amounts(cap, locked, step)
+        self.locked[blocks] -= moved
+        self.unlocked[blocks] += moved
         return blocks[step > 0]
 
     def _unlock_one(self, i: int, now: float) -> np.ndarray:
@@ -195,12 +202,6 @@ class Simulator:
     def _counted(self, now: float) -> float:
         """The clock the unlock rule counts at ``now``: the latest grid instant, if per time."""
         return self.grid.floor(now) if self.grid is not None else now
-
-    def _move(self, blocks: slice | np.ndarray, locked: np.ndarray, step: np.ndarray) -> None:
-        """Unlock ``step × capacity`` (at most what is locked) on ``blocks``."""
-        moved = unlock_amounts(self.cap[blocks], locked, step)
-        self.locked[blocks] -= moved
-        self.unlocked[blocks] += moved
 
     # -- candidates ----------------------------------------------------------------------------
 
@@ -495,9 +496,6 @@ class Simulator:
         finite = self.deadline[np.isfinite(self.deadline)]
         ends.append(finite.max(initial=0.0))
         return float(max(ends))
-
-
-_NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 def _distinct(arrays: list[np.ndarray]) -> np.ndarray:
