@@ -191,7 +191,8 @@ class Simulator:
                 self.maybe_locked[j] = False
                 continue
             target = block_unlocked_fraction(rule, self.arrivals[j], counted - self.created[j])
-            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, any(x > 0 for x in row))
+            locked = target >= 1.0 and any(x > 0 for x in row)  # the step reads it at a target of 1 only
+            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, locked)
             moved = block_unlock_amounts(self.cap_rows[j], row, step)
             self.locked[j] -= moved
             self.unlocked[j] += moved
