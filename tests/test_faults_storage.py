@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
-from privsched.client import Client, connect
+from privsched.client import Client
 from privsched.ledger import Ledger
 from privsched.ledger.errors import StorageFull
 from privsched.policies import make_policy
@@ -21,16 +20,7 @@ from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.serve import CONDITION_FILE, serve
-from tests.test_faults_launch import EPSILON, job_runs
-
-
-@pytest.fixture
-def client(tmp_db: Path) -> Client:
-    client = connect(tmp_db)
-    client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [("b0", "/data/b0")])
-    yield client
-    client.close()
+from tests.support.faults import EPSILON, job_runs, client  # noqa: F401 -- client: a fixture
 
 
 def fill(ledger: Ledger) -> None:
