@@ -12,11 +12,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from privsched.client import Client, connect
+from privsched.client import Client
 from privsched.ledger import Ledger
 from privsched.ledger.errors import StorageFull
 from privsched.policies import make_policy
@@ -29,16 +28,7 @@ from privsched.service.serve import Condition, serve
 from privsched.cli.remote_option import TOKEN_ENV
 from privsched.ledger.identities import Identities
 from tests.cli_inprocess import invoke
-from tests.test_faults_launch import EPSILON, job_runs
-
-
-@pytest.fixture
-def client(tmp_db: Path) -> Client:
-    client = connect(tmp_db)
-    client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [("b0", "/data/b0")])
-    yield client
-    client.close()
+from tests.support.faults import EPSILON, job_runs, client  # noqa: F401 -- client: a fixture
 
 
 def fill(ledger: Ledger) -> None:
