@@ -161,7 +161,8 @@ async function showPipeline(id) {
     table(["dimension", "demand", "capacity"],
       (p.demands[0] ? p.demands[0].curve : []).map((c, i) => [c.dimension, num(c.value), num(p.demands[0].capacity[i].value)])),
     el("h3", { text: "Job" }), el("pre", { text: JSON.stringify(p.job, null, 2) }),
-    el("h3", { text: "Released metrics (differentially private)" }), el("pre", { text: JSON.stringify(p.metrics, null, 2) }),
+    el("h3", { text: "Released metrics" }),
+    el("pre", { id: "metrics", text: p.metrics === null ? "(a user job's metrics are shown to admins only)" : JSON.stringify(p.metrics, null, 2) }),
     el("h3", { text: "Log (end)" }),
     el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
   ]);
