@@ -411,6 +411,13 @@ class Client:
         holder = self.ledger.lease_holder()
         return None if holder is None else str(holder.get("holder"))
 
+    def scheduler_condition(self) -> str | None:
+        """What keeps the serving scheduler from making progress, as it reported it (e.g.
+        "storage full since …: database or disk is full"; it retries every tick), or None.
+        Read from the runs folder, not the ledger, so that it can be read while the ledger
+        cannot be written (docs/recovery.md)."""
+        return self.runs.read_condition()
+
     def audit(self, expect: str | None = None) -> AuditReport:
         """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table
         rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""

@@ -231,6 +231,9 @@ class RemoteClient:
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]
 
+    def scheduler_condition(self) -> str | None:
+        return self.request("GET", "/v1/scheduler")["condition"]
+
     def audit(self, expect: str | None = None) -> AuditReport:
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 

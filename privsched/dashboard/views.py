@@ -109,10 +109,11 @@ def pipeline_row(info: PipelineInfo, message: str | None) -> dict[str, Any]:
 
 
 def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingReason],
-               message: Callable[[PipelineInfo], str | None]) -> dict[str, list[dict[str, Any]]]:
+               message: Callable[[PipelineInfo], str | None]) -> dict[str, Any]:
     """On the readable datasets: pending pipelines in the serving policy's order with why each
     waits (``reasons``, :mod:`privsched.service.waiting`), granted ones waiting for compute,
-    running jobs with their placement, and the most recently ended pipelines."""
+    running jobs with their placement, and the most recently ended pipelines; and what keeps
+    the scheduler from making progress (``condition``: a full database or disk), or None."""
     names = {dataset.name for dataset in filter(readable, client.datasets())}
     pipelines = [info for info in client.list() if info.dataset in names]
     by_state: dict[str, list[PipelineInfo]] = {}
@@ -132,6 +133,7 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
         "granted": rows(by_state.get("granted", [])),
         "running": rows(by_state.get("running", [])),
         "recent": rows(ended[:RECENT]),
+        "condition": client.scheduler_condition(),
     }
 
 

@@ -59,8 +59,9 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         return views.blocks_page(client, readable(caller))
 
     @router.get("/v1/dashboard/queue", tags=["dashboard"],
-                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended")
-    def queue(caller: User = signed_in) -> dict[str, list[dict[str, Any]]]:
+                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended; "
+                        "what keeps the scheduler from making progress")
+    def queue(caller: User = signed_in) -> dict[str, Any]:
         return views.queue_page(client, readable(caller), client.reasons(policy=policy), message(caller))
 
     @router.get("/v1/dashboard/pipelines/{pipeline_id}", tags=["dashboard"],

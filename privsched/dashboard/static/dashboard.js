@@ -14,7 +14,7 @@ function render(data, build) {
   const key = location.hash + "\n" + JSON.stringify(data);
   if (key === shown) { return; }
   shown = key;
-  view.replaceChildren(...build());
+  view.replaceChildren(...build().filter((node) => node !== null));
 }
 
 function token() { return sessionStorage.getItem("privsched-token") || ""; }
@@ -113,6 +113,7 @@ function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, text:
 async function showQueue() {
   const queue = await getJSON("/v1/dashboard/queue");
   render(queue, () => [
+    queue.condition ? el("p", { id: "condition", class: "error banner", text: `scheduler: ${queue.condition}; retrying` }) : null,
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
       queue.pending.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, when(p.submitted_at), p.blocks, p.reason || ""])),
