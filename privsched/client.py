@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from privsched.handles import PipelineHandle
 from privsched.jobs.runner import JobResult
 from privsched.ledger import (
     AuditReport,
@@ -109,27 +109,10 @@ def function_reference(fn: Callable) -> tuple[str, list[str]]:
     return f"{fn.__module__}:{qualname}", [str(root)]
 
 
-class Run:
+class Run(PipelineHandle):
     """A handle on one submitted pipeline; every property reads the ledger afresh."""
 
-    def __init__(self, client: Client, pipeline_id: int) -> None:
-        self.client = client
-        self.id = int(pipeline_id)
-
-    def __repr__(self) -> str:
-        return f"Run(id={self.id}, status={self.status!r})"
-
-    @property
-    def info(self) -> PipelineInfo:
-        return self.client.status(self.id)
-
-    @property
-    def status(self) -> PipelineState:
-        return self.info.state
-
-    @property
-    def done(self) -> bool:
-        return self.status.is_final()
+    client: Client
 
     @property
     def grant(self) -> dict[str, np.ndarray]:
@@ -157,22 +140,6 @@ class Run:
     def metrics(self) -> dict[str, Any]:
         result = self.result
         return result.metrics if result is not None else {}
-
-    def wait(self, timeout: float | None = None, poll: float = 0.1) -> Run:
-        """Block until the pipeline ends (a scheduler must be serving the database);
-        ``TimeoutError`` after ``timeout`` seconds."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done:
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"pipeline {self.id} is still {self.status} after {timeout:g} s")
-            time.sleep(poll)
-        return self
-
-    def cancel(self) -> str:
-        return self.client.cancel(self.id)
-
-    def logs(self) -> str:
-        return self.client.logs(self.id)
 
 
 class PipelineFunction:
@@ -443,6 +410,13 @@ class Client:
         """Who holds the scheduler lease of this database, if anyone."""
         holder = self.ledger.lease_holder()
         return None if holder is None else str(holder.get("holder"))
+
+    def scheduler_condition(self) -> str | None:
+        """What keeps the serving scheduler from making progress, as it reported it (e.g.
+        "storage full since …: database or disk is full"; it retries every tick), or None.
+        Read from the runs folder, not the ledger, so that it can be read while the ledger
+        cannot be written (docs/recovery.md)."""
+        return self.runs.read_condition()
 
     def audit(self, expect: str | None = None) -> AuditReport:
         """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table

@@ -17,14 +17,13 @@ import http.client
 import json
 import os
 import ssl
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.errors import PrivschedError
+from privsched.handles import PipelineHandle
 from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
-from privsched.ledger.states import PipelineState
 from privsched.server.models import BlockOut, DatasetOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
@@ -41,41 +40,10 @@ class RemoteError(PrivschedError, ValueError):
         self.status = status
 
 
-class RemoteRun:
+class RemoteRun(PipelineHandle):
     """A handle on one pipeline of the server; every property asks the server afresh."""
 
-    def __init__(self, client: RemoteClient, pipeline_id: int) -> None:
-        self.client = client
-        self.id = int(pipeline_id)
-
-    def __repr__(self) -> str:
-        return f"RemoteRun(id={self.id}, status={self.status!r})"
-
-    @property
-    def info(self) -> PipelineInfo:
-        return self.client.status(self.id)
-
-    @property
-    def status(self) -> PipelineState:
-        return self.info.state
-
-    @property
-    def done(self) -> bool:
-        return self.status.is_final()
-
-    def wait(self, timeout: float | None = None, poll: float = 0.2) -> RemoteRun:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self.done:
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"pipeline {self.id} is still {self.status} after {timeout:g} s")
-            time.sleep(poll)
-        return self
-
-    def cancel(self) -> str:
-        return self.client.cancel(self.id)
-
-    def logs(self) -> str:
-        return self.client.logs(self.id)
+    POLL = 0.2
 
 
 def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
@@ -262,6 +230,9 @@ class RemoteClient:
 
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]
+
+    def scheduler_condition(self) -> str | None:
+        return self.request("GET", "/v1/scheduler")["condition"]
 
     def audit(self, expect: str | None = None) -> AuditReport:
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))

@@ -99,6 +99,7 @@ def test_a_viewer_reads_but_cannot_cancel(served, browser, tmp_path: Path):
     browser.get(f"{url}/#pipeline/{waiting}")
     wait_for(browser, lambda b: b.find_elements(By.ID, "cancel"), "the cancel button")
     assert browser.find_element(By.ID, "log").text == "(job logs are shown to admins only)"
+    assert browser.find_element(By.ID, "metrics").text == "(a user job's metrics are shown to admins only)"
     browser.find_element(By.ID, "cancel").click()
     wait_for(browser, lambda b: "403" in b.find_element(By.ID, "cancel-result").text, "the refusal")
     browser.save_screenshot(str(tmp_path / "viewer-cancel.png"))
@@ -113,3 +114,25 @@ def test_a_wrong_token_gets_the_login_form_back(served, browser):
     login(browser, url, token="wrong")
     wait_for(browser, lambda b: "401" in b.find_element(By.ID, "login-error").text, "the refusal")
     assert browser.find_element(By.ID, "view").text == ""
+
+
+def test_the_queue_page_shows_a_full_storage_banner_while_it_lasts(served, browser):
+    from selenium.webdriver.common.by import By
+
+    from privsched.ledger.errors import StorageFull
+    from privsched.service.rundirs import RunDirs
+    from privsched.service.serve import Condition
+
+    url, db, tokens = served
+    runs = RunDirs(db)
+    runs.root.mkdir(parents=True, exist_ok=True)  # as the scheduler makes it when it starts
+    condition = Condition(runs, lambda message: None)
+    condition.full(StorageFull("database or disk is full <b>[/]"))
+    login(browser, url, tokens["vera"])
+    browser.get(url + "/#queue")
+    banner = wait_for(browser, lambda b: b.find_elements(By.ID, "condition"), "the banner")
+    assert banner[0].text.startswith("scheduler: storage full since ")
+    assert banner[0].text.endswith("database or disk is full <b>[/]; retrying")  # shown as text
+    condition.clear()
+    wait_for(browser, lambda b: not b.find_elements(By.ID, "condition"), "the banner to go")
+    assert "Pending" in browser.find_element(By.ID, "view").text

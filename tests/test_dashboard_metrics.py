@@ -70,10 +70,18 @@ def test_views_show_every_block_queue_and_pipeline(client):
     assert queue["pending"][0]["owner"] == "bo[/]<b>"
     assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"]["gpus"] == ["0"]
     assert [p["name"] for p in queue["recent"]] == ["stop", "done"]
-    done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, log_tail=True)
+    done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, trusted_reader=True)
     assert done["demands"][0]["demand"]["epsilon"] == pytest.approx(0.4)
     assert done["demands"][0]["consumed"]["epsilon"] == pytest.approx(0.2)
     assert views.audit_page(client)["ok"] is True
+
+
+def test_a_user_jobs_metrics_and_log_are_withheld_from_untrusted_readers(client):
+    done = next(info for info in client.list() if info.name == "done")
+    assert "kind" not in done.job  # a user job: untrusted code
+    page = views.pipeline_page(client, done, None, trusted_reader=False)
+    assert page["metrics"] is None and page["log_tail"] is None
+    assert views.pipeline_page(client, done, None, trusted_reader=True)["metrics"] == {}
 
 
 def test_only_readable_datasets_reach_the_metrics(client):

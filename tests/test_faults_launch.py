@@ -12,34 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import Client, connect
+from privsched.client import Client
 from privsched.policies import make_policy
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler
-
-HELPER = Path(__file__).with_name("fault_scheduler.py")
-EPSILON = 0.4
-
-
-@pytest.fixture
-def client(tmp_db: Path) -> Client:
-    client = connect(tmp_db)
-    client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [("b0", "/data/b0")])
-    yield client
-    client.close()
-
-
-def submit(client: Client, seconds: float = 1.0) -> int:
-    job = {"function": "tests.fault_jobs:counted_sleep_then_spend", "params": {"seconds": seconds}}
-    return client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON, "job": job}).id
-
-
-def job_runs(client: Client, pipeline_id: int) -> int:
-    runs = RunDirs(client.path).workdir(pipeline_id) / "runs.txt"
-    return len(runs.read_text().splitlines()) if runs.exists() else 0
+from tests.support.faults import EPSILON, HELPER, client, job_runs, submit  # noqa: F401 -- client: a fixture
 
 
 def crash_at(client: Client, step: str) -> None:

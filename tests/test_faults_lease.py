@@ -22,7 +22,7 @@ from privsched.policies import make_policy
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Pool
 from privsched.service.serve import ServiceError, serve
-from tests.test_faults_launch import EPSILON, HELPER, job_runs, submit
+from tests.support.faults import EPSILON, HELPER, job_runs, submit
 
 
 @pytest.fixture

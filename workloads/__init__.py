@@ -17,27 +17,32 @@ if TYPE_CHECKING:
     from privsched.simulation.trace import Trace
 
 
-def _lazy(module: str, function: str, **fixed: Any) -> Callable[..., Trace]:
-    """The generator ``module.function`` with ``fixed`` arguments, its module imported on
-    the first call (so that naming one workload does not import every generator's
-    dependencies)."""
+class _Lazy:
+    """The generator ``module.function`` with ``fixed`` arguments, its module imported when
+    first called or resolved (``__wrapped__``, which :func:`inspect.unwrap` follows to check
+    parameters against its signature), so that naming one workload does not import every
+    generator's dependencies."""
 
-    def generator(**params: Any) -> Trace:
-        return getattr(importlib.import_module(module), function)(**fixed, **params)
+    def __init__(self, module: str, function: str, **fixed: Any) -> None:
+        self.module, self.__name__, self.fixed = module, function, fixed
 
-    generator.__name__ = generator.__qualname__ = function
-    return generator
+    @property
+    def __wrapped__(self) -> Callable[..., Trace]:
+        return getattr(importlib.import_module(self.module), self.__name__)
+
+    def __call__(self, **params: Any) -> Trace:
+        return self.__wrapped__(**self.fixed, **params)
 
 
 #: Workload name -> generator (keyword arguments: seed and the generator's parameters).
 WORKLOADS: dict[str, Callable[..., Trace]] = {
-    "single-block": _lazy("workloads.microbenchmarks", "single_block", accounting="basic"),
-    "single-block-rdp": _lazy("workloads.microbenchmarks", "single_block", accounting="rdp"),
-    "multi-block": _lazy("workloads.microbenchmarks", "multi_block", accounting="basic"),
-    "multi-block-rdp": _lazy("workloads.microbenchmarks", "multi_block", accounting="rdp"),
-    "macro": _lazy("workloads.macrobenchmark", "macrobenchmark", accounting="basic"),
-    "macro-rdp": _lazy("workloads.macrobenchmark", "macrobenchmark", accounting="rdp"),
-    "heterogeneous": _lazy("workloads.heterogeneous", "heterogeneous"),
+    "single-block": _Lazy("workloads.microbenchmarks", "single_block", accounting="basic"),
+    "single-block-rdp": _Lazy("workloads.microbenchmarks", "single_block", accounting="rdp"),
+    "multi-block": _Lazy("workloads.microbenchmarks", "multi_block", accounting="basic"),
+    "multi-block-rdp": _Lazy("workloads.microbenchmarks", "multi_block", accounting="rdp"),
+    "macro": _Lazy("workloads.macrobenchmark", "macrobenchmark", accounting="basic"),
+    "macro-rdp": _Lazy("workloads.macrobenchmark", "macrobenchmark", accounting="rdp"),
+    "heterogeneous": _Lazy("workloads.heterogeneous", "heterogeneous"),
 }
 
 

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
 import numpy as np
 from scipy.special import ndtr, ndtri
@@ -87,8 +87,9 @@ from privsched.budgets.accounting import DEFAULT_ALPHAS
 from privsched.budgets.capacity import rdp_capacity
 from privsched.budgets.curves import gaussian_curve, laplace_curve
 from privsched.budgets.sgm import subsampled_gaussian_curve
+from privsched.simulation.params import Between
 from privsched.simulation.trace import Trace, parse_trace
-from workloads.microbenchmarks import periodic_blocks, poisson_arrivals
+from workloads.microbenchmarks import MAX_BLOCKS, MAX_PIPELINES, periodic_blocks, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 #: Normalised sizes a zoo curve may have (exclusive bounds), as in the paper's artifact.
@@ -253,7 +254,7 @@ def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
     elif math.isinf(alpha_std):
         weight = np.ones(len(bins))
     else:
-        weight = np.exp(-((bins - center) ** 2) / (2 * alpha_std**2))
+        weight = np.exp(-0.5 * ((bins - center) / alpha_std) ** 2)  # divided first: no overflow
     return weight / weight.sum()
 
 
@@ -268,7 +269,7 @@ def block_count_probabilities(blocks_mean: float, blocks_std: float, max_blocks:
     if blocks_std == 0:
         weight = (k == round(blocks_mean)).astype(float)
     else:
-        weight = np.exp(-((k - blocks_mean) ** 2) / (2 * blocks_std**2))
+        weight = np.exp(-0.5 * ((k - blocks_mean) / blocks_std) ** 2)  # divided first: no overflow
     return weight / weight.sum()
 
 
@@ -277,13 +278,13 @@ def heterogeneous(
     seed: int = 0,
     duration: float = 300.0,
     rate: float | None = None,
-    tasks_per_block: float = 100.0,
-    initial_blocks: int = 10,
+    tasks_per_block: Annotated[float, Between(0, MAX_PIPELINES)] = 100.0,
+    initial_blocks: Annotated[int, Between(0, MAX_BLOCKS)] = 10,
     block_interval: float = 10.0,
     alpha_std: float = math.inf,
-    blocks_mean: float = 1.0,
+    blocks_mean: Annotated[float, Between(1, MAX_BLOCKS)] = 1.0,
     blocks_std: float = 5.0,
-    max_blocks: int = 10,
+    max_blocks: Annotated[int, Between(1, MAX_BLOCKS)] = 10,
     timeout: float | None = None,
     batch: float | None = 10.0,
     size_mean: float | None = None,
@@ -299,6 +300,8 @@ def heterogeneous(
     bent to a range over :data:`RANGE_ALPHAS` drawn from a normal (``range_mean``,
     ``range_std``) truncated to (0, ∞); ``block_selection`` picks the latest k blocks or k
     existing blocks at random."""
+    if not block_interval > 0:
+        raise ValueError(f"block_interval must be positive, got {block_interval!r}")
     rate = tasks_per_block / block_interval if rate is None else rate
     check_sizes(size_mean, size_std)
     check_ranges(range_mean, range_std)

@@ -18,12 +18,15 @@ Time is in seconds; a block period is one day by default.
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 
+from privsched.simulation.params import Between
 from privsched.simulation.trace import Trace, parse_trace
 from privsched.trainers.plans import calibrate_noise
 from workloads.microbenchmarks import MAX_BLOCKS as MAX_WORKLOAD_BLOCKS
+from workloads.microbenchmarks import MAX_PIPELINES
 from workloads.microbenchmarks import poisson_arrivals
 
 DAY = 86_400.0
@@ -66,8 +69,8 @@ def macrobenchmark(
     *,
     accounting: str = "rdp",
     seed: int = 0,
-    days: int = 50,
-    pipelines_per_day: float = 300.0,
+    days: Annotated[int, Between(1, MAX_WORKLOAD_BLOCKS)] = 50,
+    pipelines_per_day: Annotated[float, Between(0, MAX_PIPELINES)] = 300.0,
     block_period: float = DAY,
     timeout_periods: float = 5.0,
     duration: float | None = None,
@@ -76,7 +79,8 @@ def macrobenchmark(
     if not block_period > 0:
         raise ValueError(f"block_period must be positive, got {block_period!r}")
     if duration is not None:
-        days = max(1, math.ceil(duration / block_period))
+        periods = duration / block_period  # may overflow to inf: compared before it is rounded
+        days = max(1, math.ceil(periods)) if periods <= MAX_WORKLOAD_BLOCKS else MAX_WORKLOAD_BLOCKS + 1
     if days > MAX_WORKLOAD_BLOCKS:
         raise ValueError(f"the workload would have {days} daily blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
     rng = np.random.default_rng(seed)

@@ -13,8 +13,11 @@ Every pipeline times out 300 s after it arrives.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 
+from privsched.simulation.params import Between
 from privsched.simulation.trace import Trace, parse_trace
 
 MICE_EPSILON = 0.01
@@ -100,10 +103,10 @@ def multi_block(
     seed: int = 0,
     duration: float = 300.0,
     rate: float | None = None,
-    initial_blocks: int = 11,
+    initial_blocks: Annotated[int, Between(0, MAX_BLOCKS)] = 11,
     block_interval: float = 10.0,
-    many: int = 10,
-    p_one: float = 0.75,
+    many: Annotated[int, Between(1, MAX_BLOCKS)] = 10,
+    p_one: Annotated[float, Between(0, 1)] = 0.75,
     timeout: float = TIMEOUT,
 ) -> Trace:
     """Blocks arriving every ``block_interval`` s; each pipeline wants the last 1 or ``many`` blocks."""

@@ -101,19 +101,23 @@ def status(
     pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """A pipeline's state, grant, consumed budget, placement and timings."""
+    """A pipeline's state, grant, consumed budget, placement and timings, and what keeps the
+    scheduler from making progress, if anything does (a full database or disk)."""
     from privsched.cli.ledger_cmds import budget_text
 
     with _client(db) as client, errors():
         info = client.status(pipeline_id)
         dataset = client.dataset(info.dataset)
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
+        condition = client.scheduler_condition()
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
     add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
     add_row(table, "dataset", f"{info.dataset} ({acc.name})")
     add_row(table, "owner", info.owner)
+    if condition is not None:
+        add_row(table, "scheduler", f"{condition}; retrying")
     if reason is not None:
         add_row(table, "waiting", reason.text())
     for key in info.block_keys:

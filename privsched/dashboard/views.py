@@ -109,10 +109,11 @@ def pipeline_row(info: PipelineInfo, message: str | None) -> dict[str, Any]:
 
 
 def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingReason],
-               message: Callable[[PipelineInfo], str | None]) -> dict[str, list[dict[str, Any]]]:
+               message: Callable[[PipelineInfo], str | None]) -> dict[str, Any]:
     """On the readable datasets: pending pipelines in the serving policy's order with why each
     waits (``reasons``, :mod:`privsched.service.waiting`), granted ones waiting for compute,
-    running jobs with their placement, and the most recently ended pipelines."""
+    running jobs with their placement, and the most recently ended pipelines; and what keeps
+    the scheduler from making progress (``condition``: a full database or disk), or None."""
     names = {dataset.name for dataset in filter(readable, client.datasets())}
     pipelines = [info for info in client.list() if info.dataset in names]
     by_state: dict[str, list[PipelineInfo]] = {}
@@ -132,6 +133,7 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
         "granted": rows(by_state.get("granted", [])),
         "running": rows(by_state.get("running", [])),
         "recent": rows(ended[:RECENT]),
+        "condition": client.scheduler_condition(),
     }
 
 
@@ -140,10 +142,12 @@ def _curve(vector: np.ndarray, accounting: Accounting) -> list[dict[str, Any]]:
             for label, value in zip(accounting.dimension_labels(), vector)]
 
 
-def pipeline_page(client: Client, info: PipelineInfo, message: str | None, log_tail: bool) -> dict[str, Any]:
+def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool) -> dict[str, Any]:
     """One pipeline: its row, spec (job and resources), charged demand against each block's
-    capacity, consumed budget, released metrics and (``log_tail``: for readers allowed job
-    logs) the end of its log."""
+    capacity, consumed budget, and what its job released. A built-in job releases only DP
+    metrics (docs/privacy.md); a user job is untrusted code whose metrics, like its log, only
+    a ``trusted_reader`` (an admin) sees here. ``metrics`` and ``log_tail`` are None when
+    withheld."""
     pipeline_id = info.id
     dataset = next(d for d in client.datasets() if d.name == info.dataset)
     blocks = {block.key: block for block in client.blocks(info.dataset)}
@@ -164,8 +168,8 @@ def pipeline_page(client: Client, info: PipelineInfo, message: str | None, log_t
         "resources": info.resources,
         "mechanism": info.mechanism,
         "demands": demands,
-        "metrics": client.run(pipeline_id).metrics,
-        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:] if log_tail else None,
+        "metrics": client.run(pipeline_id).metrics if trusted_reader or "kind" in info.job else None,
+        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:] if trusted_reader else None,
     }
 
 

@@ -237,7 +237,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @app.get("/v1/scheduler", response_model=SchedulerOut, tags=["pipelines"])
     def scheduler(caller: Caller) -> Response:
-        return reply(SchedulerOut(holder=client.scheduler()))
+        """Who holds the scheduler lease, and what keeps the scheduler from making progress."""
+        return reply(SchedulerOut(holder=client.scheduler(), condition=client.scheduler_condition()))
 
     @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
     def audit(caller: Caller, expect: Annotated[str | None, Query()] = None) -> Response:

@@ -59,8 +59,9 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         return views.blocks_page(client, readable(caller))
 
     @router.get("/v1/dashboard/queue", tags=["dashboard"],
-                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended")
-    def queue(caller: User = signed_in) -> dict[str, list[dict[str, Any]]]:
+                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended; "
+                        "what keeps the scheduler from making progress")
+    def queue(caller: User = signed_in) -> dict[str, Any]:
         return views.queue_page(client, readable(caller), client.reasons(policy=policy), message(caller))
 
     @router.get("/v1/dashboard/pipelines/{pipeline_id}", tags=["dashboard"],
@@ -71,7 +72,7 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         except LedgerError:
             raise access.NotFound(f"unknown pipeline {pipeline_id}") from None
         access.readable_dataset(client, identities, caller, info.dataset)
-        return views.pipeline_page(client, info, access.visible_message(info, caller), log_tail=caller.is_admin)
+        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin)
 
     @router.get("/v1/dashboard/audit", tags=["dashboard"], summary="A fresh audit of the ledger and its chain head")
     def audit(caller: User = signed_in) -> dict[str, Any]:

@@ -161,6 +161,8 @@ class AuditOut(Model):
 
 class SchedulerOut(Model):
     holder: str | None = Field(description="The scheduler serving the ledger, if one holds its lease.")
+    condition: str | None = Field(None, description="What keeps the scheduler from making progress (e.g. "
+                                  "'storage full since …'; it retries every tick), or null.")
 
 
 class UnlockIn(Model):

@@ -3,6 +3,7 @@
 Layout, for a database ``DIR/NAME.db``::
 
     DIR/runs/NAME/pool.json          the compute pool the scheduler serves with
+    DIR/runs/NAME/condition          why the scheduler cannot make progress (storage full), while it lasts
     DIR/runs/NAME/<id>/context.json  the job's context (JobContext JSON plus its job entry)
     DIR/runs/NAME/<id>/result.json   written by the job's supervisor when the job ends
     DIR/runs/NAME/<id>/job.log       the job's stdout and stderr
@@ -23,6 +24,9 @@ from pathlib import Path
 
 from privsched.jobs.runner import write_atomic
 from privsched.service.resources import Pool
+
+#: Longest condition text read back from the runs folder, in characters.
+CONDITION_LENGTH = 1000
 
 
 class RunDirs:
@@ -70,6 +74,22 @@ class RunDirs:
     def record_pool(self, pool: Pool) -> None:
         _private_folder(self.root)
         write_atomic(self.root / "pool.json", json.dumps(pool.to_dict()))
+
+    def condition(self) -> Path:
+        """Where the serving scheduler says why it cannot make progress (docs/recovery.md)."""
+        return self.root / "condition"
+
+    def read_condition(self) -> str | None:
+        """What the serving scheduler last reported keeps it from making progress (e.g.
+        "storage full since …"), or None when nothing does. The file is the scheduler's own
+        (no job can write it); only its first line, at most :data:`CONDITION_LENGTH`
+        characters, is read."""
+        try:
+            with open(self.condition(), encoding="utf-8", errors="replace") as file:
+                line = file.readline(CONDITION_LENGTH).strip()
+        except OSError:
+            return None
+        return line or None
 
     def recorded_pool(self) -> Pool | None:
         """The pool the last scheduler served this database with, if any."""

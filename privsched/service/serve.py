@@ -34,10 +34,6 @@ from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler, TickReport
 
-#: The file, in the database's runs folder, that says why the scheduler cannot make progress.
-CONDITION_FILE = "condition"
-
-
 class ServiceError(Conflict, RuntimeError):
     """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
 
@@ -81,10 +77,11 @@ def _is_full(exc: BaseException) -> bool:
 class Condition:
     """What keeps the scheduler from making progress (the database or disk is full): logged
     when it starts and when it ends, and kept in the runs folder's ``condition`` file while it
-    lasts (best effort: the file may sit on the full disk)."""
+    lasts (:meth:`RunDirs.condition`; best effort: the file may sit on the full disk), where
+    ``privsched status``, the API and the dashboard read it."""
 
     def __init__(self, runs: RunDirs, log: Callable[[str], None]) -> None:
-        self.path = runs.root / CONDITION_FILE
+        self.path = runs.condition()
         self.log = log
         self.current: str | None = None
         self.path.unlink(missing_ok=True)

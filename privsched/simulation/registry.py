@@ -12,6 +12,7 @@ from importlib.metadata import entry_points
 from collections.abc import Mapping
 from typing import Callable
 
+from privsched.simulation.params import check_params
 from privsched.simulation.trace import Trace
 
 #: The entry-point group workload packages register their generators under.
@@ -28,9 +29,11 @@ def workload_generators() -> dict[str, Callable[..., Trace]]:
 
 def generate_workload(generators: Mapping[str, Callable[..., Trace]], name: str, seed: int, params: dict) -> Trace:
     """The workload ``name`` of ``generators`` generated with ``seed`` and ``params``;
-    ValueError (one line) for an unknown name or parameter."""
+    ValueError (one line) for an unknown name or parameter, or a value out of its type or
+    range (:func:`~privsched.simulation.params.check_params`, before generating)."""
     if name not in generators:
         raise ValueError(f"unknown workload {name!r} (expected one of: {', '.join(generators)})")
+    check_params(name, generators[name], params)
     try:
         return generators[name](seed=seed, **params)
     except TypeError as exc:

@@ -14,7 +14,7 @@ function render(data, build) {
   const key = location.hash + "\n" + JSON.stringify(data);
   if (key === shown) { return; }
   shown = key;
-  view.replaceChildren(...build());
+  view.replaceChildren(...build().filter((node) => node !== null));
 }
 
 function token() { return sessionStorage.getItem("privsched-token") || ""; }
@@ -113,6 +113,7 @@ function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, text:
 async function showQueue() {
   const queue = await getJSON("/v1/dashboard/queue");
   render(queue, () => [
+    queue.condition ? el("p", { id: "condition", class: "error banner", text: `scheduler: ${queue.condition}; retrying` }) : null,
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
       queue.pending.map((p) => [pipelineLink(p), p.name, p.dataset, p.owner, when(p.submitted_at), p.blocks, p.reason || ""])),
@@ -160,7 +161,8 @@ async function showPipeline(id) {
     table(["dimension", "demand", "capacity"],
       (p.demands[0] ? p.demands[0].curve : []).map((c, i) => [c.dimension, num(c.value), num(p.demands[0].capacity[i].value)])),
     el("h3", { text: "Job" }), el("pre", { text: JSON.stringify(p.job, null, 2) }),
-    el("h3", { text: "Released metrics (differentially private)" }), el("pre", { text: JSON.stringify(p.metrics, null, 2) }),
+    el("h3", { text: "Released metrics" }),
+    el("pre", { id: "metrics", text: p.metrics === null ? "(a user job's metrics are shown to admins only)" : JSON.stringify(p.metrics, null, 2) }),
     el("h3", { text: "Log (end)" }),
     el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
   ]);
