@@ -162,7 +162,7 @@ def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) ->
 def block_unlocked_fraction(rule: UnlockRule, arrivals: float, elapsed: float) -> float:
     """:func:`unlocked_fraction` of one block in Python floats: the same IEEE operations in the
     same order, hence the same bits, without array overheads (the simulator's per-arrival path)."""
-    return min(rule.on_block_created() + arrivals * rule.on_pipeline_arrival() + rule.on_tick(max(elapsed, 0.0)), 1.0)
+    return float(min(rule.on_block_created() + arrivals * rule.on_pipeline_arrival() + rule.on_tick(max(elapsed, 0.0)), 1.0))
 
 
 def block_unlock_step(top: float, left: float, target: float, locked: bool) -> float:

@@ -462,9 +462,9 @@ class Simulator:
                 b_next = b_stop
             # 2. per-time unlock (catching up on ticks skipped while nothing could use them)
             if self.grid is not None and now >= self.grid.instant(ticks):
-                gained = self._unlock(np.arange(b_next), now)
-                if gained.size:
-                    dirty.append(gained)
+                raised = self._unlock(np.arange(b_next), now)
+                if raised.size:
+                    dirty.append(raised)
                 ticks = self.grid.index(now) + 1
             # 3. pipeline arrivals
             p_stop = bisect.bisect_right(arrival_times, now)
