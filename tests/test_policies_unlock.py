@@ -10,7 +10,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from privsched.policies import UnlockAll, UnlockPerArrival, UnlockPerTime
-from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
+from privsched.policies.unlock import (
+    UnlockGrid,
+    block_unlock_amounts,
+    block_unlock_step,
+    block_unlocked_fraction,
+    unlock_amounts,
+    unlock_step,
+    unlocked_fraction,
+)
 
 rules = st.one_of(
     st.just(UnlockAll()),
@@ -51,3 +59,33 @@ def test_grid_instants_are_their_own_floor_and_anything_else_floors_below(origin
     now = grid.instant(k) + period / 2
     assert grid.floor(now) == grid.instant(k) and grid.floor(now) <= now < grid.instant(k + 1)
     assert grid.floor(origin - period / 2) == -math.inf
+
+
+fractions = st.floats(0.0, 1.0) | st.sampled_from([0.0, 1.0, 1e-13, 1 - 1e-13, 0.5])
+
+
+@given(rules, st.integers(0, 400), st.floats(-1e4, 1e4) | st.just(-math.inf))
+def test_one_blocks_target_has_the_same_bits_as_the_vector_rule(rule, arrivals, elapsed) -> None:
+    expected = unlocked_fraction(rule, np.array([arrivals]), np.array([elapsed]))[0]
+    assert block_unlocked_fraction(rule, float(arrivals), elapsed) == expected
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.0, 100.0) | st.just(0.0), fractions), min_size=1, max_size=3),
+    fractions | st.floats(0.0, 1.0).map(lambda t: t + 1e-12),
+)
+def test_one_blocks_step_has_the_same_bits_as_the_vector_step(dims, target) -> None:
+    capacity = np.array([[c for c, _ in dims]])
+    locked = np.array([[c * f for c, f in dims]])
+    expected = unlock_step(capacity, locked, np.array([target]))[0]
+    top = int(capacity[0].argmax())
+    step = block_unlock_step(float(capacity[0, top]), float(locked[0, top]), target, bool((locked > 0).any()))
+    assert step == expected and math.copysign(1.0, step) == math.copysign(1.0, expected)
+
+
+@given(st.lists(st.tuples(st.floats(-10.0, 100.0), fractions), min_size=1, max_size=4), fractions)
+def test_one_blocks_amounts_have_the_same_bits_as_the_vector_amounts(dims, step) -> None:
+    capacity = [c for c, _ in dims]
+    locked = [c * f for c, f in dims]  # dead RDP orders (negative capacity) included
+    expected = unlock_amounts(np.array([capacity]), np.array([locked]), np.array([step]))[0]
+    assert block_unlock_amounts(capacity, locked, step) == expected.tolist()

@@ -159,7 +159,31 @@ def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) ->
     return step
 
 
+def block_unlocked_fraction(rule: UnlockRule, arrivals: float, elapsed: float) -> float:
+    """:func:`unlocked_fraction` of one block in Python floats: the same IEEE operations in the
+    same order, hence the same bits, without array overheads (the simulator's per-arrival path)."""
+    return float(min(rule.on_block_created() + arrivals * rule.on_pipeline_arrival() + rule.on_tick(max(elapsed, 0.0)), 1.0))
+
+
+def block_unlock_step(top: float, left: float, target: float, locked: bool) -> float:
+    """:func:`unlock_step` of one block in Python floats (the same bits): ``top`` is its largest
+    capacity (the first largest dimension), ``left`` what is still locked in that dimension,
+    ``locked`` whether any dimension still holds locked budget."""
+    step = target - (1.0 - left / (top if top > 0 else 1.0))  # target − done
+    if top <= 0 or not step > UNLOCK_EPSILON:
+        step = 0.0
+    if target >= 1.0 and locked:
+        step = 1.0
+    return step
+
+
 def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -> np.ndarray:
     """The budget (B, K) an unlock of ``step × capacity`` moves: ``min(locked, step × capacity)``
     at every dimension (what the ledger moves for the same fractions)."""
     return np.minimum(locked, np.asarray(step, dtype=float)[:, None] * capacity)
+
+
+def block_unlock_amounts(capacity: list[float], locked: list[float], step: float) -> list[float]:
+    """:func:`unlock_amounts` of one block (K,) in Python floats: the same bits for numbers
+    (``min`` does not propagate NaN as ``np.minimum`` does)."""
+    return [min(left, step * cap) for cap, left in zip(capacity, locked)]

@@ -5,12 +5,14 @@ ticks), pipeline arrivals (with their per-arrival unlocks), timeouts; then one a
 pass calls ``spec.policy.allocate(snapshot)``, the very code the live scheduler calls.
 Unlocking raises each block to the fraction the live scheduler computes too
 (:func:`~privsched.policies.unlock.unlocked_fraction`), per-time rules on the grid
-``first block arrival + k · tick`` (:attr:`Simulator.grid`).
+``first block arrival + k · tick`` (:attr:`Simulator.grid`). A lone arriving pipeline's
+blocks are raised one by one in Python floats with the same bits (the ``block_*`` twins in
+:mod:`privsched.policies.unlock`), skipping blocks with nothing left locked.
 
 Every admission is a best-effort pass (docs/design.md §4.2), and budget only comes back at the
 next unlock, so the loop skips work that cannot change any decision:
 - After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
-  arrived, or if one of its blocks gained budget; watch lists (:mod:`.watch`) find those
+  arrived, or if one of its blocks gained budget (an unlock step above 0); watch lists (:mod:`.watch`) find those
   among the pending ones without looking at the others. When none fits, the pass would
   grant nothing and is skipped.
 - Policies whose order is a key of each pipeline alone (FCFS, DPF: ``PerPipelineOrder``)
@@ -40,7 +42,15 @@ import numpy as np
 
 from privsched.policies.admission import admit_in_order
 from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
-from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
+from privsched.policies.unlock import (
+    UnlockGrid,
+    block_unlock_amounts,
+    block_unlock_step,
+    block_unlocked_fraction,
+    unlock_amounts,
+    unlock_step,
+    unlocked_fraction,
+)
 from privsched.simulation.instance import Instance
 from privsched.simulation.watch import BlockMembers, WatchLists, fits
 
@@ -53,6 +63,8 @@ DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 #: A per-pipeline-order pass grants this many pipelines one at a time, re-checking the rest
 #: after each, then walks what still fits at once (:func:`~privsched.policies.admission.admit_in_order`).
 GREEDY_GRANTS = 4
+
+_NO_BLOCKS = np.zeros(0, dtype=np.int64)
 
 
 def rank_everyone(instance: Instance, policy: PerPipelineOrder) -> np.ndarray:
@@ -113,10 +125,21 @@ class Simulator:
         self.unlocked = np.zeros((B, K))
         self.consumed = np.zeros((B, K))
         self.wasted = np.zeros((B, K))
-        self.arrivals = np.zeros(B)  # (B,) pipelines that asked for each block so far
+        self.arrivals = [0.0] * B  # pipelines that asked for each block so far
+        # Per block, for the one-pipeline unlock: its creation time, capacity, the dimension
+        # unlock_step measures in (the first largest capacity) and the capacity there, as
+        # Python numbers.
+        self.created = instance.block_arrival.tolist()
+        self.cap_rows = self.cap.tolist()
+        self.top_dim = self.cap.argmax(axis=1).tolist()
+        self.top = self.cap[np.arange(B), self.top_dim].tolist()
+        #: False once a block has nothing locked (all zero): it stays so, only unlocks move locked budget.
+        self.maybe_locked = [True] * B
         self.status = np.zeros(P, dtype=np.int8)
         self.grant_time = np.full(P, np.nan)
         self.edge_span, self.block_span = _spans(instance)
+        edge_block = instance.edge_block.tolist()
+        self.block_ids = [edge_block[edges] for edges in self.edge_span]  # (P,) lists of blocks
         self.deadline = instance.arrival + instance.timeout
         self.by_deadline = np.argsort(self.deadline, kind="stable")
         self.sorted_deadline = self.deadline[self.by_deadline].tolist()
@@ -137,17 +160,49 @@ class Simulator:
 
     # -- budget -----------------------------------------------------------------------------
 
-    def _unlock(self, blocks: np.ndarray | slice, now: float) -> None:
+    def _unlock(self, blocks: np.ndarray, now: float) -> np.ndarray:
         """Raise ``blocks`` (distinct) to the unlock rule's target at ``now``, as the live
-        scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`)."""
-        if not self.locked[blocks].any():  # fully unlocked already: nothing to raise
-            return
-        counted = self.grid.floor(now) if self.grid is not None else now
-        target = unlocked_fraction(self.spec.unlock, self.arrivals[blocks], counted - self.inst.block_arrival[blocks])
-        cap, locked = self.cap[blocks], self.locked[blocks]
-        moved = unlock_amounts(cap, locked, unlock_step(cap, locked, target))
+        scheduler does (:meth:`privsched.service.scheduler.Scheduler.unlock`); returns those
+        that gained budget."""
+        locked = self.locked[blocks]
+        if not locked.any():  # fully unlocked already: nothing to raise
+            return blocks[:0]
+        elapsed = self._counted(now) - self.inst.block_arrival[blocks]
+        target = unlocked_fraction(self.spec.unlock, np.array(self.arrivals)[blocks], elapsed)
+        cap = self.cap[blocks]
+        step = unlock_step(cap, locked, target)
+        moved = unlock_amounts(cap, locked, step)
         self.locked[blocks] -= moved
         self.unlocked[blocks] += moved
+        return blocks[step > 0]
+
+    def _unlock_one(self, i: int, now: float) -> np.ndarray:
+        """:meth:`_unlock` for pipeline i's few (distinct) blocks, block by block in Python
+        floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`).
+        Blocks with nothing locked are skipped: they step by 0 and move nothing, and locked
+        budget never comes back (:attr:`maybe_locked`)."""
+        rule, counted = self.spec.unlock, self._counted(now)
+        gained = []
+        for j in self.block_ids[i]:
+            if not self.maybe_locked[j]:
+                continue
+            row = self.locked[j].tolist()
+            if not any(row):
+                self.maybe_locked[j] = False
+                continue
+            target = block_unlocked_fraction(rule, self.arrivals[j], counted - self.created[j])
+            locked = target >= 1.0 and any(x > 0 for x in row)  # the step reads it at a target of 1 only
+            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, locked)
+            moved = block_unlock_amounts(self.cap_rows[j], row, step)
+            self.locked[j] -= moved
+            self.unlocked[j] += moved
+            if step > 0:
+                gained.append(j)
+        return np.array(gained, dtype=np.int64) if gained else _NO_BLOCKS
+
+    def _counted(self, now: float) -> float:
+        """The clock the unlock rule counts at ``now``: the latest grid instant, if per time."""
+        return self.grid.floor(now) if self.grid is not None else now
 
     # -- candidates ----------------------------------------------------------------------------
 
@@ -209,13 +264,14 @@ class Simulator:
         if last - first > 1:
             blocks = self.inst.edge_block[self.edge_span[first].start : self.edge_span[last - 1].stop]
             touched = np.unique(blocks)
-            self.arrivals[touched] += np.bincount(blocks, minlength=self.inst.n_blocks)[touched]
-            self._unlock(touched, now)
-            return touched
-        blocks = self.block_span[first]  # one pipeline: distinct blocks
-        self.arrivals[blocks] += 1
-        self._unlock(blocks, now)
-        return self.inst.edge_block[self.edge_span[first]]
+            for j, count in zip(touched.tolist(), np.bincount(blocks)[touched].tolist()):
+                self.arrivals[j] += count
+            gained = self._unlock(touched, now)
+        else:
+            for j in self.block_ids[first]:  # one pipeline: distinct blocks
+                self.arrivals[j] += 1
+            gained = self._unlock_one(first, now)
+        return gained if gained.size else None
 
     def _expire(self, now: float) -> None:
         """Pending pipelines whose deadline is at or before ``now`` time out."""
@@ -406,9 +462,9 @@ class Simulator:
                 b_next = b_stop
             # 2. per-time unlock (catching up on ticks skipped while nothing could use them)
             if self.grid is not None and now >= self.grid.instant(ticks):
-                existing = np.arange(b_next)
-                self._unlock(existing, now)
-                dirty.append(existing)
+                raised = self._unlock(np.arange(b_next), now)
+                if raised.size:
+                    dirty.append(raised)
                 ticks = self.grid.index(now) + 1
             # 3. pipeline arrivals
             p_stop = bisect.bisect_right(arrival_times, now)

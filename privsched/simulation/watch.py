@@ -11,33 +11,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.budgets.accounting import Accounting
 
 
-def loosened(unlocked: np.ndarray) -> np.ndarray:
-    """Unlocked budget loosened so that ``<=`` accepts whatever ``leq`` accepts."""
-    return unlocked + 4 * RELATIVE_TOLERANCE * np.abs(unlocked)
-
-
-def _fits_under(rdp: bool, demand: np.ndarray, threshold: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Whether each demand fits ``threshold`` under plain ``<=`` (reduces the last axis)."""
-    ok = demand <= threshold
+def _fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Whether each demand fits ``available`` under plain ``<=`` (reduces the last axis)."""
+    ok = demand <= available
     return (ok & live).any(axis=-1) if rdp else ok.all(axis=-1)
 
 
 def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Exactly ``accounting.fits(demand, available, live)`` for (rows, K) arrays, at the cost
-    of one or two comparisons for most rows: a row that fits under ``<=`` fits under ``leq``,
-    and one that does not fit under ``<=`` against :func:`loosened` budget does not either;
-    only the rows in between are tested with ``leq``."""
-    rdp = accounting.is_rdp
-    sure = _fits_under(rdp, demand, available, live)
-    if sure.all():
-        return sure
-    maybe = _fits_under(rdp, demand, loosened(available), live) & ~sure
-    if maybe.any():
-        sure[maybe] = accounting.fits(demand[maybe], available[maybe], live[maybe])
-    return sure
+    """Exactly ``accounting.fits(demand, available, live)`` for float (rows, K) arrays, without
+    its conversions: :func:`~privsched.budgets.accounting.leq` is the plain ``<=`` (no
+    tolerance, docs/design.md §3.3), NaN never fitting."""
+    return _fits_under(accounting.is_rdp, demand, available, live)
 
 
 class WatchLists:
@@ -86,16 +73,15 @@ class WatchLists:
 
     def worth_scanning(self, blocks: np.ndarray, unlocked: np.ndarray) -> np.ndarray:
         """The ``blocks`` where the lower bound of the watchers' demands fits (all at once)."""
-        ok = _fits_under(self.rdp, self.low[blocks], loosened(unlocked[blocks]), self.live[blocks])
+        ok = _fits_under(self.rdp, self.low[blocks], unlocked[blocks], self.live[blocks])
         return blocks[ok]
 
     def may_fit(self, j: int, unlocked: np.ndarray) -> np.ndarray:
-        """Pending watchers of block j whose demand there may fit ``unlocked`` (a superset of
-        those that fit under :func:`~privsched.budgets.accounting.leq`)."""
+        """Pending watchers of block j whose demand there fits ``unlocked`` (under
+        :func:`~privsched.budgets.accounting.leq`)."""
         n = self.count[j]
         if n == 0:
             return self.pipeline[j][:0]
-        threshold = loosened(unlocked)
         live = self.live[j]
         pipeline, stamp, demand = self.pipeline[j][:n], self.stamp_of[j][:n], self.demand[j][:n]
         current = (self.status[pipeline] == self.pending) & (stamp == self.stamp[pipeline])
@@ -105,7 +91,7 @@ class WatchLists:
             pipeline, demand = pipeline[:m], demand[:m]
             self.count[j] = m
         self.low[j] = demand.min(axis=0) if len(pipeline) else np.inf
-        return pipeline[_fits_under(self.rdp, demand, threshold, live)]
+        return pipeline[_fits_under(self.rdp, demand, unlocked, live)]
 
 
 class BlockMembers:
