@@ -163,6 +163,9 @@ def confine(rules: Confinement) -> int:
                                   ctypes.c_uint32(0)), "create_ruleset")
     try:
         grants = [(p, READ) for p in rules.read] + [(p, WRITE) for p in rules.write]
+        # The process's own /proc entry: CUDA's driver writes there when it initialises (seen on
+        # an H100: cuInit fails with "OS call failed" without it); it reaches no other process.
+        grants.append((f"/proc/{os.getpid()}", WRITE))
         grants += [(p, FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV | FS_READ_DIR) for p in rules.devices]
         grants += [(p, FS_READ_DIR) for p in rules.listable]
         for path, access in grants:
