@@ -33,49 +33,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from privsched.budgets import Gaussian, demand_vector, mechanism_json  # noqa: E402
-from privsched.client import Client, connect  # noqa: E402
-from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
+from benchmarks.service import build, probe_spec  # noqa: E402
+from privsched.ledger import BlockSpec  # noqa: E402
+from privsched.client import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
 THREADS = 8
-JOB = {"function": "tests.test_service_jobs:spend_half"}
 DPSGD = ("name: dpsgd\ndataset: reviews\nblocks: [block-00000]\nepsilon: 1.0\ndelta: 1.0e-9\n"
          "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.05, epochs: 2, lr: 0.05, optimizer: adam}}\n"
          "resources: {cpus: 0.01}\n")
-
-
-def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
-    """The database with its backlog (written in batches straight through the ledger)."""
-    client = connect(path)
-    dataset = client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
-    keys = [f"block-{i:05d}" for i in range(blocks)]
-    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys])
-    rng = np.random.default_rng(seed)
-    requests = []
-    for i in range(pending):
-        mechanism = Gaussian(sigma=float(rng.uniform(1.0, 10.0)))
-        width = int(rng.integers(1, 11))
-        start = int(rng.integers(0, blocks - width + 1))
-        requests.append(PipelineRequest(
-            name=f"backlog-{i}", dataset="reviews", block_keys=keys[start:start + width],
-            demand=demand_vector(mechanism, dataset.accounting), mechanism=mechanism_json(mechanism),
-            owner="bench", job=JOB, resources={"gpus": 0, "cpus": 0.01, "memory": 0},
-        ))
-    for chunk in range(0, pending, 1000):
-        client.ledger.submit_many(requests[chunk:chunk + 1000])
-    return client
-
-
-def probe_spec(name: str, block: str) -> dict:
-    return {"name": name, "dataset": "reviews", "blocks": [block], "mechanism": {"kind": "gaussian", "sigma": 3.0},
-            "job": JOB, "resources": {"cpus": 0.01}}
 
 
 def free_port() -> int:

@@ -2,7 +2,7 @@
 
 The database holds a backlog of ``--pending`` pipelines (default 10,000) over ``--blocks``
 blocks (default 1,000) of one RDP dataset, (ε_G, δ_G) = (10, 1e-7), each pipeline asking
-for 1–10 consecutive blocks with a Gaussian demand calibrated to ε ∈ [0.1, 1], δ = 1e-9.
+for 1–10 consecutive blocks with a Gaussian mechanism (σ ∈ [1, 10]).
 Measured:
 
 - submissions per second through ``privsched submit`` (one process per submission, as a
@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from privsched.budgets import EpsilonDelta, demand_vector, mechanism_json  # noqa: E402
+from privsched.budgets import Gaussian, demand_vector, mechanism_json  # noqa: E402
 from privsched.client import Client, connect  # noqa: E402
 from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
 
@@ -52,8 +52,7 @@ def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
     rng = np.random.default_rng(seed)
     requests = []
     for i in range(pending):
-        epsilon = float(rng.uniform(0.1, 1.0))
-        mechanism = EpsilonDelta(epsilon=epsilon, delta=1e-9)
+        mechanism = Gaussian(sigma=float(rng.uniform(1.0, 10.0)))
         width = int(rng.integers(1, 11))
         start = int(rng.integers(0, blocks - width + 1))
         requests.append(PipelineRequest(
@@ -67,7 +66,7 @@ def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
 
 
 def probe_spec(name: str, block: str) -> dict:
-    return {"name": name, "dataset": "reviews", "blocks": [block], "epsilon": 0.5, "delta": 1e-9,
+    return {"name": name, "dataset": "reviews", "blocks": [block], "mechanism": {"kind": "gaussian", "sigma": 3.0},
             "job": JOB, "resources": {"cpus": 0.01}}
 
 
@@ -75,7 +74,7 @@ def write_probe(folder: Path, name: str, block: str) -> Path:
     path = folder / f"{name}.yaml"
     spec = probe_spec(name, block)
     path.write_text(
-        f"name: {name}\ndataset: reviews\nblocks: [{block}]\nepsilon: 0.5\ndelta: 1.0e-9\n"
+        f"name: {name}\ndataset: reviews\nblocks: [{block}]\nmechanism: {{kind: gaussian, sigma: 3.0}}\n"
         f"job: {{function: '{JOB['function']}'}}\nresources: {{cpus: {spec['resources']['cpus']}}}\n"
     )
     return path
