@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.service import build, probe_spec  # noqa: E402
+from service import build, probe_spec  # noqa: E402 -- benchmarks/service.py, beside this script
 from privsched.ledger import BlockSpec  # noqa: E402
 from privsched.client import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
