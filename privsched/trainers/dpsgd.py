@@ -31,7 +31,7 @@ import secrets
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -267,7 +267,6 @@ def private_trainer(
     record is exactly ``(σ, q, steps taken)``. The optimizer adds noise N(0, σ²C²) to the
     clipped sum and divides by the expected batch size q·n. Raises ``ValueError`` for an
     unknown mode, or "ghost" on a model with a non-linear trainable layer."""
-    from opacus.accountants import RDPAccountant
     from opacus.optimizers import DPOptimizerFastGradientClipping
 
     if mode not in GRAD_SAMPLE_MODES:
@@ -276,37 +275,18 @@ def private_trainer(
         return opacus_trainer(model, train, job, sigma, mode, device)
     model.to(device)
     clipping = GhostClipping(model, job.max_grad_norm, nn.CrossEntropyLoss(reduction="sum"))
-    optimizer = DPOptimizerFastGradientClipping(
-        make_optimizer(model, job),
-        noise_multiplier=sigma,
-        max_grad_norm=job.max_grad_norm,
-        expected_batch_size=expected_batch_size(job, train),
-        loss_reduction="mean",
-        generator=secure_generator(device),
-        secure_mode=True,
-    )
-    accountant = RDPAccountant()
-    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    batches = PoissonBatches(train, job.sample_rate, secure_generator())
+    optimizer, accountant, batches = private_parts(DPOptimizerFastGradientClipping, model, train, job, sigma, device)
     return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
 
 
-def opacus_trainer(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
-) -> Trainer:
-    """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
-    matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
-    OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""
+def private_parts(optimizer_class: type, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float,
+                  device: torch.device) -> tuple[Any, RDPAccountant, PoissonBatches]:
+    """What every clipping mode shares: Opacus' DP optimizer of ``optimizer_class`` built
+    directly with ``secure_mode=True`` and noise from an OS-seeded generator on ``device``,
+    the RDP accountant its steps feed, and Poisson batches drawn from OS entropy."""
     from opacus.accountants import RDPAccountant
-    from opacus.grad_sample.utils import prepare_module
-    from opacus.optimizers import get_optimizer_class
-    from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
-    model.to(device)
-    grad_sample_mode = OPACUS_MODES[mode]
-    extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
-    module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
-    optimizer = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode=grad_sample_mode)(
+    optimizer = optimizer_class(
         optimizer=make_optimizer(model, job),
         noise_multiplier=sigma,
         max_grad_norm=job.max_grad_norm,
@@ -315,12 +295,30 @@ def opacus_trainer(
         generator=secure_generator(device),
         secure_mode=True,
     )
+    accountant = RDPAccountant()
+    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
+    return optimizer, accountant, PoissonBatches(train, job.sample_rate, secure_generator())
+
+
+def opacus_trainer(
+    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
+) -> Trainer:
+    """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
+    matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
+    OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""
+    from opacus.grad_sample.utils import prepare_module
+    from opacus.optimizers import get_optimizer_class
+    from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
+
+    model.to(device)
+    grad_sample_mode = OPACUS_MODES[mode]
+    extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
+    module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
+    optimizer_class = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode=grad_sample_mode)
+    optimizer, accountant, batches = private_parts(optimizer_class, model, train, job, sigma, device)
     criterion: nn.Module = nn.CrossEntropyLoss()
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")
-    accountant = RDPAccountant()
-    optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    batches = PoissonBatches(train, job.sample_rate, secure_generator())
     return Trainer(model, module, optimizer, criterion, batches, device, mode, accountant)
 
 
