@@ -265,7 +265,11 @@ class Client:
                     claim: Callable[[list[int]], None] | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
-        return [Run(self, i) for i in self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)]
+        from privsched.service import wakeup
+
+        ids = self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)
+        wakeup.notify(self.path)  # a scheduler of this process passes at once
+        return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""

@@ -23,6 +23,7 @@ from privsched.ledger import launches, lease, rows
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
 from privsched.ledger.chain import parse_head
+from privsched.ledger.changes import Changes, read_changes
 from privsched.ledger.connection import open_database, run_transaction
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -776,3 +777,9 @@ class Ledger:
             except ValueError as exc:
                 raise LedgerError(str(exc)) from exc
         return self._read(lambda: audit_database(self.db, expect))
+
+    # ---------------------------------------------------------------------- changes
+    def changes(self, since: int | None = None) -> Changes | None:
+        """What changed after event ``since`` (None: everything), or None when the event log
+        shows a gap there (:mod:`privsched.ledger.changes`)."""
+        return self._read(lambda: read_changes(self.db, since))

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from privsched.ledger import Ledger, PipelineRequest
 from privsched.ledger.identities import Identities, User
+from privsched.service import wakeup
 
 #: Most submissions one transaction records.
 MAX_BATCH = 256
@@ -74,5 +75,6 @@ class SubmitBatcher:
                 for pending in batch:
                     self._record([pending])
             return
+        wakeup.notify(self.ledger.path)
         for pending, pipeline_id in zip(batch, ids):
             pending.done.set_result(pipeline_id)

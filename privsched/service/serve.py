@@ -7,8 +7,9 @@ while it runs. Every ledger write it makes is fenced with the lease's generation
 that resumes after losing its lease stops at its first write, leaving its jobs running for
 its successor (which adopts them), and fails with :class:`ServiceError`. Between ticks it sleeps in short steps,
 collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
-its own, so that a submission (or cancellation) from another process is scheduled at once
-rather than at the next tick.
+its own every :data:`WATCH_INTERVAL`, so that a submission (or cancellation) from another
+process is scheduled at once rather than at the next tick; a submission made in this
+process (the local client, the HTTP API) wakes it directly (:mod:`privsched.service.wakeup`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ from privsched.policies.base import PolicySpec
 from privsched.service.executors.base import Executor
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
+from privsched.service import wakeup
 from privsched.service.scheduler import Scheduler, TickReport
+
+#: How often the loop looks for commits of other processes between ticks, in seconds.
+WATCH_INTERVAL = 0.005
+
 
 class ServiceError(Conflict, RuntimeError):
     """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
@@ -168,6 +174,7 @@ def _loop(
     scheduler = Scheduler(ledger, policy, executor, pool, runs, log)
     scheduler.recover(clock())
     watcher = ChangeWatcher(path)
+    woken = wakeup.listen(path)
     condition = Condition(runs, log)
     summary = ServeSummary()
     renewed = clock()
@@ -196,7 +203,7 @@ def _loop(
                 if until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
                     break
             next_tick = now + tick
-            while not stop.wait(poll_interval):
+            while _wait(stop, None if condition.current else (woken, watcher), poll_interval):
                 now = clock()
                 settled = []
                 if condition.current is None:  # while storage is full, only the tick retries
@@ -208,11 +215,27 @@ def _loop(
                         summary.storage_full += 1
                         condition.full(exc)
                 summary.settled += len(settled)
-                if settled or now >= next_tick or (condition.current is None and watcher.changed()):
+                if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
                     break
+            woken.clear()
     finally:
+        wakeup.unlisten(path, woken)
         watcher.close()
     return summary
+
+
+def _wait(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | None, seconds: float) -> bool:
+    """Sleep ``seconds``, or less when ``wake`` says a submission came (woken, or another
+    process committed); False once ``stop`` is set."""
+    if wake is None:
+        return not stop.wait(seconds)
+    woken, watcher = wake
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or woken.wait(min(WATCH_INTERVAL, left)) or watcher.changed():
+            return True
+    return False
 
 
 def serve_options(

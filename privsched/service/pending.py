@@ -1,0 +1,180 @@
+"""The scheduler's memory of the ledger: every dataset's pending pipelines and every
+block's balances, kept up to date from the ledger's changes instead of being read again
+for every pass (docs/design.md §4.3).
+
+The ledger stays the truth. :meth:`PendingSet.refresh` reads only the events appended
+since the last read and the rows they name (:mod:`privsched.ledger.changes`); on any
+doubt (a gap in the event log, a grant the ledger refused, a new lease) the scheduler
+calls :meth:`PendingSet.rebuild`, which reads everything again. Each refresh also reports
+what it saw change (:class:`Marks`): the pipelines that arrived, the blocks whose unlocked
+budget grew and those whose unconsumed budget shrank or that were retired. A pass of a
+policy that orders pipelines one by one need only look at the pipelines those touch
+(:meth:`privsched.service.scheduler.Scheduler.admit`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from privsched.budgets.accounting import Accounting
+from privsched.ledger import Ledger
+from privsched.ledger.changes import Changes, PendingBatch
+from privsched.ledger.models import BlockInfo, DatasetInfo, PendingView
+
+
+@dataclass
+class Marks:
+    """What changed since the marks were last cleared."""
+
+    everything: bool = False  # read in full: treat every pipeline and block as changed
+    arrived: set[int] = field(default_factory=set)  # pipelines that arrived (ids)
+    gained: set[int] = field(default_factory=set)  # blocks whose unlocked budget grew at some dimension
+    worsened: set[int] = field(default_factory=set)  # blocks whose consumed budget grew, or that were retired
+
+    def add(self, other: Marks) -> None:
+        self.everything |= other.everything
+        self.arrived |= other.arrived
+        self.gained |= other.gained
+        self.worsened |= other.worsened
+
+    def take(self) -> Marks:
+        """These marks, leaving this object cleared."""
+        taken = Marks(self.everything, self.arrived, self.gained, self.worsened)
+        self.everything, self.arrived, self.gained, self.worsened = False, set(), set(), set()
+        return taken
+
+
+class PendingSet:
+    """Pending pipelines per dataset and block balances, read from a ledger incrementally."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.head: int | None = None  # the last event read; None: read everything next
+        self.datasets: dict[int, DatasetInfo] = {}  # by database id
+        self.blocks: dict[int, BlockInfo] = {}  # by database id
+        self.arrivals: Counter[int] = Counter()  # block id -> pipelines that ever asked for it
+        self.tables: dict[int, PendingBatch] = {}  # dataset id -> its pending pipelines
+
+    def rebuild(self) -> None:
+        """Forget everything; the next :meth:`refresh` reads the ledger in full."""
+        self.head = None
+
+    def refresh(self) -> Marks:
+        """Apply the ledger's changes since the last read (all of it after :meth:`rebuild`,
+        or when the event log shows a gap)."""
+        changes = self.ledger.changes(self.head)
+        if changes is None:
+            changes = self.ledger.changes(None)
+            assert changes is not None  # a full read has no gap
+        return self._apply(changes)
+
+    @property
+    def count(self) -> int:
+        """How many pipelines are pending, over every dataset."""
+        return sum(len(table.pipeline_ids) for table in self.tables.values())
+
+    def _apply(self, changes: Changes) -> Marks:
+        marks = Marks(everything=changes.complete)
+        if changes.complete:
+            self.datasets, self.blocks, self.tables = {}, {}, {}
+            self.arrivals = Counter()
+        self.datasets.update((d.id, d) for d in changes.datasets)
+        for block in changes.blocks:
+            before = self.blocks.get(block.id)
+            if before is None or np.any(block.unlocked > before.unlocked):
+                marks.gained.add(block.id)
+            if before is not None and (np.any(block.consumed > before.consumed) or block.state != before.state):
+                marks.worsened.add(block.id)
+            self.blocks[block.id] = block
+        self.arrivals.update(changes.arrivals)
+        if changes.left:
+            left = np.array(changes.left, dtype=np.int64)
+            for dataset_id, table in list(self.tables.items()):
+                self.tables[dataset_id] = _without(table, left)
+        for dataset_id, batch in changes.pending.items():
+            known = self.tables.get(dataset_id)
+            self.tables[dataset_id] = batch if known is None else _joined(known, batch)
+            marks.arrived.update(batch.pipeline_ids.tolist())
+        self.head = changes.head
+        return marks
+
+    def view(self, dataset_id: int, pipelines: np.ndarray | None = None) -> PendingView:
+        """The pending pipelines of a dataset (only ``pipelines``, ids, if given) and the
+        blocks a policy may see: the dataset's active blocks, and any retired block a pending
+        pipeline of the view still asks for."""
+        dataset = self.datasets[dataset_id]
+        table = self.tables.get(dataset_id) or _empty(dataset.accounting)
+        if pipelines is not None:
+            table = _without(table, np.setdiff1d(table.pipeline_ids, pipelines))
+        wanted = set(np.unique(table.edge_block).tolist())
+        rows = sorted((b for b in self.blocks.values() if b.dataset == dataset.name and
+                       (b.state == "active" or b.id in wanted)), key=lambda b: b.id)
+        block_ids = np.array([b.id for b in rows], dtype=np.int64)
+        dims = dataset.accounting.dims
+        return PendingView(
+            block_ids=block_ids,
+            capacity=np.array([b.capacity for b in rows]).reshape(-1, dims),
+            unlocked=np.array([b.unlocked for b in rows]).reshape(-1, dims),
+            pipeline_ids=table.pipeline_ids,
+            arrival=table.arrival,
+            weight=table.weight,
+            edge_pipeline=table.edge_pipeline,
+            edge_block=np.searchsorted(block_ids, table.edge_block),
+            edge_demand=table.edge_demand,
+            accounting=dataset.accounting,
+        )
+
+    def touching(self, dataset_id: int, blocks: set[int]) -> np.ndarray:
+        """Ids of the dataset's pending pipelines that ask for any of ``blocks``."""
+        table = self.tables.get(dataset_id)
+        if table is None or not blocks:
+            return np.zeros(0, dtype=np.int64)
+        hit = np.isin(table.edge_block, np.fromiter(blocks, dtype=np.int64))
+        return table.pipeline_ids[np.unique(table.edge_pipeline[hit])]
+
+
+def _empty(accounting: Accounting) -> PendingBatch:
+    none = np.zeros(0, dtype=np.int64)
+    return PendingBatch(none, np.zeros(0), np.zeros(0), none, none, np.zeros((0, accounting.dims)))
+
+
+def _without(table: PendingBatch, ids: np.ndarray) -> PendingBatch:
+    """The table less the pipelines ``ids`` (absent ones are ignored)."""
+    keep = ~np.isin(table.pipeline_ids, ids)
+    if keep.all():
+        return table
+    index = np.cumsum(keep) - 1
+    kept = keep[table.edge_pipeline]
+    return PendingBatch(
+        pipeline_ids=table.pipeline_ids[keep], arrival=table.arrival[keep], weight=table.weight[keep],
+        edge_pipeline=index[table.edge_pipeline[kept]], edge_block=table.edge_block[kept],
+        edge_demand=table.edge_demand[kept],
+    )
+
+
+def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
+    """Both tables in one, in id order (a pipeline already in ``table`` is not added twice)."""
+    batch = _without(batch, table.pipeline_ids)
+    ids = np.concatenate([table.pipeline_ids, batch.pipeline_ids])
+    joined = PendingBatch(
+        pipeline_ids=ids,
+        arrival=np.concatenate([table.arrival, batch.arrival]),
+        weight=np.concatenate([table.weight, batch.weight]),
+        edge_pipeline=np.concatenate([table.edge_pipeline, batch.edge_pipeline + len(table.pipeline_ids)]),
+        edge_block=np.concatenate([table.edge_block, batch.edge_block]),
+        edge_demand=np.concatenate([table.edge_demand, batch.edge_demand]),
+    )
+    if np.all(ids[1:] > ids[:-1]):
+        return joined
+    order = np.argsort(ids, kind="stable")  # a batch older than the table (rare): regroup the edges
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    edges = np.argsort(rank[joined.edge_pipeline], kind="stable")
+    return PendingBatch(
+        pipeline_ids=ids[order], arrival=joined.arrival[order], weight=joined.weight[order],
+        edge_pipeline=rank[joined.edge_pipeline][edges], edge_block=joined.edge_block[edges],
+        edge_demand=joined.edge_demand[edges],
+    )
