@@ -33,6 +33,7 @@ class PendingBatch:
     pipeline_ids: np.ndarray  # (P,) int database ids, ascending
     arrival: np.ndarray  # (P,) submission times
     weight: np.ndarray  # (P,) profit of granting each (DPack, optimal)
+    deadline: np.ndarray  # (P,) when each times out waiting (submission + timeout; inf: never)
     edge_pipeline: np.ndarray  # (E,) index into pipeline_ids
     edge_block: np.ndarray  # (E,) int database ids of the blocks
     edge_demand: np.ndarray  # (E, K) the demand on each
@@ -115,7 +116,8 @@ def _blocks(db: sqlite_utils.Database, where: str, params: list) -> list[BlockIn
 def _pending(db: sqlite_utils.Database, where: str, params: list) -> dict[int, PendingBatch]:
     """Pending pipelines (of ``where`` over ``pipelines p``) with their demands, per dataset id."""
     found = db.execute(
-        f"SELECT p.id, p.dataset_id, p.submitted_at, p.weight FROM pipelines p WHERE {where} AND p.state = 'pending' "
+        "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout "
+        f"FROM pipelines p WHERE {where} AND p.state = 'pending' "
         "ORDER BY p.id", params).fetchall()
     if not found:
         return {}
@@ -132,6 +134,7 @@ def _pending(db: sqlite_utils.Database, where: str, params: list) -> dict[int, P
             pipeline_ids=ids[mine],
             arrival=np.array([row[2] for row, keep in zip(found, mine) if keep], dtype=float),
             weight=np.array([row[3] for row, keep in zip(found, mine) if keep], dtype=float),
+            deadline=np.array([np.inf if row[4] is None else row[4] for row, keep in zip(found, mine) if keep]),
             edge_pipeline=np.searchsorted(ids[mine], edge_ids[edge_mine]),
             edge_block=edge_blocks[edge_mine],
             edge_demand=unpack_rows([edges[i][3] for i in edge_mine.tolist()], int(dims[dataset_id])),

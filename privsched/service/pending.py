@@ -47,6 +47,16 @@ class Marks:
         return taken
 
 
+@dataclass(frozen=True, eq=False)
+class BlockArrays:
+    """The blocks of one dataset as arrays, by ascending database id."""
+
+    ids: np.ndarray  # (B,) database ids
+    capacity: np.ndarray  # (B, K)
+    unlocked: np.ndarray  # (B, K) updated in place as balances change
+    active: np.ndarray  # (B,) whether each block is active (not retired)
+
+
 class PendingSet:
     """Pending pipelines per dataset and block balances, read from a ledger incrementally."""
 
@@ -57,6 +67,7 @@ class PendingSet:
         self.blocks: dict[int, BlockInfo] = {}  # by database id
         self.arrivals: Counter[int] = Counter()  # block id -> pipelines that ever asked for it
         self.tables: dict[int, PendingBatch] = {}  # dataset id -> its pending pipelines
+        self._arrays: dict[str, BlockArrays] = {}  # dataset name -> its blocks, built on first use
 
     def rebuild(self) -> None:
         """Forget everything; the next :meth:`refresh` reads the ledger in full."""
@@ -79,7 +90,7 @@ class PendingSet:
     def _apply(self, changes: Changes) -> Marks:
         marks = Marks(everything=changes.complete)
         if changes.complete:
-            self.datasets, self.blocks, self.tables = {}, {}, {}
+            self.datasets, self.blocks, self.tables, self._arrays = {}, {}, {}, {}
             self.arrivals = Counter()
         self.datasets.update((d.id, d) for d in changes.datasets)
         for block in changes.blocks:
@@ -89,6 +100,7 @@ class PendingSet:
             if before is not None and (np.any(block.consumed > before.consumed) or block.state != before.state):
                 marks.worsened.add(block.id)
             self.blocks[block.id] = block
+            self._update_arrays(block, is_new=before is None)
         self.arrivals.update(changes.arrivals)
         if changes.left:
             left = np.array(changes.left, dtype=np.int64)
@@ -102,22 +114,22 @@ class PendingSet:
         return marks
 
     def view(self, dataset_id: int, pipelines: np.ndarray | None = None) -> PendingView:
-        """The pending pipelines of a dataset (only ``pipelines``, ids, if given) and the
-        blocks a policy may see: the dataset's active blocks, and any retired block a pending
-        pipeline of the view still asks for."""
+        """The pending pipelines of a dataset and the blocks a policy may see: the dataset's
+        active blocks, and any retired block a pending pipeline still asks for. With
+        ``pipelines`` (ids), only those pipelines and the blocks they ask for."""
         dataset = self.datasets[dataset_id]
         table = self.tables.get(dataset_id) or _empty(dataset.accounting)
         if pipelines is not None:
-            table = _without(table, np.setdiff1d(table.pipeline_ids, pipelines))
-        wanted = set(np.unique(table.edge_block).tolist())
-        rows = sorted((b for b in self.blocks.values() if b.dataset == dataset.name and
-                       (b.state == "active" or b.id in wanted)), key=lambda b: b.id)
-        block_ids = np.array([b.id for b in rows], dtype=np.int64)
-        dims = dataset.accounting.dims
+            table = _select(table, _rows(table, pipelines))
+        blocks = self._blocks_of(dataset)
+        shown = np.isin(blocks.ids, table.edge_block)
+        if pipelines is None:
+            shown |= blocks.active
+        block_ids = blocks.ids[shown]
         return PendingView(
             block_ids=block_ids,
-            capacity=np.array([b.capacity for b in rows]).reshape(-1, dims),
-            unlocked=np.array([b.unlocked for b in rows]).reshape(-1, dims),
+            capacity=blocks.capacity[shown],
+            unlocked=blocks.unlocked[shown],
             pipeline_ids=table.pipeline_ids,
             arrival=table.arrival,
             weight=table.weight,
@@ -126,6 +138,35 @@ class PendingSet:
             edge_demand=table.edge_demand,
             accounting=dataset.accounting,
         )
+
+    def next_deadline(self) -> float:
+        """When the first pending pipeline times out (inf: none ever does)."""
+        return min((float(t.deadline.min()) for t in self.tables.values() if len(t.deadline)), default=np.inf)
+
+    def _blocks_of(self, dataset: DatasetInfo) -> BlockArrays:
+        arrays = self._arrays.get(dataset.name)
+        if arrays is None:
+            rows = sorted((b for b in self.blocks.values() if b.dataset == dataset.name), key=lambda b: b.id)
+            dims = dataset.accounting.dims
+            arrays = BlockArrays(
+                ids=np.array([b.id for b in rows], dtype=np.int64),
+                capacity=np.array([b.capacity for b in rows]).reshape(-1, dims),
+                unlocked=np.array([b.unlocked for b in rows]).reshape(-1, dims),
+                active=np.array([b.state == "active" for b in rows], dtype=bool),
+            )
+            self._arrays[dataset.name] = arrays
+        return arrays
+
+    def _update_arrays(self, block: BlockInfo, is_new: bool) -> None:
+        arrays = self._arrays.get(block.dataset)
+        if arrays is None:
+            return
+        if is_new:  # built again on next use
+            del self._arrays[block.dataset]
+            return
+        row = int(np.searchsorted(arrays.ids, block.id))
+        arrays.unlocked[row] = block.unlocked
+        arrays.active[row] = block.state == "active"
 
     def touching(self, dataset_id: int, blocks: set[int]) -> np.ndarray:
         """Ids of the dataset's pending pipelines that ask for any of ``blocks``."""
@@ -138,19 +179,32 @@ class PendingSet:
 
 def _empty(accounting: Accounting) -> PendingBatch:
     none = np.zeros(0, dtype=np.int64)
-    return PendingBatch(none, np.zeros(0), np.zeros(0), none, none, np.zeros((0, accounting.dims)))
+    return PendingBatch(none, np.zeros(0), np.zeros(0), np.zeros(0), none, none, np.zeros((0, accounting.dims)))
+
+
+def _rows(table: PendingBatch, ids: np.ndarray) -> np.ndarray:
+    """A mask of the table's pipelines that are among ``ids``."""
+    found = np.zeros(len(table.pipeline_ids), dtype=bool)
+    if len(table.pipeline_ids) and len(ids):
+        at = np.minimum(np.searchsorted(table.pipeline_ids, ids), len(table.pipeline_ids) - 1)
+        found[at[table.pipeline_ids[at] == ids]] = True
+    return found
 
 
 def _without(table: PendingBatch, ids: np.ndarray) -> PendingBatch:
     """The table less the pipelines ``ids`` (absent ones are ignored)."""
-    keep = ~np.isin(table.pipeline_ids, ids)
+    return _select(table, ~_rows(table, ids))
+
+
+def _select(table: PendingBatch, keep: np.ndarray) -> PendingBatch:
+    """The pipelines of the table where ``keep`` is true."""
     if keep.all():
         return table
     index = np.cumsum(keep) - 1
     kept = keep[table.edge_pipeline]
     return PendingBatch(
         pipeline_ids=table.pipeline_ids[keep], arrival=table.arrival[keep], weight=table.weight[keep],
-        edge_pipeline=index[table.edge_pipeline[kept]], edge_block=table.edge_block[kept],
+        deadline=table.deadline[keep], edge_pipeline=index[table.edge_pipeline[kept]], edge_block=table.edge_block[kept],
         edge_demand=table.edge_demand[kept],
     )
 
@@ -163,6 +217,7 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
         pipeline_ids=ids,
         arrival=np.concatenate([table.arrival, batch.arrival]),
         weight=np.concatenate([table.weight, batch.weight]),
+        deadline=np.concatenate([table.deadline, batch.deadline]),
         edge_pipeline=np.concatenate([table.edge_pipeline, batch.edge_pipeline + len(table.pipeline_ids)]),
         edge_block=np.concatenate([table.edge_block, batch.edge_block]),
         edge_demand=np.concatenate([table.edge_demand, batch.edge_demand]),
@@ -175,6 +230,7 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
     edges = np.argsort(rank[joined.edge_pipeline], kind="stable")
     return PendingBatch(
         pipeline_ids=ids[order], arrival=joined.arrival[order], weight=joined.weight[order],
+        deadline=joined.deadline[order],
         edge_pipeline=rank[joined.edge_pipeline][edges], edge_block=joined.edge_block[edges],
         edge_demand=joined.edge_demand[edges],
     )

@@ -30,6 +30,8 @@ from typing import Callable
 import numpy as np
 from pydantic import ValidationError
 
+from privsched.budgets.accounting import leq
+
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
@@ -98,6 +100,7 @@ class Scheduler:
         self.pending = PendingSet(ledger)  # pending pipelines and block balances, read incrementally
         self._unchecked = Marks(everything=True)  # changes not yet looked at for hopeless pipelines
         self._unadmitted = Marks(everything=True)  # changes not yet looked at by an allocation pass
+        self._unretired = Marks(everything=True)  # changes not yet looked at for exhausted blocks
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
@@ -169,7 +172,7 @@ class Scheduler:
         self._refresh()
         unlocked, report.more_to_unlock = self.unlock(now)
         report.unlocked = len(unlocked)
-        report.expired = self.ledger.expire(now=now)
+        report.expired = self.ledger.expire(now=now) if self.pending.next_deadline() <= now else []
         if report.expired:
             self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
         if unlocked or report.expired:
@@ -180,15 +183,26 @@ class Scheduler:
         report.started, report.waiting = self.place(now)
         report.settled = self.collect(now)
         if report.settled:
-            self.ledger.retire_exhausted(now=now)
+            self.retire_exhausted(now)
         report.running = len(self.executor.running()) + len(self._unresolved) + len(self._unsettled)
         return report
+
+    def news(self) -> bool:
+        """Whether pipelines arrived, or blocks gained unlocked budget, that no allocation
+        pass has looked at yet (reading the ledger's changes now). After a refused grant the
+        ledger is read in full by the next tick, not here: a pipeline its quota holds back
+        would otherwise be retried without pause."""
+        if self.pending.head is None:
+            return False
+        self._refresh()
+        marks = self._unadmitted
+        return bool(marks.arrived or marks.gained)
 
     def _refresh(self) -> None:
         """Read the ledger's changes into :attr:`pending`, and note them for the next checks."""
         marks = self.pending.refresh()
-        self._unchecked.add(marks)
-        self._unadmitted.add(marks)
+        for pending in (self._unchecked, self._unadmitted, self._unretired):
+            pending.add(marks)
 
     def _changed(self, dataset_id: int, marks: Marks, blocks: set[int]) -> np.ndarray | None:
         """Ids of the dataset's pending pipelines that arrived or ask for one of ``blocks``
@@ -228,7 +242,21 @@ class Scheduler:
 
     def awaits_timeouts(self) -> bool:
         """Whether some pending pipeline will still time out: time alone will change its state."""
-        return any(p.timeout is not None for p in self.ledger.list_pipelines(states=["pending"]))
+        return self.pending.next_deadline() < np.inf
+
+    def retire_exhausted(self, now: float) -> None:
+        """Retire the blocks consumed up to capacity (the ledger checks every active block),
+        if a block whose consumption grew since the last look may have reached it."""
+        self._refresh()
+        marks = self._unretired.take()
+        blocks = self.pending.blocks.values() if marks.everything else (
+            self.pending.blocks[b] for b in marks.worsened if b in self.pending.blocks)
+        accounting = {d.name: d.accounting for d in self.pending.datasets.values()}
+        for block in blocks:
+            live = accounting[block.dataset].live(block.capacity)
+            if block.state == "active" and np.all(leq(block.capacity, block.consumed) | ~live):
+                self.ledger.retire_exhausted(now=now)
+                return
 
     def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
         """Raise each active block's unlocked fraction to the rule's target with the same
@@ -291,9 +319,7 @@ class Scheduler:
             not np.array_equal(amount, self._reserved[key]) for key, amount in reserved.items()
         )
         self._reserved = reserved  # pipelines no longer pending drop theirs
-        if granted != order:
-            self.log(f"the ledger refused grants of pipelines {', '.join(map(str, set(order) - set(granted)))}; "
-                     "reading the pending pipelines again")
+        if granted != order:  # a quota, or a change the pass did not see: read everything next time
             self.pending.rebuild()
         if order:
             self._refresh()
@@ -407,7 +433,9 @@ class Scheduler:
     def _protected(self, info: PipelineInfo) -> list[str]:
         """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
         granted = {(info.dataset, key) for key in info.block_keys}
-        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        self._refresh()  # every block recorded so far, read incrementally
+        others = [b.location for b in self.pending.blocks.values()
+                  if b.location and (b.dataset, b.key) not in granted]
         return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:

@@ -195,13 +195,17 @@ def _loop(
                 summary.storage_full += 1
                 report = None
             watcher.reset()
+            # What committed during the tick, before the reset, is read now: another tick at once.
+            fresh = report is not None and scheduler.news()
             summary.ticks += 1
             if report is not None:
                 summary.granted += len(report.granted)
                 summary.settled += len(report.settled)
                 summary.pending = report.pending
-                if until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
+                if until_idle and report.idle and not fresh and not (report.pending and scheduler.awaits_timeouts()):
                     break
+            if fresh:
+                continue
             next_tick = now + tick
             while _wait(stop, None if condition.current else (woken, watcher), poll_interval):
                 now = clock()
