@@ -7,11 +7,12 @@ Measured:
 
 - submissions per second through ``privsched submit`` (one process per submission, as a
   user's shell loop would) and through ``Client.submit`` (one transaction per pipeline);
-- latency from the submit call to the grant when budget is free: a scheduler
+- latency from the submit call to the grant, as the submitter sees it (polling its
+  status every 2 ms), when budget is free: a scheduler
   (``privsched serve --policy dpf-n --n 1e9 --tick 1s``) serves the database, the backlog
   stays pending (its blocks unlock 1/10^9 per arrival), and each probe pipeline asks for a
   fully unlocked block of its own; probes go one at a time, the next once the previous
-  one's job has started. With ``--baseline DIR`` (a copy of other code of privsched, e.g.
+  one's job has ended and been settled. With ``--baseline DIR`` (a copy of other code of privsched, e.g.
   ``git archive main | tar -x -C DIR``) the Python API's probes run against the scheduler of
   that code too, the two serving in turns (``--rounds``) in the same run.
 
@@ -107,17 +108,19 @@ def rate_api(client: Client, count: int) -> float:
 
 
 def wait_granted(client: Client, pipeline_id: int) -> float:
+    """The time the client first sees the probe granted (the ledger's ``granted_at`` is the
+    start of the scheduler's tick, before the pass and its commit)."""
     while (info := client.status(pipeline_id)).granted_at is None:
         if info.state not in ("pending", "granted", "running"):
             raise RuntimeError(f"probe {pipeline_id} ended {info.state}: {info.message}")
-        time.sleep(0.005)
-    return info.granted_at
+        time.sleep(0.002)
+    return time.time()
 
 
-def wait_started(client: Client, pipeline_id: int) -> None:
-    """Wait until the probe's job has left the granted state (started, or already ended)."""
-    while client.status(pipeline_id).state == "granted":
-        time.sleep(0.005)
+def wait_ended(client: Client, pipeline_id: int) -> None:
+    """Wait until the probe's job has ended and been settled (the scheduler is idle again)."""
+    while client.status(pipeline_id).state in ("granted", "running"):
+        time.sleep(0.01)
 
 
 def free_blocks(client: Client, prefix: str, count: int) -> list[str]:
@@ -133,7 +136,7 @@ def cli_latencies(client: Client, env: dict, folder: Path, probes: int) -> list[
         started = time.time()
         pipeline_id = int(cli(env, "submit", write_probe(folder, f"probe-cli-{i}", key)))
         found.append(wait_granted(client, pipeline_id) - started)
-        wait_started(client, pipeline_id)
+        wait_ended(client, pipeline_id)
     return found
 
 
@@ -144,7 +147,7 @@ def api_latencies(client: Client, keys: list[str]) -> list[float]:
         started = time.time()
         run = client.submit(probe_spec(f"probe-{key}", key))
         found.append(wait_granted(client, run.id) - started)
-        wait_started(client, run.id)
+        wait_ended(client, run.id)
     return found
 
 

@@ -52,8 +52,10 @@ class BlockArrays:
     """The blocks of one dataset as arrays, by ascending database id."""
 
     ids: np.ndarray  # (B,) database ids
+    created_at: np.ndarray  # (B,) creation times
     capacity: np.ndarray  # (B, K)
-    unlocked: np.ndarray  # (B, K) updated in place as balances change
+    locked: np.ndarray  # (B, K) updated in place as balances change, like the next two
+    unlocked: np.ndarray  # (B, K)
     active: np.ndarray  # (B,) whether each block is active (not retired)
 
 
@@ -121,7 +123,7 @@ class PendingSet:
         table = self.tables.get(dataset_id) or _empty(dataset.accounting)
         if pipelines is not None:
             table = _select(table, _rows(table, pipelines))
-        blocks = self._blocks_of(dataset)
+        blocks = self.blocks_of(dataset)
         shown = np.isin(blocks.ids, table.edge_block)
         if pipelines is None:
             shown |= blocks.active
@@ -143,14 +145,22 @@ class PendingSet:
         """When the first pending pipeline times out (inf: none ever does)."""
         return min((float(t.deadline.min()) for t in self.tables.values() if len(t.deadline)), default=np.inf)
 
-    def _blocks_of(self, dataset: DatasetInfo) -> BlockArrays:
+    def among(self, dataset_id: int, ids: set[int]) -> np.ndarray:
+        """Those of ``ids`` that are pending pipelines of the dataset."""
+        table = self.tables[dataset_id]
+        return table.pipeline_ids[_rows(table, np.fromiter(ids, dtype=np.int64, count=len(ids)))]
+
+    def blocks_of(self, dataset: DatasetInfo) -> BlockArrays:
+        """The dataset's blocks as arrays (shared: read only)."""
         arrays = self._arrays.get(dataset.name)
         if arrays is None:
             rows = sorted((b for b in self.blocks.values() if b.dataset == dataset.name), key=lambda b: b.id)
             dims = dataset.accounting.dims
             arrays = BlockArrays(
                 ids=np.array([b.id for b in rows], dtype=np.int64),
+                created_at=np.array([b.created_at for b in rows], dtype=float),
                 capacity=np.array([b.capacity for b in rows]).reshape(-1, dims),
+                locked=np.array([b.locked for b in rows]).reshape(-1, dims),
                 unlocked=np.array([b.unlocked for b in rows]).reshape(-1, dims),
                 active=np.array([b.state == "active" for b in rows], dtype=bool),
             )
@@ -165,6 +175,7 @@ class PendingSet:
             del self._arrays[block.dataset]
             return
         row = int(np.searchsorted(arrays.ids, block.id))
+        arrays.locked[row] = block.locked
         arrays.unlocked[row] = block.unlocked
         arrays.active[row] = block.state == "active"
 

@@ -40,7 +40,7 @@ from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, Snapshot, orders_per_pipeline
-from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
+from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
 from privsched.service.pending import Marks, PendingSet
@@ -209,9 +209,7 @@ class Scheduler:
         since ``marks`` were taken; None: all of them (after a full read)."""
         if marks.everything:
             return None
-        ids = self.pending.tables[dataset_id].pipeline_ids
-        arrived = ids[np.isin(ids, np.fromiter(marks.arrived, dtype=np.int64))] if marks.arrived else ids[:0]
-        return np.union1d(arrived, self.pending.touching(dataset_id, blocks))
+        return np.union1d(self.pending.among(dataset_id, marks.arrived), self.pending.touching(dataset_id, blocks))
 
     def end_never_grantable(self, now: float) -> list[int]:
         """Fail the pending pipelines that no future unlock can satisfy, with the reason
@@ -258,30 +256,30 @@ class Scheduler:
                 self.ledger.retire_exhausted(now=now)
                 return
 
-    def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
+    def unlock(self, now: float) -> tuple[list[int], bool]:
         """Raise each active block's unlocked fraction to the rule's target with the same
         functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
         :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
         the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
-        Returns the budget unlocked per block id, and whether time will unlock more."""
+        Returns the ids of the blocks unlocked, and whether time will unlock more."""
         rule = self.policy.unlock
-        blocks = sorted((b for b in self.pending.blocks.values() if b.state == "active"),
-                        key=lambda b: (b.dataset, b.id))
-        if not blocks:
-            return {}, False
         counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
-        arrivals = np.array([self.pending.arrivals[b.id] for b in blocks])
-        elapsed = np.array([counted - b.created_at for b in blocks])
-        target = unlocked_fraction(rule, arrivals, elapsed)
-        capacity = np.array([b.capacity for b in blocks])
-        locked = np.array([b.locked for b in blocks])
-        step = unlock_step(capacity, locked, target)
-        moved = unlock_amounts(capacity, locked, step)
-        changed = np.flatnonzero(step > 0).tolist()
-        if changed:
-            self.ledger.unlock({blocks[i].id: float(step[i]) for i in changed}, now=now)
-        more = bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
-        return {blocks[i].id: moved[i] for i in changed}, more
+        fractions: dict[int, float] = {}
+        more = False
+        for dataset in sorted(self.pending.datasets.values(), key=lambda d: d.name):
+            blocks = self.pending.blocks_of(dataset)
+            active = np.flatnonzero(blocks.active)
+            if not active.size:
+                continue
+            ids = blocks.ids[active]
+            arrivals = np.fromiter((self.pending.arrivals[i] for i in ids.tolist()), dtype=float, count=len(ids))
+            target = unlocked_fraction(rule, arrivals, counted - blocks.created_at[active])
+            step = unlock_step(blocks.capacity[active], blocks.locked[active], target)
+            fractions.update((int(ids[i]), float(step[i])) for i in np.flatnonzero(step > 0).tolist())
+            more = more or bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
+        if fractions:
+            self.ledger.unlock(fractions, now=now)
+        return list(fractions), more
 
     def admit(self, now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
