@@ -11,8 +11,8 @@ Measured:
   status every 2 ms), when budget is free: a scheduler
   (``privsched serve --policy dpf-n --n 1e9 --tick 1s``) serves the database, the backlog
   stays pending (its blocks unlock 1/10^9 per arrival), and each probe pipeline asks for a
-  fully unlocked block of its own; probes go one at a time, the next once the previous
-  one's job has ended and been settled. With ``--baseline DIR`` (a copy of other code of privsched, e.g.
+  fully unlocked block of its own; probes go one at a time, the next half a second after
+  the previous one's job has ended and been settled. With ``--baseline DIR`` (a copy of other code of privsched, e.g.
   ``git archive main | tar -x -C DIR``) the Python API's probes run against the scheduler of
   that code too, the two serving in turns (``--rounds``) in the same run.
 
@@ -110,17 +110,20 @@ def rate_api(client: Client, count: int) -> float:
 def wait_granted(client: Client, pipeline_id: int) -> float:
     """The time the client first sees the probe granted (the ledger's ``granted_at`` is the
     start of the scheduler's tick, before the pass and its commit)."""
+    give_up = time.monotonic() + 60
     while (info := client.status(pipeline_id)).granted_at is None:
-        if info.state not in ("pending", "granted", "running"):
-            raise RuntimeError(f"probe {pipeline_id} ended {info.state}: {info.message}")
+        if info.state not in ("pending", "granted", "running") or time.monotonic() > give_up:
+            raise RuntimeError(f"probe {pipeline_id} not granted: {info.state} {info.message or ''}")
         time.sleep(0.002)
     return time.time()
 
 
 def wait_ended(client: Client, pipeline_id: int) -> None:
-    """Wait until the probe's job has ended and been settled (the scheduler is idle again)."""
+    """Wait until the probe's job has ended and been settled, and half a second more (the
+    scheduler's tick after the settling is over, as far as it can tell)."""
     while client.status(pipeline_id).state in ("granted", "running"):
         time.sleep(0.01)
+    time.sleep(0.5)
 
 
 def free_blocks(client: Client, prefix: str, count: int) -> list[str]:
@@ -156,18 +159,23 @@ def serving(client: Client, env: dict, source: Path) -> Iterator[None]:
     """``privsched serve`` (dpf-n, n = 10^9, 1 s ticks) of the code in ``source`` on the database."""
     server = subprocess.Popen(
         [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
-        env={**env, "PYTHONPATH": str(source)}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**env, "PYTHONPATH": str(source)}, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,  # in ``source``: ``python -m`` looks in the working directory first
     )
+    ok = False
     try:
         while client.ledger.lease_holder() is None:
             if server.poll() is not None:
                 raise RuntimeError(f"the scheduler did not start: {server.stderr.read()}")
             time.sleep(0.05)
-        time.sleep(1.0)  # its first tick reads the backlog
+        api_latencies(client, free_blocks(client, f"warm-up-{time.time_ns()}", 1))  # its first pass sees the backlog
         yield
+        ok = True
     finally:
         server.terminate()
-        server.wait()
+        _, errors = server.communicate()
+        if not ok:
+            print(f"the scheduler of {source} said: {errors}", file=sys.stderr)
 
 
 def percentile(values: list[float], q: float) -> float:

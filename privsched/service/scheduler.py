@@ -101,6 +101,7 @@ class Scheduler:
         self._unchecked = Marks(everything=True)  # changes not yet looked at for hopeless pipelines
         self._unadmitted = Marks(everything=True)  # changes not yet looked at by an allocation pass
         self._unretired = Marks(everything=True)  # changes not yet looked at for exhausted blocks
+        self._reread = False  # the ledger refused a grant: the next tick reads everything again
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
@@ -169,6 +170,9 @@ class Scheduler:
         what it did and what is left (:class:`TickReport`)."""
         report = TickReport()
         self.resolve_launches(now)
+        if self._reread:
+            self.pending.rebuild()
+            self._reread = False
         self._refresh()
         unlocked, report.more_to_unlock = self.unlock(now)
         report.unlocked = len(unlocked)
@@ -189,11 +193,7 @@ class Scheduler:
 
     def news(self) -> bool:
         """Whether pipelines arrived, or blocks gained unlocked budget, that no allocation
-        pass has looked at yet (reading the ledger's changes now). After a refused grant the
-        ledger is read in full by the next tick, not here: a pipeline its quota holds back
-        would otherwise be retried without pause."""
-        if self.pending.head is None:
-            return False
+        pass has looked at yet (reading the ledger's changes now)."""
         self._refresh()
         marks = self._unadmitted
         return bool(marks.arrived or marks.gained)
@@ -317,8 +317,7 @@ class Scheduler:
             not np.array_equal(amount, self._reserved[key]) for key, amount in reserved.items()
         )
         self._reserved = reserved  # pipelines no longer pending drop theirs
-        if granted != order:  # a quota, or a change the pass did not see: read everything next time
-            self.pending.rebuild()
+        self._reread = granted != order  # a quota, or a change the pass did not see: read everything next tick
         if order:
             self._refresh()
         if granted:
