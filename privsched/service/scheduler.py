@@ -355,8 +355,9 @@ class Scheduler:
 
     def place(self, now: float) -> tuple[list[int], int]:
         """Start granted jobs on free compute in grant order, letting smaller jobs behind a
-        job that does not fit yet go first (backfilling). Returns started ids and how many
-        still wait."""
+        job that does not fit yet go first (backfilling). Stops after a start when new
+        pipelines have arrived (:meth:`news`): their pass comes first, the rest are placed by
+        the next tick. Returns started ids and how many still wait."""
         waiting = sorted(self.ledger.list_pipelines(states=["granted"]), key=lambda p: (p.granted_at or 0, p.id))
         started = []
         for info in waiting:
@@ -376,6 +377,8 @@ class Scheduler:
             placement = self.compute.place(info.id, need)
             if placement is not None and self._start(info, placement, now):
                 started.append(info.id)
+                if self.news():
+                    break
         return started, len(waiting) - len(started)
 
     def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:

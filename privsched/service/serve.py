@@ -37,7 +37,7 @@ from privsched.service import wakeup
 from privsched.service.scheduler import Scheduler, TickReport
 
 #: How often the loop looks for commits of other processes between ticks, in seconds.
-WATCH_INTERVAL = 0.005
+WATCH_INTERVAL = 0.002
 
 
 class ServiceError(Conflict, RuntimeError):
