@@ -19,6 +19,7 @@ built-in jobs never use, to show the cost of secure noise alone.
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 
@@ -51,6 +52,45 @@ def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dic
     return [{name: min(values) for name, values in measured.items()} for measured in times]
 
 
+def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Median process CPU milliseconds per step of each part of a step, for a non-private
+    trainer ("plain") and single-pass ghost clipping trainers: drawing the batch, forward and
+    backward (the clipping pass, for DP-SGD), the DP optimizer's pre-step (noise, scaling by
+    q·n, the accountant) and the Adam update. Trainers alternate step
+    by step so that load from other processes hits all alike."""
+    parts: dict[str, dict[str, list[float]]] = {name: {} for name in trainers}
+    iterators = {name: iter(()) for name in trainers}
+    for _ in range(steps * repeats):
+        for name, trainer in trainers.items():
+            clock = time.process_time
+            times = parts[name]
+            start = clock()
+            trainer.optimizer.zero_grad(set_to_none=True)
+            marks = [("zero_grad", clock())]
+            try:
+                inputs, labels = next(iterators[name])
+            except StopIteration:
+                iterators[name] = iter(trainer.batches)
+                inputs, labels = next(iterators[name])
+            marks.append(("batch", clock()))
+            if trainer.clipping is None:
+                trainer.criterion(trainer.module(inputs), labels).backward()
+                marks.append(("forward, backward", clock()))
+                trainer.optimizer.step()
+            else:
+                trainer.clipping.accumulate(inputs, labels)
+                marks.append(("forward, backward", clock()))
+                trainer.optimizer.pre_step()
+                marks.append(("noise, scaling, accountant", clock()))
+                trainer.optimizer.original_optimizer.step()
+            marks.append(("Adam", clock()))
+            for part, end in marks:
+                times.setdefault(part, []).append(end - start)
+                start = end
+    return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()}
+            for name, times in parts.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000, help="synthetic reviews (a fifth held out)")
@@ -65,6 +105,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         records = read_block_files(write_blocks(tmp, days=1, per_day=args.records, seed=0))
     rows = []
+    parts: dict[str, dict[str, dict[str, float]]] = {}
     for model_name in args.models.split(","):
         job = parse_job({"kind": "dpsgd", "model": model_name, "sample_rate": args.sample_rate, "epochs": 1, **TRAINING})
         data, train, _ = train_heldout(records, job)
@@ -85,6 +126,10 @@ def main() -> None:
             label = f"{mode} (default)" if mode == default else mode
             rows.append((model_name, label, plain, times))
         rows.append((model_name, f"{default}, non-secure noise", plain, plain_noise))
+        if default == "ghost":
+            secure = trainers[1 + modes.index("ghost")]
+            parts[model_name] = per_step_ms({"non-private": trainers[0], "DP-SGD": secure,
+                                             "DP-SGD, non-secure noise": insecure}, steps, args.repeats)
     batch = args.sample_rate * len(train)
     print(f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
           f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}\n")
@@ -93,6 +138,16 @@ def main() -> None:
     for model_name, mode, plain, private in rows:
         print(f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
               f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |")
+    columns = ["zero_grad", "batch", "forward, backward", "noise, scaling, accountant", "Adam"]
+    print("\nCPU ms per step, median (single-pass ghost clipping; forward, backward is the clipping pass)\n")
+    print(f"| model | training | {' | '.join(columns)} | total | ratio |")
+    print("|---|---|" + "---:|" * (len(columns) + 2))
+    for model_name, trainers_parts in parts.items():
+        base = sum(trainers_parts["non-private"].values())
+        for name, times in trainers_parts.items():
+            cells = " | ".join(f"{times[c]:.3f}" if c in times else "" for c in columns)
+            total = sum(times.values())
+            print(f"| {model_name} | {name} | {cells} | {total:.3f} | {total / base:.2f}× |")
 
 
 if __name__ == "__main__":
