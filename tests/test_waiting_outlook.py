@@ -22,13 +22,16 @@ def pipeline(blocks: list[str], epsilon: float, gpus: int = 0, cpus: float = 1.0
             "resources": {"gpus": gpus, "cpus": cpus}}
 
 
-def database(path: Path, accounting: str = "basic", serving: tuple[str, dict] | None = None,
-             pool: Pool = Pool(("0", "1"), 4.0, 0)) -> ps.Client:
+#: The compute the tests' scheduler serves with: two GPUs and four CPUs.
+POOL = Pool(("0", "1"), 4.0, 0)
+
+
+def database(path: Path, accounting: str = "basic", serving: tuple[str, dict] | None = None) -> ps.Client:
     """A dataset ``d`` of two blocks, nothing unlocked, served (as recorded) by ``serving``."""
     client = ps.connect(path)
     client.create_dataset("d", epsilon=1.0 if accounting == "basic" else 10.0, delta=1e-6, accounting=accounting)
     client.add_blocks("d", ["b0", "b1"])
-    client.runs.record_pool(pool)
+    client.runs.record_pool(POOL)
     if serving is not None:
         spec = make_policy(serving[0], **serving[1])
         client.runs.record_policy(spec.name, spec.params)
