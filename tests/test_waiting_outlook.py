@@ -86,6 +86,8 @@ def test_under_a_per_arrival_rule_the_reason_counts_the_arrivals_still_needed(tm
     scheduler(client, "dpf-n", n=10).unlock(0.0)
     assert (client.reasons("d")[run.id].code, client.reasons("d")[run.id].arrivals) == ("budget", 1)
     client.submit(pipeline(["b0"], 0.9))
+    due = client.reasons("d")[run.id]  # counted, not yet unlocked
+    assert due.arrivals == 0 and "the arrivals so far release enough at the scheduler's next unlock" in due.text()
     scheduler(client, "dpf-n", n=10).unlock(0.0)
     assert client.reasons("d")[run.id].code == "turn"
 

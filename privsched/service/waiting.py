@@ -92,6 +92,8 @@ class WaitingReason:
             return "; no further unlock is enough, waits for budget to be released"
         if self.unlock == "time":
             return f"; fits by {_clock(self.fits_at or 0.0)} (block {self.unlock_block}) if nothing else is granted"
+        if not self.arrivals:
+            return "; the arrivals so far release enough at the scheduler's next unlock"
         return f"; fits after {self.arrivals} more arrival(s) on block {self.unlock_block} if nothing else is granted"
 
     def short(self) -> str:
