@@ -147,3 +147,17 @@ def test_the_api_gives_the_same_outlook_as_the_local_client(server: Server):  # 
     assert there[waiting.id].unlock == "time" and there[waiting.id].unlock_block is None  # all unlocked already
     assert there[granted.id].code == "compute" and there[granted.id].free == "1 GPU(s), 0 CPU(s)"
     assert {k: v.to_dict() for k, v in there.items()} == {k: v.to_dict() for k, v in here.items()}
+
+
+def test_the_dashboard_shows_why_a_pipeline_waits_on_its_page_and_in_the_queue(server: Server):  # noqa: F811
+    with ps.connect(server.db) as local:
+        local.runs.record_pool(Pool((), 2.0, 0))
+        first = local.submit(spec(blocks=["b0"], epsilon=0.9))
+        local.ledger.grant([first.id])
+        waiting = local.submit(spec(blocks=["b0"], epsilon=0.5))
+    status, page = server.call("GET", f"/v1/dashboard/pipelines/{waiting.id}", user="alice")
+    assert status == 200 and page["waiting"].startswith("budget: block b0 ε needs 0.5, unlocked 0.1")
+    status, queue = server.call("GET", "/v1/dashboard/queue", user="alice")
+    assert [row["reason"] for row in queue["granted"]] == [
+        "compute: fits the free compute, starts at the scheduler's next pass; rank 1/1 (grant)"]
+    assert server.call("GET", f"/v1/dashboard/pipelines/{first.id}", user="alice")[1]["waiting"].startswith("compute")
