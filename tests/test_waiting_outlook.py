@@ -46,6 +46,16 @@ def scheduler(client: ps.Client, policy: str, **options: object) -> Scheduler:
     return live
 
 
+def assert_fits_from(client: ps.Client, run_id: int, at: float, lifetime: float) -> None:
+    """The live DPF-T scheduler's unlock an instant before ``at`` leaves the pipeline short of
+    budget; its unlock at ``at`` lets it fit."""
+    live = scheduler(client, "dpf-t", lifetime=lifetime)
+    live.unlock(math.nextafter(at, 0.0))
+    assert client.reasons("d")[run_id].code == "budget"
+    live.unlock(at)
+    assert client.reasons("d")[run_id].code == "turn"
+
+
 def test_under_a_per_time_rule_the_reason_gives_the_time_the_scheduler_will_have_unlocked_enough(tmp_path):
     client = database(tmp_path / "p.db", serving=("dpf-t", {"lifetime": 1000.0}))
     run = client.submit(pipeline(["b0", "b1"], 0.3))
@@ -54,11 +64,7 @@ def test_under_a_per_time_rule_the_reason_gives_the_time_the_scheduler_will_have
     assert (why.code, why.unlock, why.order) == ("budget", "time", "dpf-t")
     assert why.fits_at == pytest.approx(created + 300.0, abs=1.0)
     assert why.unlock_block in ("b0", "b1") and "if nothing else is granted" in why.text()
-    live = scheduler(client, "dpf-t", lifetime=1000.0)
-    live.unlock(math.nextafter(why.fits_at, 0.0))
-    assert client.reasons("d")[run.id].code == "budget"
-    live.unlock(why.fits_at)
-    assert client.reasons("d")[run.id].code == "turn"
+    assert_fits_from(client, run.id, why.fits_at, 1000.0)
 
 
 def test_under_rdp_the_estimate_holds_at_some_order(tmp_path):
@@ -68,11 +74,7 @@ def test_under_rdp_the_estimate_holds_at_some_order(tmp_path):
     created = client.blocks("d")[0].created_at
     assert (why.code, why.unlock, why.unlock_block) == ("budget", "time", "b0")
     assert created + 100 < why.fits_at < created + 400  # α = 5: d = 2.5 of ε_G(5) = 6.55
-    live = scheduler(client, "dpf-t", lifetime=500.0)
-    live.unlock(math.nextafter(why.fits_at, 0.0))
-    assert client.reasons("d")[run.id].code == "budget"
-    live.unlock(why.fits_at)
-    assert client.reasons("d")[run.id].code == "turn"
+    assert_fits_from(client, run.id, why.fits_at, 500.0)
 
 
 def test_under_a_per_arrival_rule_the_reason_counts_the_arrivals_still_needed(tmp_path):
