@@ -163,3 +163,16 @@ def test_the_dashboard_shows_why_a_pipeline_waits_on_its_page_and_in_the_queue(s
     assert [row["reason"] for row in queue["granted"]] == [
         "compute: fits the free compute, starts at the scheduler's next pass; rank 1/1 (grant)"]
     assert server.call("GET", f"/v1/dashboard/pipelines/{first.id}", user="alice")[1]["waiting"].startswith("compute")
+
+
+def test_an_api_served_beside_a_scheduler_ranks_and_estimates_with_that_scheduler_s_policy(tmp_path):
+    from privsched.ledger.identities import Identities
+    from privsched.server.runner import Listen, http_api
+
+    client = database(tmp_path / "p.db")  # no recorded policy: only the one handed to the API
+    run = client.submit(pipeline(["b0"], 0.25))
+    with Identities(client.path) as identities:
+        token = identities.add_user("ana", "viewer")
+    with http_api(client.path, Listen("127.0.0.1", 0), policy=make_policy("dpf-n", n=10)) as bound:
+        why = ps.connect(bound.url, token=token).reasons("d")[run.id]
+    assert (why.order, why.unlock, why.arrivals, why.unlock_block) == ("dpf-n", "arrivals", 2, "b0")
