@@ -169,9 +169,11 @@ def _outlooks(view: PendingView, state: UnlockState, pipelines: np.ndarray,
     else:
         when = arrivals_to_fit(rule, *balances, state.arrivals[rows], state.now - state.created[rows]).astype(float)
         never = when < 0
+    owners = view.edge_pipeline[edges]  # edges come grouped by pipeline
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
     found = {}
-    for p in pipelines.tolist():
-        mine = np.flatnonzero(view.edge_pipeline[edges] == p)
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(owners)]):
+        p, mine = int(owners[start]), np.arange(start, end)
         fields: dict = {"unlock": "time" if by_time else "arrivals"}
         if not never[mine].any():
             last = mine[np.argmax(when[mine])]
