@@ -18,8 +18,6 @@ ABOVE_WORKLOADS = {"privsched.demo"}
 KNOWN_CYCLES = {
     ("privsched.jobs", "privsched.trainers"): "built-in job planning (privsched/jobs/builtin.py) still lives in jobs and "
     "imports the trainers, which import the job context: it belongs next to the trainers",
-    ("privsched.client", "privsched.remote"): "connect() in privsched/client.py returns the remote client, which uses the "
-    "server's models and the local client's helpers, and the server uses the local client: connect belongs above both",
 }
 
 

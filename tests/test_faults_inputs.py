@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.service.preflight import record_columns
 
 
