@@ -2,7 +2,7 @@
 that could not read its data.
 
 A built-in job (``kind: statistic`` or ``dpsgd``) reads each granted block's ``.npz`` file
-(:mod:`privsched.trainers.data`). Before it is started, every granted block must have a
+(:mod:`privsched.jobs.records`). Before it is started, every granted block must have a
 location naming an existing file, and that file must hold the per-record columns the job
 reads (a statistic's ``column``; DP-SGD's ``tokens`` and its ``target``). Only the file's
 array names and shapes are read (its zip directory and ``.npy`` headers), never its records,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privsched.trainers.data import METADATA
+from privsched.jobs.records import METADATA
 
 
 def needed_columns(job: dict) -> list[str]:
