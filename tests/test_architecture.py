@@ -14,6 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 PURE = {"privsched.budgets": {"privsched.errors"}, "privsched.policies": {"privsched.budgets", "privsched.errors"}}
 #: The applications at the top that may use the reference workloads directly.
 ABOVE_WORKLOADS = {"privsched.demo"}
+
+
 def unit(module: str) -> str | None:
     """The unit an import belongs to: ``workloads``, ``privsched.<package or module>``,
     or None for anything outside the project."""
@@ -105,7 +107,7 @@ def test_the_trainers_use_the_job_contract_and_jobs_import_no_trainer() -> None:
     assert "privsched.trainers" not in graph["privsched.jobs"]
 
 
-def test_the_local_and_the_remote_client_import_neither_the_other_nor_the_server() -> None:
+def test_neither_client_imports_the_other_and_the_local_client_does_not_import_the_server() -> None:
     graph = import_graph()
     assert not {"privsched.remote", "privsched.server"} & graph["privsched.client"]
     assert "privsched.client" not in graph["privsched.remote"]
