@@ -21,8 +21,6 @@ from privsched.budgets.mechanisms import Composed, EpsilonDelta, Gaussian, Mecha
 
 #: A clipping bound of a statistic.
 Bound = bounded(-1e15, 1e15)
-#: Noise of a DP statistic.
-NOISE_KINDS: tuple[str, ...] = ("laplace", "gaussian")
 
 
 class StatisticJob(BaseModel):
