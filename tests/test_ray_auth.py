@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import connect
+from privsched import connect
 from privsched.service.executors.ray import RayExecutor
 from privsched.service.executors.ray_local import local_cluster
 from tests.test_ray_executor import db, ended, serving, user_job, wait_until  # noqa: F401 -- db: the fixture
