@@ -58,11 +58,11 @@ def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dic
 
 
 def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Median process CPU milliseconds per step of each part of a step, for a non-private
-    trainer ("plain") and single-pass ghost clipping trainers: drawing the batch, forward and
-    backward (the clipping pass, for DP-SGD), the DP optimizer's pre-step (noise, scaling by
-    q·n, the accountant) and the Adam update. Trainers alternate step
-    by step so that load from other processes hits all alike."""
+    """Median process CPU milliseconds of each part of a step, for a non-private trainer
+    and single-pass ghost clipping trainers: zeroing the gradients, drawing the batch (and
+    moving it to the device), forward and backward (the clipping pass, for DP-SGD), the DP
+    optimizer's pre-step (noise, scaling by q·n, the accountant) and the Adam update.
+    Trainers alternate step by step so that load from other processes hits all alike."""
     parts: dict[str, dict[str, list[float]]] = {name: {} for name in trainers}
     iterators = {name: iter(()) for name in trainers}
     for _ in range(steps * repeats):
@@ -77,6 +77,7 @@ def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[
             except StopIteration:
                 iterators[name] = iter(trainer.batches)
                 inputs, labels = next(iterators[name])
+            inputs, labels = inputs.to(trainer.device), labels.to(trainer.device)
             marks.append(("batch", clock()))
             if trainer.clipping is None:
                 trainer.criterion(trainer.module(inputs), labels).backward()
