@@ -19,11 +19,12 @@ import random
 import sqlite3
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 
@@ -89,6 +90,15 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
         if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
             raise StorageFull(f"database error: {exc}") from exc
         raise LedgerError(f"database error: {exc}") from exc
+
+
+def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[..., T], *args: Any,
+           immediate: bool = True) -> T:
+    """``step(*args)`` as one transaction on ``db`` (``immediate``: a write), one at a time on
+    this connection (:func:`~privsched.ledger.connection.run_transaction` reruns it whole
+    while the database is busy)."""
+    with lock:
+        return run_transaction(db, lambda: step(*args), immediate=immediate)
 
 
 def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
