@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import sqlite_utils
 
 from privsched.ledger.errors import LedgerError, StorageFull
-from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
+from privsched.ledger.schema import APPLICATION_ID, MIGRATES_FROM, SCHEMA_VERSION, create_schema, migrate
 
 T = TypeVar("T")
 
@@ -223,6 +223,9 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path} is not a privsched database ({exc})") from exc
     if app_id == APPLICATION_ID:
+        if MIGRATES_FROM <= version < SCHEMA_VERSION:
+            _upgrade(conn)
+            version = SCHEMA_VERSION
         if version < SCHEMA_VERSION:
             raise LedgerError(
                 f"{path} has the older ledger schema version {version} (no hash-chained event log); this "
@@ -240,6 +243,19 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
     if not create:
         raise LedgerError(f"{path} is an empty file, not a privsched database (run `privsched init`)")
     _initialise(conn)
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Migrate an older schema in place (:func:`~privsched.ledger.schema.migrate`); safe
+    against a concurrent upgrader."""
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+    def step() -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:  # another process may have upgraded it while we waited
+            migrate(db, version)
+
+    run_transaction(db, step)
 
 
 def _initialise(conn: sqlite3.Connection) -> None:

@@ -24,6 +24,7 @@ import sqlite_utils
 
 from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
+from privsched.ledger.models import OPERATOR, SCHEDULER
 from privsched.ledger.quotas import TABLE as QUOTA_TABLE
 
 T = TypeVar("T")
@@ -121,8 +122,11 @@ class Identities:
 
     # ------------------------------------------------------------------------ users
     def add_user(self, name: str, role: str, team: str | None = None, now: float | None = None) -> str:
-        """Create a user and return its bearer token: shown once, only its hash is kept."""
+        """Create a user and return its bearer token: shown once, only its hash is kept. The
+        names the ledger records for the operator and the scheduler are not user names."""
         name = check_name(name, "user name")
+        if name in (OPERATOR, SCHEDULER):
+            raise LedgerError(f"user name {name!r} is reserved: the event log records the {name} under it")
         if role not in ROLES:
             raise LedgerError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
         team = None if team is None else check_name(team, "team name")

@@ -31,7 +31,9 @@ from privsched.ledger.chain import parse_head
 from privsched.ledger.connection import open_database
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
+    OPERATOR,
     PIPELINE_STATES,
+    SCHEDULER,
     AuditReport,
     BlockInfo,
     BlockSpec,
@@ -50,10 +52,14 @@ class Ledger:
     """Privacy budget accounts of datasets, blocks and pipelines in one SQLite file.
 
     Safe to open from many processes at once; one instance may be shared by threads
-    (its transactions are serialised)."""
+    (its transactions are serialised). Every event records who caused it: the ``actor``
+    a write method is given (a server passes its authenticated user's name), else
+    :data:`SCHEDULER` while this ledger holds the scheduler lease, else the ledger's own
+    ``actor`` (:data:`OPERATOR`, whoever opened the file)."""
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = False) -> None:
+    def __init__(self, path: str | os.PathLike, *, create: bool = False, actor: str = OPERATOR) -> None:
         self.path = Path(path)
+        self.actor = check.name(actor, "actor")
         self.db = open_database(self.path, create=create)
         self._reader = Reader(self.db)  # its queries, and the datasets it has read
         self._lock = threading.RLock()  # one transaction at a time on this connection
@@ -78,14 +84,17 @@ class Ledger:
         return f"Ledger({str(self.path)!r})"
 
     # ----------------------------------------------------------------- transactions
-    def _write(self, step: Callable[..., T], *args: Any, now: float | None = None) -> T:
+    def _write(self, step: Callable[..., T], *args: Any, now: float | None = None, actor: str | None = None) -> T:
         """``step(tx, *args)`` (a transition of :mod:`~privsched.ledger.lifecycle` or
-        :mod:`~privsched.ledger.catalog`) as one write transaction at ``now``; while this ledger
-        holds the scheduler lease, it first checks, inside the transaction, that the lease was
-        not taken over since (:mod:`~privsched.ledger.transaction`)."""
+        :mod:`~privsched.ledger.catalog`) as one write transaction at ``now``, caused by
+        ``actor``; while this ledger holds the scheduler lease, it first checks, inside the
+        transaction, that the lease was not taken over since (:mod:`~privsched.ledger.transaction`)."""
+        who = check.name(actor, "actor") if actor is not None else None
         at = check.now_or_clock(now)
         with self._lock:
-            return transaction.write(self._lock, self._reader, self._fence, at, step, *args)
+            fence = self._fence
+            default = SCHEDULER if fence is not None else self.actor
+            return transaction.write(self._lock, self._reader, fence, at, who or default, step, *args)
 
     def _lease_write(self, step: Callable[..., T], *args: Any) -> T:
         """``step(db, *args)`` as one write transaction that the lease's fence does not guard
@@ -109,6 +118,8 @@ class Ledger:
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
         now: float | None = None,
+        *,
+        actor: str | None = None,
     ) -> DatasetInfo:
         """Register a dataset with its global guarantee (ε_G, δ_G) and accounting mode; every
         block of it gets capacity ε_G, or the curve ε_G(α) of docs/design.md §3.2 under RDP."""
@@ -127,7 +138,7 @@ class Ledger:
                 "raise epsilon or delta, or add larger orders"
             )
         return self._write(catalog.create_dataset, name, mode, float(epsilon), float(delta), conversion, capacity,
-                           now=now)
+                           now=now, actor=actor)
 
     def get_dataset(self, name: str) -> DatasetInfo:
         return self._read(self._reader.dataset, name)
@@ -142,6 +153,8 @@ class Ledger:
         blocks: Sequence[BlockSpec | str],
         unlocked_fraction: float = 0.0,
         now: float | None = None,
+        *,
+        actor: str | None = None,
     ) -> list[BlockInfo]:
         """Add blocks with the dataset's capacity, all locked except ``unlocked_fraction``."""
         specs = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
@@ -155,7 +168,7 @@ class Ledger:
                 raise LedgerError(f"block location must be a string, got {spec.location!r}")
         keys = check.unique((s.key for s in specs), "block key")
         fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
-        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, now=now)
+        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, now=now, actor=actor)
 
     def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self._read(self._reader.dataset_blocks, dataset, active_only)
@@ -164,10 +177,10 @@ class Ledger:
         return self._read(self._reader.block, dataset, key)
 
     # -------------------------------------------------------------------- pipelines
-    def submit(self, request: PipelineRequest, now: float | None = None) -> int:
+    def submit(self, request: PipelineRequest, now: float | None = None, *, actor: str | None = None) -> int:
         """Record a pending pipeline; reject it (nothing written) if it is malformed or can
         never be granted (docs/design.md §4.4)."""
-        return self.submit_many([request], now)[0]
+        return self.submit_many([request], now, actor=actor)[0]
 
     def submit_many(
         self,
@@ -175,13 +188,21 @@ class Ledger:
         now: float | None = None,
         *,
         claim: Callable[[list[int]], None] | None = None,
+        actor: str | Sequence[str] | None = None,
     ) -> list[int]:
         """Submit several pipelines in one transaction: all are recorded, or none.
 
         ``claim(ids)`` runs inside that transaction once the pipelines are inserted (on
         this ledger's connection): what it writes commits with them, and if it raises,
-        nothing is recorded (e.g. who submitted them, under which submission id)."""
-        return self._write(lifecycle.submit_many, list(requests), claim, now=now)
+        nothing is recorded (e.g. who submitted them, under which submission id).
+        ``actor``: who submits them all, or one actor per request."""
+        requests = list(requests)
+        if actor is None or isinstance(actor, str):
+            return self._write(lifecycle.submit_many, requests, None, claim, now=now, actor=actor)
+        actors = [check.name(a, "actor") for a in actor]
+        if len(actors) != len(requests):
+            raise LedgerError(f"{len(actors)} actors for {len(requests)} submissions")
+        return self._write(lifecycle.submit_many, requests, actors, claim, now=now)
 
     def get_pipeline(self, pipeline_id: int) -> PipelineInfo:
         (pipeline_id,) = check.ids([pipeline_id])
@@ -197,14 +218,14 @@ class Ledger:
         return self._read(self._reader.pipelines_in, wanted, dataset)
 
     # ----------------------------------------------------------------- budget moves
-    def unlock(self, fractions: Mapping[int, float], now: float | None = None) -> None:
+    def unlock(self, fractions: Mapping[int, float], now: float | None = None, *, actor: str | None = None) -> None:
         """Unlock ``fraction × capacity`` of each block at every dimension, capped at what is
         still locked (docs/design.md §4.1)."""
         wanted = {}
         for block_id, fraction in dict(fractions).items():
             (block_id,) = check.ids([block_id], "block id")
             wanted[block_id] = check.finite_number(fraction, f"unlock fraction of block {block_id}")
-        self._write(catalog.unlock, wanted, now=now)
+        self._write(catalog.unlock, wanted, now=now, actor=actor)
 
     def grant(self, pipeline_ids: Sequence[int], now: float | None = None) -> list[int]:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
@@ -232,25 +253,26 @@ class Ledger:
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.complete, pipeline_id, spent, now=now)
 
-    def fail(self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None) -> None:
+    def fail(self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None, *,
+             actor: str | None = None) -> None:
         """→ failed. A job that touched data consumes its whole allocation (a partial model
         may already have leaked); one that did not releases it (docs/design.md §4.4)."""
         (pipeline_id,) = check.ids([pipeline_id])
         if not isinstance(message, str):
             raise LedgerError(f"failure message must be a string, got {message!r}")
-        self._write(lifecycle.fail, pipeline_id, message, touched_data, now=now)
+        self._write(lifecycle.fail, pipeline_id, message, touched_data, now=now, actor=actor)
 
-    def cancel(self, pipeline_id: int, now: float | None = None) -> None:
+    def cancel(self, pipeline_id: int, now: float | None = None, *, actor: str | None = None) -> None:
         """pending → cancelled; granted (job not started) → cancelled, allocation released."""
         (pipeline_id,) = check.ids([pipeline_id])
-        self._write(lifecycle.cancel, pipeline_id, now=now)
+        self._write(lifecycle.cancel, pipeline_id, now=now, actor=actor)
 
-    def release(self, pipeline_id: int, reason: str, now: float | None = None) -> None:
+    def release(self, pipeline_id: int, reason: str, now: float | None = None, *, actor: str | None = None) -> None:
         """Admin act: return a failed pipeline's consumed budget to unlocked, with a reason
         kept in the event log (docs/design.md §4.4)."""
         (pipeline_id,) = check.ids([pipeline_id])
         reason = check.name(reason, "release reason")
-        self._write(lifecycle.release, pipeline_id, reason, now=now)
+        self._write(lifecycle.release, pipeline_id, reason, now=now, actor=actor)
 
     def expire(self, now: float | None = None) -> list[int]:
         """Pending pipelines past their timeout → timed_out (nothing was allocated)."""

@@ -26,10 +26,15 @@ from privsched.ledger.transaction import Transaction
 _SET_CONSUMED = "UPDATE demands SET consumed = ? WHERE pipeline_id = ? AND block_id = ?"
 
 
-def submit_many(tx: Transaction, requests: list[PipelineRequest],
+def submit_many(tx: Transaction, requests: list[PipelineRequest], actors: list[str] | None,
                 claim: Callable[[list[int]], None] | None) -> list[int]:
-    """Record pending pipelines (all or none); ``claim(ids)`` runs inside the transaction."""
-    ids = [_insert_pipeline(tx, request) for request in requests]
+    """Record pending pipelines (all or none), each submitted by its actor (default: the
+    transaction's); ``claim(ids)`` runs inside the transaction."""
+    ids = []
+    for i, request in enumerate(requests):
+        if actors is not None:
+            tx.moves.actor = actors[i]
+        ids.append(_insert_pipeline(tx, request))
     if claim is not None:
         claim(ids)
     return ids

@@ -43,16 +43,16 @@ class Transaction:
         return self.db.execute(sql, list(params)).fetchall()
 
 
-def write(lock: threading.RLock, read: Reader, fence: tuple[str, int] | None, at: float,
+def write(lock: threading.RLock, read: Reader, fence: tuple[str, int] | None, at: float, actor: str,
           step: Callable[..., T], *args: Any) -> T:
-    """``step(tx, *args)`` as one write transaction at clock ``at``; with a ``fence``
-    (holder, generation), refused unless that lease is still current (checked first,
-    inside the transaction)."""
+    """``step(tx, *args)`` as one write transaction at clock ``at``, its events caused by
+    ``actor``; with a ``fence`` (holder, generation), refused unless that lease is still
+    current (checked first, inside the transaction)."""
 
     def attempt() -> T:
         if fence is not None:
             lease.check_fence(read.db, *fence)
-        tx = Transaction(read.db, Moves(read.db, at), read, None if fence is None else fence[1])
+        tx = Transaction(read.db, Moves(read.db, at, actor), read, None if fence is None else fence[1])
         result = step(tx, *args)
         tx.moves.flush()
         return result
