@@ -156,16 +156,21 @@ class Ledger:
         *,
         actor: str | None = None,
     ) -> list[BlockInfo]:
-        """Add blocks with the dataset's capacity, all locked except ``unlocked_fraction``."""
-        specs = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
-        if not specs:
+        """Add blocks with the dataset's capacity, all locked except ``unlocked_fraction``.
+        A block's location must be a file or folder this process can read (recorded as an
+        absolute path); a block may have none, and then a built-in job granted it fails before
+        it starts, at no cost (the scheduler's preflight)."""
+        given = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
+        if not given:
             raise LedgerError("no blocks to add")
-        for spec in specs:
+        specs = []
+        for spec in given:
             if not isinstance(spec, BlockSpec):
                 raise LedgerError(f"expected a BlockSpec or a key, got {spec!r}")
             check.name(spec.key, "block key")
             if spec.location is not None and not isinstance(spec.location, str):
                 raise LedgerError(f"block location must be a string, got {spec.location!r}")
+            specs.append(spec if spec.location is None else BlockSpec(spec.key, check.location(spec.location, spec.key)))
         keys = check.unique((s.key for s in specs), "block key")
         fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
         return self._write(catalog.add_blocks, dataset, specs, keys, fraction, now=now, actor=actor)
