@@ -140,7 +140,8 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
 def _probe(path: Path, create: bool) -> Path:
     """The absolute path of a database file that can be opened (or, with ``create``,
     created); otherwise a :class:`LedgerError` of one line naming why: missing, a folder or
-    another non-regular file, a symbolic-link loop, no permission, a read-only file system."""
+    another non-regular file, a symbolic-link loop, a folder or a file privsched may not
+    write, a read-only file system."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -161,6 +162,9 @@ def _probe(path: Path, create: bool) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         why = "a read-only file system" if _read_only(folder) else "a folder privsched cannot write to"
         raise LedgerError(f"cannot open {path}: {folder} is {why} (the ledger writes its journal next to it)")
+    if info is not None and not os.access(resolved, os.R_OK | os.W_OK):
+        raise LedgerError(f"cannot open {path}: the file is read-only for privsched (every command may write to "
+                          f"the ledger; mode {stat.S_IMODE(info.st_mode):04o})")
     return resolved
 
 
