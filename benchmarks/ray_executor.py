@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from privsched.client import Client, Run, connect  # noqa: E402
+from privsched import connect  # noqa: E402
+from privsched.client import Client, Run  # noqa: E402
 from privsched.service.executors.ray_local import local_cluster  # noqa: E402
 
 JOB = {"function": "tests.test_ray_jobs:reports_gpus", "pythonpath": [str(REPO)]}

@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.jobs.runner import JobResult
 from privsched.ledger import (
     AuditReport,
     BlockInfo,
-    BlockSpec,
     DatasetInfo,
     Event,
     Ledger,
@@ -54,36 +54,19 @@ from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load
 
 #: Where a pipeline's life ends.
 
-BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
 
 
-def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None):
-    """A client of a privsched database (created on first use unless ``create=False``):
-    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder. An
-    ``http(s)://`` address instead gives a :class:`privsched.remote.RemoteClient` of that
-    server, with the same methods, authenticated by ``token`` (else ``$PRIVSCHED_TOKEN``)."""
-    if isinstance(path, str) and path.startswith(("http://", "https://")):
-        from privsched.remote import RemoteClient
-
-        return RemoteClient(path, token)
+def open_client(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
+    """A client of the database ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the
+    current folder (created on first use unless ``create=False``); :func:`privsched.connect`
+    also reaches servers."""
     given = Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db")
     try:
         resolved = given.resolve()
     except (OSError, RuntimeError) as exc:  # a symbolic-link loop
         raise LedgerError(f"cannot open {given}: {exc}") from None
     return Client(resolved, create=create)
-
-
-def _block_spec(block: BlockLike) -> BlockSpec:
-    if isinstance(block, BlockSpec):
-        return block
-    if isinstance(block, str):
-        return BlockSpec(block)
-    if isinstance(block, Mapping):
-        return BlockSpec(str(block["key"]), block.get("location"))
-    key, location = block
-    return BlockSpec(str(key), None if location is None else str(location))
 
 
 def function_reference(fn: Callable) -> tuple[str, list[str]]:
@@ -224,7 +207,7 @@ class Client:
                    actor: str | None = None) -> list[BlockInfo]:
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
-        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks], unlocked_fraction=unlocked,
+        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked,
                                       actor=actor)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
