@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import connect
+from privsched import connect
 from privsched.ledger import LedgerError
 from tests.cli_inprocess import invoke
 from tests.conftest import dump_database
