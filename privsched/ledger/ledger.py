@@ -28,7 +28,7 @@ from privsched.ledger import catalog, launches, lease, lifecycle, transaction
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
 from privsched.ledger.chain import parse_head
-from privsched.ledger.connection import open_database
+from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
     OPERATOR,
@@ -99,14 +99,11 @@ class Ledger:
     def _lease_write(self, step: Callable[..., T], *args: Any) -> T:
         """``step(db, *args)`` as one write transaction that the lease's fence does not guard
         (taking, renewing and dropping the lease itself)."""
-        return transaction.locked(self._lock, self.db, step, self.db, *args)
+        return locked(self._lock, self.db, step, self.db, *args)
 
     def _read(self, body: Callable[..., T], *args: Any) -> T:
         """``body(*args)`` in one read transaction: a consistent view across its queries."""
-        return transaction.locked(self._lock, self.db, body, *args, immediate=False)
-
-    def _sql(self, sql: str, params: Sequence | None = None) -> list[tuple]:
-        return self._reader.sql(sql, params)
+        return locked(self._lock, self.db, body, *args, immediate=False)
 
     # --------------------------------------------------------------------- datasets
     def create_dataset(
