@@ -44,7 +44,8 @@ sys.path.insert(0, str(REPO))
 
 from service import build, probe_spec  # noqa: E402 -- benchmarks/service.py, beside this script
 from privsched.ledger import BlockSpec  # noqa: E402
-from privsched.client import Client, connect  # noqa: E402
+from privsched import connect  # noqa: E402
+from privsched.client import Client  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
@@ -146,7 +147,7 @@ def main() -> None:
     found: dict[str, Measures] = {}
     for name, source in sources.items():
         keys = [f"free-{name[:4]}-{i:04d}" for i in range(2 * THREADS * args.probes)]
-        local.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+        local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
         with api_server(env, source, local) as url:
             found[name] = measure(url, token, db, keys, args.submissions, args.probes)
             if name == "this code":
