@@ -158,6 +158,7 @@ def api_latencies(client: Client, keys: list[str]) -> list[float]:
 @contextmanager
 def serving(client: Client, env: dict, source: Path) -> Iterator[None]:
     """``privsched serve`` (dpf-n, n = 10^9, 1 s ticks) of the code in ``source`` on the database."""
+    warm_up = free_blocks(client, f"warm-up-{time.time_ns()}", 1)  # added before it starts: not while it recovers
     server = subprocess.Popen(
         [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
         env={**env, "PYTHONPATH": str(source)}, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -169,7 +170,7 @@ def serving(client: Client, env: dict, source: Path) -> Iterator[None]:
             if server.poll() is not None:
                 raise RuntimeError(f"the scheduler did not start: {server.stderr.read()}")
             time.sleep(0.05)
-        api_latencies(client, free_blocks(client, f"warm-up-{time.time_ns()}", 1))  # its first pass sees the backlog
+        api_latencies(client, warm_up)  # its first pass sees the backlog
         yield
         ok = True
     finally:
