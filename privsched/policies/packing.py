@@ -22,10 +22,6 @@ import numpy as np
 from privsched.policies.admission import EdgeTable
 
 
-def _lowest_bit(index: np.ndarray) -> np.ndarray:
-    return index & -index
-
-
 def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarray, first: np.ndarray) -> np.ndarray:
     """Edges grouped by block, ascending, and by demand within a block, for every column
     of ``demand`` (E, K): an (E, K) array of edge indices (ties in any order: a packing
@@ -53,94 +49,55 @@ def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarra
 
 
 class Packing:
-    """Packing counts of every (block, live order) and the best order of every block."""
+    """Packing counts of every (block, live order) and the best order of every block.
+
+    The trees are built, updated and descended by the compiled loops of
+    :mod:`privsched.policies.dpack_kernels`."""
 
     def __init__(self, table: EdgeTable, available: np.ndarray) -> None:
+        from privsched.policies import dpack_kernels
+
         #: Orders live on at least one block; counts and trees cover these columns only.
-        self.columns = np.flatnonzero(table.live.any(axis=0))
-        self.live = table.live[:, self.columns]
-        self.table = table
-        self.size = np.bincount(table.block, minlength=table.n_blocks)
-        self.first = np.cumsum(self.size) - self.size
+        self.columns = np.flatnonzero(table.live.any(axis=0)).astype(np.intp)
+        self.block = np.ascontiguousarray(table.block, dtype=np.intp)
+        self.demand = np.ascontiguousarray(table.demand, dtype=float)
+        self.live = np.ascontiguousarray(table.live, dtype=bool)
+        self.size = np.bincount(table.block, minlength=table.n_blocks).astype(np.intp)
+        self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
         #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
         self.best = np.zeros(table.n_blocks, dtype=np.intp)
-        demand = table.demand[:, self.columns]
-        n_edges = len(demand)
-        sorted_edges = _sorted_within_blocks(table.block, demand, self.size, self.first)
+        n_edges, width = len(table.block), len(self.columns)
+        sorted_edges = _sorted_within_blocks(self.block, self.demand[:, self.columns], self.size, self.first)
+        #: Edges grouped by block (any order within a block).
+        self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
         #: Row of each edge's demand in the trees, per column.
-        self.row_of = np.empty_like(sorted_edges)
-        np.put_along_axis(self.row_of, sorted_edges, np.arange(n_edges)[:, None], axis=0)
-        block_of_row = np.repeat(np.arange(table.n_blocks), self.size)
+        self.row_of = np.empty((n_edges, width), dtype=np.intp)
         #: Tree index (1-based, within its block) of each row.
-        self.index = np.arange(n_edges) - self.first[block_of_row] + 1
-        self.sums = np.take_along_axis(demand, sorted_edges, axis=0)
-        self.pending = np.ones(demand.shape)  # float: counts stay exact, updates take the fast path
-        self._build(self.size[block_of_row])
+        self.index = np.empty(n_edges, dtype=np.intp)
+        #: Per row and column, the tree node's demand sum and pending count side by side
+        #: (one cache line serves both).
+        self.trees = np.empty((n_edges, width, 2))
+        dpack_kernels.build_trees(np.ascontiguousarray(sorted_edges, dtype=np.intp), self.demand, self.columns,
+                                  self.first, self.size, self.trees, self.row_of, self.index)
         self.refresh(np.flatnonzero(self.size), available)
-
-    def _build(self, block_size: np.ndarray) -> None:
-        """Turn the sorted leaves into trees: every node adds itself to its parent, level by
-        level (nodes of one level have distinct parents)."""
-        step = _lowest_bit(self.index)
-        has_parent = self.index + step <= block_size
-        bit = 1
-        while bit <= block_size.max(initial=0):
-            rows = np.flatnonzero(has_parent & (step == bit))
-            self.sums[rows + bit] += self.sums[rows]
-            self.pending[rows + bit] += self.pending[rows]
-            bit <<= 1
 
     def remove(self, edges: np.ndarray) -> None:
         """Granted edges stop counting as pending: subtract them along their tree paths."""
-        if not edges.size or not self.columns.size:
-            return
-        width = len(self.columns)
-        blocks = self.table.block[edges]
-        index = self.index[self.row_of[edges]].ravel()
-        first, size = np.repeat(self.first[blocks], width), np.repeat(self.size[blocks], width)
-        column = np.tile(np.arange(width), len(edges))
-        demand = self.table.demand[edges][:, self.columns].ravel()
-        flat_sums, flat_pending = self.sums.reshape(-1), self.pending.reshape(-1)
-        while index.size:
-            flat = (first + index - 1) * width + column
-            np.subtract.at(flat_sums, flat, demand)
-            np.subtract.at(flat_pending, flat, np.ones(flat.size))
-            index = index + _lowest_bit(index)
-            active = index <= size
-            index, first, size, column, demand = (a[active] for a in (index, first, size, column, demand))
+        from privsched.policies import dpack_kernels
 
-    def counts(self, blocks: np.ndarray, available: np.ndarray) -> np.ndarray:
-        """Packing counts (len(blocks), columns) of ``blocks`` (each with ≥ 1 edge) against
-        ``available`` (B, K): one descent of each tree to its longest fitting prefix."""
-        width = len(self.columns)
-        size = self.size[blocks][:, None]
-        base = (self.first[blocks][:, None] - 1) * width + np.arange(width)
-        # A sum s ≥ 0 passes ``leq(s, budget)`` (exact) iff s ≤ budget.
-        limit = available[blocks][:, self.columns]
-        position = np.zeros(limit.shape, dtype=np.intp)
-        total = np.zeros(limit.shape)
-        count = np.zeros(limit.shape)
-        flat_sums, flat_pending = self.sums.reshape(-1), self.pending.reshape(-1)
-        step = 1 << (int(size.max(initial=1)).bit_length() - 1)
-        while step:
-            ahead = position + step
-            flat = base + np.minimum(ahead, size) * width
-            extended = total + flat_sums[flat]
-            take = (ahead <= size) & (extended <= limit)
-            position += take * step
-            total = np.where(take, extended, total)
-            count += take * flat_pending[flat]
-            step >>= 1
-        return count
+        dpack_kernels.remove_edges(np.asarray(edges, dtype=np.intp), self.block, self.demand, self.columns,
+                                   self.first, self.size, self.trees, self.row_of, self.index)
 
     def refresh(self, blocks: np.ndarray, available: np.ndarray) -> np.ndarray:
-        """Recount ``blocks`` (each with ≥ 1 edge) against ``available``; update their α*.
-        Returns the blocks whose best order changed."""
+        """Recount ``blocks`` (distinct, each with ≥ 1 edge) against ``available``; update
+        their α*. Returns the blocks whose best order changed."""
+        from privsched.policies import dpack_kernels
+
+        blocks = np.asarray(blocks, dtype=np.intp)
         if not blocks.size or not self.columns.size:
             return blocks[:0]  # without a live order nothing fits anywhere: α* is irrelevant
-        counts = self.counts(blocks, available)
-        counts[~self.live[blocks]] = -1
-        best = self.columns[np.argmax(counts, axis=1)]
-        changed = blocks[best != self.best[blocks]]
-        self.best[blocks] = best
-        return changed
+        changed = np.empty(len(blocks), dtype=np.intp)
+        n_changed = dpack_kernels.refresh_best(blocks, np.ascontiguousarray(available, dtype=float), self.live,
+                                               self.columns, self.first, self.size, self.trees, self.best,
+                                               changed)
+        return changed[:n_changed]

@@ -1,0 +1,381 @@
+"""DPack's per-grant loops, compiled with Numba (Tholoniat et al., EuroSys'25; docs/design.md §4.2).
+
+A DPack pass is about n / k rounds of k grants, and each round changes little: the blocks
+its grants touch and the candidates near the top. Worked as whole NumPy arrays, every
+round paid a few hundred array calls whatever it changed; here a round costs what it
+changes. :mod:`privsched.policies.dpack` and :mod:`privsched.policies.packing` hold the
+rules and their set-up; this module holds only the loops they run:
+
+- the packing trees (Fenwick 1994; layout in :mod:`privsched.policies.packing`): build,
+  remove granted demands, and recount a block's best order by one descent per order;
+- the pass: a binary heap of candidates keyed by a lower bound on their urgency (minus
+  the efficiency), evaluated lazily, walked best-effort in exact order, k grants a round.
+
+Every floating-point operation is the one the NumPy formulation makes, in the same order
+(a pipeline's cost is summed as ``np.add.reduceat`` sums a segment: the first term plus
+NumPy's pairwise sum of the rest), so the grants are those of the literal reference.
+Importing this module imports Numba; the policies import it only when a DPack pass runs.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+_jit = numba.njit(cache=True, error_model="numpy", nogil=True)
+
+
+# -- packing trees ---------------------------------------------------------------------------
+
+
+@_jit
+def build_trees(sorted_edges, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
+    """Fill the trees: leaves in sorted order, then every node adds itself to its parent."""
+    n_blocks, width = len(first), len(columns)
+    for b in range(n_blocks):
+        f, n = first[b], size[b]
+        for i in range(1, n + 1):
+            index[f + i - 1] = i
+        for c in range(width):
+            column = columns[c]
+            for i in range(n):
+                e = sorted_edges[f + i, c]
+                trees[f + i, c, 0] = demand[e, column]
+                trees[f + i, c, 1] = 1.0
+                row_of[e, c] = f + i
+            for i in range(1, n + 1):
+                parent = i + (i & -i)
+                if parent <= n:
+                    trees[f + parent - 1, c, 0] += trees[f + i - 1, c, 0]
+                    trees[f + parent - 1, c, 1] += trees[f + i - 1, c, 1]
+
+
+@_jit
+def _remove_edge(e, block, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
+    b = block[e]
+    f, n = first[b], size[b]
+    for c in range(len(columns)):
+        value = demand[e, columns[c]]
+        i = index[row_of[e, c]]
+        while i <= n:
+            trees[f + i - 1, c, 0] -= value
+            trees[f + i - 1, c, 1] -= 1.0
+            i += i & -i
+
+
+@_jit
+def remove_edges(edges, block, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
+    """Granted edges stop counting as pending: subtract them along their tree paths."""
+    for e in edges:
+        _remove_edge(e, block, demand, columns, first, size, trees, row_of, index)
+
+
+@_jit
+def _best_of_block(b, available, live, columns, first, size, trees):  # pragma: no cover
+    """The column (index into ``columns``) with the largest packing count of block b
+    against ``available``, ties to the smallest; non-live columns count −1."""
+    f, n = first[b], size[b]
+    top = 1
+    while top * 2 <= n:
+        top *= 2
+    best, best_count = 0, -2.0
+    for c in range(len(columns)):
+        count = -1.0
+        if live[b, columns[c]]:
+            limit = available[b, columns[c]]
+            position, total, count, step = 0, 0.0, 0.0, top
+            while step:
+                ahead = position + step
+                if ahead <= n:
+                    extended = total + trees[f + ahead - 1, c, 0]
+                    if extended <= limit:
+                        position, total = ahead, extended
+                        count += trees[f + ahead - 1, c, 1]
+                step >>= 1
+        if count > best_count:
+            best, best_count = c, count
+    return columns[best]
+
+
+@_jit
+def refresh_best(blocks, available, live, columns, first, size, trees, best, changed):  # pragma: no cover
+    """Recount ``blocks`` (distinct, each with ≥ 1 edge) and update their best order;
+    writes the blocks whose best order changed to ``changed`` and returns how many."""
+    n_changed = 0
+    for b in blocks:
+        order = _best_of_block(b, available, live, columns, first, size, trees)
+        if order != best[b]:
+            best[b] = order
+            changed[n_changed] = b
+            n_changed += 1
+    return n_changed
+
+
+# -- costs and the fit test --------------------------------------------------------------------
+
+
+@_jit
+def _pairwise_sum(values, lo, hi):  # pragma: no cover
+    """NumPy's pairwise summation of ``values[lo:hi]`` (its reduction loop, bit for bit)."""
+    n = hi - lo
+    if n < 8:
+        total = -0.0
+        for i in range(lo, hi):
+            total += values[i]
+        return total
+    if n <= 128:
+        r = values[lo : lo + 8].copy()
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += values[lo + i + j]
+            i += 8
+        total = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            total += values[lo + i]
+            i += 1
+        return total
+    half = n // 2
+    half -= half % 8
+    return _pairwise_sum(values, lo, lo + half) + _pairwise_sum(values, lo + half, hi)
+
+
+@_jit
+def segment_sum(values, lo, hi):  # pragma: no cover
+    """``np.add.reduceat(values, [lo])[0]`` for the segment ``values[lo:hi]`` (hi > lo)."""
+    return values[lo] + _pairwise_sum(values, lo + 1, hi)
+
+
+@_jit
+def _edge_cost(e, block, demand, available, best, is_rdp):  # pragma: no cover
+    """The edge's demand as a fraction of its block's remaining budget: at the block's best
+    order under RDP, the binding dimension under basic accounting; 0 for a zero demand and
+    infinite on a block with no budget left."""
+    b = block[e]
+    if is_rdp:
+        column = best[b]
+        wanted, budget = demand[e, column], available[b, column]
+        if wanted > 0:
+            return wanted / budget if budget > 0 else np.inf
+        return 0.0
+    cost = 0.0
+    for column in range(demand.shape[1]):
+        wanted, budget = demand[e, column], available[b, column]
+        ratio = 0.0
+        if wanted > 0:
+            ratio = wanted / budget if budget > 0 else np.inf
+        if ratio > cost:
+            cost = ratio
+    return cost
+
+
+@_jit
+def _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch):  # pragma: no cover
+    """Minus the efficiency of pipeline p, ``−w / Σ_j cost_j`` (NaN sorts last, as +∞)."""
+    cost = 0.0
+    if count[p]:
+        for i in range(count[p]):
+            scratch[i] = _edge_cost(start[p] + i, block, demand, available, best, is_rdp)
+        cost = segment_sum(scratch, 0, count[p])
+    urgency = -weight[p] / cost if weight[p] > 0 else 0.0
+    return np.inf if urgency != urgency else urgency
+
+
+@_jit
+def _fits(p, start, count, block, demand, available, live, is_rdp):  # pragma: no cover
+    """Whether pipeline p's whole demand fits ``available`` (docs/design.md §3.3)."""
+    for e in range(start[p], start[p] + count[p]):
+        b = block[e]
+        if is_rdp:
+            some = False
+            for column in range(demand.shape[1]):
+                if live[b, column] and demand[e, column] <= available[b, column]:
+                    some = True
+                    break
+            if not some:
+                return False
+        else:
+            for column in range(demand.shape[1]):
+                if not demand[e, column] <= available[b, column]:
+                    return False
+    return True
+
+
+# -- the candidate heap ----------------------------------------------------------------------------
+# Entries are rows (key, tie, pipeline, version) of one float array, ascending by (key, tie),
+# so that comparing two entries reads one cache line each; ties, pipelines and versions are
+# integers far below 2⁵³, exact as floats.
+
+
+@_jit
+def _less(heap, i, j):  # pragma: no cover
+    return heap[i, 0] < heap[j, 0] or (heap[i, 0] == heap[j, 0] and heap[i, 1] < heap[j, 1])
+
+
+@_jit
+def _swap(heap, i, j):  # pragma: no cover
+    for c in range(4):
+        heap[i, c], heap[j, c] = heap[j, c], heap[i, c]
+
+
+@_jit
+def _sift_down(heap, size, i):  # pragma: no cover
+    while True:
+        smallest, left = i, 2 * i + 1
+        if left < size and _less(heap, left, smallest):
+            smallest = left
+        if left + 1 < size and _less(heap, left + 1, smallest):
+            smallest = left + 1
+        if smallest == i:
+            return
+        _swap(heap, i, smallest)
+        i = smallest
+
+
+@_jit
+def _push(heap, size, key, tie, item, version):  # pragma: no cover
+    """Add an entry; returns the new size."""
+    heap[size, 0], heap[size, 1], heap[size, 2], heap[size, 3] = key, tie, item, version
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _less(heap, i, parent):
+            break
+        _swap(heap, i, parent)
+        i = parent
+    return size + 1
+
+
+@_jit
+def _pop(heap, size):  # pragma: no cover
+    """Remove the smallest entry; returns its key, pipeline and version, and the new size."""
+    key, item, version = heap[0, 0], np.int64(heap[0, 2]), np.int64(heap[0, 3])
+    size -= 1
+    if size:
+        for c in range(4):
+            heap[0, c] = heap[size, c]
+        _sift_down(heap, size, 0)
+    return key, item, version, size
+
+
+# -- the pass ------------------------------------------------------------------------------------
+
+
+@_jit
+def run_pass(
+    candidates, start, count, weight, tie, block, demand, available, live, is_rdp, k,
+    edge_pipeline, by_block, columns, first, size, trees, row_of, index, best,
+):  # pragma: no cover
+    """The whole DPack pass from the candidates that fit alone; ``available`` is charged in
+    place. Returns the granted pipelines in grant order.
+
+    Invariant: every queued pipeline's heap key is at most its urgency now (module
+    docstring of :mod:`privsched.policies.dpack`); ``fresh[p] == round`` when
+    ``urgency[p]`` is exact for the round (against the round's starting budget).
+    """
+    n = len(start)
+    widest = 1
+    for p in range(n):
+        widest = max(widest, count[p])
+    scratch = np.empty(widest)
+    urgency = np.zeros(n)
+    fresh = np.full(n, -1, dtype=np.int64)
+    queued = np.zeros(n, dtype=np.bool_)
+    entry_key = np.zeros(n)
+    current = np.zeros(n, dtype=np.int64)  # version of each pipeline's live entry
+    capacity = 2 * len(candidates) + 16
+    heap = np.empty((capacity, 4))
+    size_heap, live_entries = 0, 0
+    granted = np.empty(len(candidates), dtype=np.int64)
+    n_granted = 0
+    changed = np.empty(len(first), dtype=np.int64)
+    touched = np.zeros(len(first), dtype=np.bool_)
+    touched_list = np.empty(len(first), dtype=np.int64)
+    basis = np.empty_like(available)
+    round_ = 0
+    for p in candidates:
+        urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch)
+        fresh[p] = 0
+    pushes = candidates.copy()
+    n_pushes = len(candidates)
+    while True:
+        # Push the pending re-queues (a compaction first when the heap is full).
+        if size_heap + n_pushes > capacity:
+            kept = 0
+            for i in range(size_heap):
+                p = np.int64(heap[i, 2])
+                if heap[i, 3] == current[p] and queued[p]:
+                    heap[kept] = heap[i]
+                    kept += 1
+            size_heap = kept
+            for i in range(size_heap // 2 - 1, -1, -1):
+                _sift_down(heap, size_heap, i)
+        for i in range(n_pushes):
+            p = pushes[i]
+            if not queued[p]:
+                queued[p] = True
+                live_entries += 1
+            current[p] += 1
+            entry_key[p] = urgency[p]
+            size_heap = _push(heap, size_heap, urgency[p], tie[p], p, current[p])
+        n_pushes = 0
+        if not live_entries:
+            break  # the pass is over: nothing to refresh
+        basis[:] = available
+        # One round: the next k grants in exact order as of the round's start.
+        round_grants = n_granted
+        need = k
+        while need and live_entries:
+            top_key, p, v, size_heap = _pop(heap, size_heap)
+            if v != current[p] or not queued[p]:
+                continue  # a replaced entry
+            if fresh[p] < round_:
+                urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, scratch)
+                fresh[p] = round_
+            if top_key != urgency[p]:  # a lower bound: queue it again under its exact key
+                current[p] += 1
+                entry_key[p] = urgency[p]
+                size_heap = _push(heap, size_heap, urgency[p], tie[p], p, current[p])
+                continue
+            queued[p] = False
+            live_entries -= 1
+            if _fits(p, start, count, block, demand, available, live, is_rdp):
+                for e in range(start[p], start[p] + count[p]):
+                    for column in range(demand.shape[1]):
+                        available[block[e], column] -= demand[e, column]
+                granted[n_granted] = p
+                n_granted += 1
+                need -= 1
+            # else: budget only shrinks within a pass, so it never fits later
+        if not live_entries:
+            break
+        round_ += 1
+        if not is_rdp or not len(columns):
+            continue
+        # Refresh: the round's grants leave the trees; their blocks are recounted.
+        n_touched = 0
+        for g in range(round_grants, n_granted):
+            p = granted[g]
+            for e in range(start[p], start[p] + count[p]):
+                _remove_edge(e, block, demand, columns, first, size, trees, row_of, index)
+                b = block[e]
+                if not touched[b]:
+                    touched[b] = True
+                    touched_list[n_touched] = b
+                    n_touched += 1
+        for i in range(n_touched):
+            touched[touched_list[i]] = False
+        n_changed = refresh_best(touched_list[:n_touched], available, live, columns, first, size, trees, best, changed)
+        # Costs on a block whose best order moved may fall: re-evaluate its queued
+        # pipelines now, and queue again those whose key is no longer a lower bound.
+        for i in range(n_changed):
+            b = changed[i]
+            for j in range(first[b], first[b] + size[b]):
+                p = edge_pipeline[by_block[j]]
+                if queued[p] and fresh[p] < round_:
+                    urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch)
+                    fresh[p] = round_
+                    if urgency[p] < entry_key[p]:
+                        pushes[n_pushes] = p
+                        n_pushes += 1
+    return granted[:n_granted]
