@@ -88,12 +88,13 @@ class DPack:
         return Allocation(granted=granted.astype(np.intp))
 
 
-def _trees(packing: Packing | None, table: EdgeTable) -> tuple[np.ndarray, ...]:
-    """The packing trees' arrays as :func:`~privsched.policies.dpack_kernels.run_pass` takes
-    them; empty ones under basic accounting, which has no order to choose."""
+def _trees(packing: Packing | None, table: EdgeTable) -> tuple:
+    """What :func:`~privsched.policies.dpack_kernels.run_pass` takes of the packing counts;
+    empty arrays under basic accounting, which has no order to choose."""
     if packing is not None:
-        return (packing.by_block, packing.columns, packing.first, packing.size, packing.trees, packing.row_of,
-                packing.index, packing.best)
+        return packing.by_block, packing.state
     none = np.zeros(0, dtype=np.intp)
     blocks = np.zeros(table.n_blocks, dtype=np.intp)
-    return none, none, blocks, blocks, np.zeros((0, 0, 2)), np.zeros((0, 0), dtype=np.intp), none, blocks
+    empty = np.zeros((0, 0), dtype=np.intp)
+    return none, (none, blocks, blocks, np.zeros((0, 0)), np.zeros((0, 0), dtype=bool), empty, empty,
+                  np.zeros((0, 0)), empty, blocks)

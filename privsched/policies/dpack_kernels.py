@@ -25,85 +25,87 @@ import numpy as np
 _jit = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 
-# -- packing trees ---------------------------------------------------------------------------
+# -- packing counts --------------------------------------------------------------------------
+# ``state`` is the tuple (columns, first, size, values, removed, row_of, prefix, total,
+# count, best) that :class:`privsched.policies.packing.Packing` holds; its docstring
+# explains each array.
 
 
 @_jit
-def build_trees(sorted_edges, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
-    """Fill the trees: leaves in sorted order, then every node adds itself to its parent."""
-    n_blocks, width = len(first), len(columns)
-    for b in range(n_blocks):
+def build_packing(sorted_edges, demand, available, live, state):  # pragma: no cover
+    """Lay the demands out in sorted order and take each (block, column)'s longest fitting
+    prefix, summing smallest first as the definition does; then every block's best order."""
+    columns, first, size, values, removed, row_of, prefix, total, count, best = state
+    for b in range(len(first)):
         f, n = first[b], size[b]
-        for i in range(1, n + 1):
-            index[f + i - 1] = i
-        for c in range(width):
-            column = columns[c]
+        for c in range(len(columns)):
+            column, limit = columns[c], available[b, columns[c]]
             for i in range(n):
                 e = sorted_edges[f + i, c]
-                trees[f + i, c, 0] = demand[e, column]
-                trees[f + i, c, 1] = 1.0
+                values[c, f + i] = demand[e, column]
+                removed[c, f + i] = False
                 row_of[e, c] = f + i
-            for i in range(1, n + 1):
-                parent = i + (i & -i)
-                if parent <= n:
-                    trees[f + parent - 1, c, 0] += trees[f + i - 1, c, 0]
-                    trees[f + parent - 1, c, 1] += trees[f + i - 1, c, 1]
+            running, position = 0.0, 0
+            while position < n and running + values[c, f + position] <= limit:
+                running += values[c, f + position]
+                position += 1
+            prefix[b, c], total[b, c], count[b, c] = position, running, position
+        if n:
+            best[b] = _best_of_block(b, available, live, state)
 
 
 @_jit
-def _remove_edge(e, block, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
+def _remove_edge(e, block, demand, state):  # pragma: no cover
+    """A granted edge stops counting as pending; inside a prefix it leaves the count and
+    the sum (the budget lost the same demand, so the rest of the prefix still fits)."""
+    columns, first, size, values, removed, row_of, prefix, total, count, best = state
     b = block[e]
-    f, n = first[b], size[b]
     for c in range(len(columns)):
-        value = demand[e, columns[c]]
-        i = index[row_of[e, c]]
-        while i <= n:
-            trees[f + i - 1, c, 0] -= value
-            trees[f + i - 1, c, 1] -= 1.0
-            i += i & -i
+        row = row_of[e, c]
+        removed[c, row] = True
+        if row - first[b] < prefix[b, c]:
+            total[b, c] -= demand[e, columns[c]]
+            count[b, c] -= 1
 
 
 @_jit
-def remove_edges(edges, block, demand, columns, first, size, trees, row_of, index):  # pragma: no cover
-    """Granted edges stop counting as pending: subtract them along their tree paths."""
+def remove_edges(edges, block, demand, state):  # pragma: no cover
+    """Granted edges stop counting as pending."""
     for e in edges:
-        _remove_edge(e, block, demand, columns, first, size, trees, row_of, index)
+        _remove_edge(e, block, demand, state)
 
 
 @_jit
-def _best_of_block(b, available, live, columns, first, size, trees):  # pragma: no cover
-    """The column (index into ``columns``) with the largest packing count of block b
-    against ``available``, ties to the smallest; non-live columns count −1."""
-    f, n = first[b], size[b]
-    top = 1
-    while top * 2 <= n:
-        top *= 2
-    best, best_count = 0, -2.0
+def _best_of_block(b, available, live, state):  # pragma: no cover
+    """Shorten each live column's prefix of block b until it fits ``available`` again;
+    returns the order with the largest count (ties: the smallest; dead orders count −1)."""
+    columns, first, size, values, removed, row_of, prefix, total, count, best = state
+    f = first[b]
+    top, top_count = 0, -2
     for c in range(len(columns)):
-        count = -1.0
+        counted = -1
         if live[b, columns[c]]:
-            limit = available[b, columns[c]]
-            position, total, count, step = 0, 0.0, 0.0, top
-            while step:
-                ahead = position + step
-                if ahead <= n:
-                    extended = total + trees[f + ahead - 1, c, 0]
-                    if extended <= limit:
-                        position, total = ahead, extended
-                        count += trees[f + ahead - 1, c, 1]
-                step >>= 1
-        if count > best_count:
-            best, best_count = c, count
-    return columns[best]
+            limit, position = available[b, columns[c]], prefix[b, c]
+            while position > 0 and total[b, c] > limit:
+                position -= 1
+                if not removed[c, f + position]:
+                    total[b, c] -= values[c, f + position]
+                    count[b, c] -= 1
+            prefix[b, c] = position
+            counted = count[b, c]
+        if counted > top_count:
+            top, top_count = c, counted
+    return columns[top]
 
 
 @_jit
-def refresh_best(blocks, available, live, columns, first, size, trees, best, changed):  # pragma: no cover
+def refresh_best(blocks, available, live, state, changed):  # pragma: no cover
     """Recount ``blocks`` (distinct, each with ≥ 1 edge) and update their best order;
     writes the blocks whose best order changed to ``changed`` and returns how many."""
+    best = state[9]
     n_changed = 0
     for b in blocks:
-        order = _best_of_block(b, available, live, columns, first, size, trees)
+        order = _best_of_block(b, available, live, state)
         if order != best[b]:
             best[b] = order
             changed[n_changed] = b
@@ -264,7 +266,7 @@ def _pop(heap, size):  # pragma: no cover
 @_jit
 def run_pass(
     candidates, start, count, weight, tie, block, demand, available, live, is_rdp, k,
-    edge_pipeline, by_block, columns, first, size, trees, row_of, index, best,
+    edge_pipeline, by_block, state,
 ):  # pragma: no cover
     """The whole DPack pass from the candidates that fit alone; ``available`` is charged in
     place. Returns the granted pipelines in grant order.
@@ -273,6 +275,7 @@ def run_pass(
     docstring of :mod:`privsched.policies.dpack`); ``fresh[p] == round`` when
     ``urgency[p]`` is exact for the round (against the round's starting budget).
     """
+    columns, first, size, best = state[0], state[1], state[2], state[9]
     n = len(start)
     widest = 1
     for p in range(n):
@@ -357,7 +360,7 @@ def run_pass(
         for g in range(round_grants, n_granted):
             p = granted[g]
             for e in range(start[p], start[p] + count[p]):
-                _remove_edge(e, block, demand, columns, first, size, trees, row_of, index)
+                _remove_edge(e, block, demand, state)
                 b = block[e]
                 if not touched[b]:
                     touched[b] = True
@@ -365,7 +368,7 @@ def run_pass(
                     n_touched += 1
         for i in range(n_touched):
             touched[touched_list[i]] = False
-        n_changed = refresh_best(touched_list[:n_touched], available, live, columns, first, size, trees, best, changed)
+        n_changed = refresh_best(touched_list[:n_touched], available, live, state, changed)
         # Costs on a block whose best order moved may fall: re-evaluate its queued
         # pipelines now, and queue again those whose key is no longer a lower bound.
         for i in range(n_changed):

@@ -3,16 +3,19 @@ pending demands are granted (DPack, Tholoniat et al., EuroSys'25; docs/design.md
 
 For block j and live order α, ``count_j(α)`` is how many of the block's pending demands at
 α fit in ``unlocked_j(α)`` when packed smallest first: the longest prefix of those demands,
-sorted ascending, whose sum fits (up to the budgets' relative tolerance). The block's best
-order α*_j has the largest count (ties: the smallest α).
+sorted ascending, whose running sum fits. The block's best order α*_j has the largest
+count (ties: the smallest α).
 
-The demands of each (block, order) are sorted once and held in two Fenwick trees (binary
-indexed trees, Fenwick 1994): one of demand sums, one of pending counts. Granting a demand
-zeroes its leaf in O(log n), and the longest fitting prefix is one descent of the tree in
-O(log n). So after a round of grants only the blocks those grants touched are recounted, at
-O(orders × log n) each rather than O(orders × n). All trees live side by side in one
-(edges, orders) array: the tree of block j uses rows ``first_j + i − 1`` for tree indices
-``i = 1..n_j``, the same rows at every order.
+The demands of each (block, order) are sorted once, and each keeps its prefix: where it
+ends, its pending sum and its count. Within a pass the prefix never grows. Granting a
+demand d takes d from the block's budget too: if d lies inside the prefix, the rest of the
+prefix still fits (sum − d ≤ budget − d) and the next demand still does not (it did not
+fit with d counted), so the count falls by one and the prefix keeps its end; if d lies
+beyond, the budget shrank under an unchanged prefix. Either way only shortening can
+follow: a recount drops demands from the end until the sum fits again. Each demand
+leaves a prefix at most once, so all the recounts of a pass cost O(edges × orders) in
+all, and a grant O(orders) (exact arithmetic; in floating point the sums are those of
+the grants' subtractions).
 """
 
 from __future__ import annotations
@@ -51,42 +54,43 @@ def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarra
 class Packing:
     """Packing counts of every (block, live order) and the best order of every block.
 
-    The trees are built, updated and descended by the compiled loops of
-    :mod:`privsched.policies.dpack_kernels`."""
+    The loops that lay the demands out, remove granted ones and shorten the prefixes are
+    compiled (:mod:`privsched.policies.dpack_kernels`); they take :attr:`state`."""
 
     def __init__(self, table: EdgeTable, available: np.ndarray) -> None:
         from privsched.policies import dpack_kernels
 
-        #: Orders live on at least one block; counts and trees cover these columns only.
-        self.columns = np.flatnonzero(table.live.any(axis=0)).astype(np.intp)
         self.block = np.ascontiguousarray(table.block, dtype=np.intp)
         self.demand = np.ascontiguousarray(table.demand, dtype=float)
         self.live = np.ascontiguousarray(table.live, dtype=bool)
-        self.size = np.bincount(table.block, minlength=table.n_blocks).astype(np.intp)
+        #: Orders live on at least one block; counts cover these columns only.
+        self.columns = np.flatnonzero(table.live.any(axis=0)).astype(np.intp)
+        n_blocks, n_edges, width = table.n_blocks, len(self.block), len(self.columns)
+        self.size = np.bincount(self.block, minlength=n_blocks).astype(np.intp)
         self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
-        #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
-        self.best = np.zeros(table.n_blocks, dtype=np.intp)
-        n_edges, width = len(table.block), len(self.columns)
         sorted_edges = _sorted_within_blocks(self.block, self.demand[:, self.columns], self.size, self.first)
         #: Edges grouped by block (any order within a block).
         self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
-        #: Row of each edge's demand in the trees, per column.
-        self.row_of = np.empty((n_edges, width), dtype=np.intp)
-        #: Tree index (1-based, within its block) of each row.
-        self.index = np.empty(n_edges, dtype=np.intp)
-        #: Per row and column, the tree node's demand sum and pending count side by side
-        #: (one cache line serves both).
-        self.trees = np.empty((n_edges, width, 2))
-        dpack_kernels.build_trees(np.ascontiguousarray(sorted_edges, dtype=np.intp), self.demand, self.columns,
-                                  self.first, self.size, self.trees, self.row_of, self.index)
-        self.refresh(np.flatnonzero(self.size), available)
+        #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
+        self.best = np.zeros(n_blocks, dtype=np.intp)
+        #: The state the compiled loops work on: the columns; each block's first row and
+        #: size; per column, the demands in sorted order (rows ``first_j ..``) and whether
+        #: each has been granted; each edge's row per column; per block and column, the
+        #: prefix (rows counted from ``first_j``), its pending sum and count; the best orders.
+        self.state = (
+            self.columns, self.first, self.size, np.empty((width, n_edges)), np.empty((width, n_edges), dtype=bool),
+            np.empty((n_edges, width), dtype=np.intp), np.zeros((n_blocks, width), dtype=np.intp),
+            np.zeros((n_blocks, width)), np.zeros((n_blocks, width), dtype=np.intp), self.best,
+        )
+        dpack_kernels.build_packing(np.ascontiguousarray(sorted_edges, dtype=np.intp), self.demand,
+                                    np.ascontiguousarray(available, dtype=float), self.live, self.state)
 
     def remove(self, edges: np.ndarray) -> None:
-        """Granted edges stop counting as pending: subtract them along their tree paths."""
+        """Granted edges stop counting as pending (their demand must already be charged to
+        the budget that the next :meth:`refresh` is given)."""
         from privsched.policies import dpack_kernels
 
-        dpack_kernels.remove_edges(np.asarray(edges, dtype=np.intp), self.block, self.demand, self.columns,
-                                   self.first, self.size, self.trees, self.row_of, self.index)
+        dpack_kernels.remove_edges(np.asarray(edges, dtype=np.intp), self.block, self.demand, self.state)
 
     def refresh(self, blocks: np.ndarray, available: np.ndarray) -> np.ndarray:
         """Recount ``blocks`` (distinct, each with ≥ 1 edge) against ``available``; update
@@ -98,6 +102,5 @@ class Packing:
             return blocks[:0]  # without a live order nothing fits anywhere: α* is irrelevant
         changed = np.empty(len(blocks), dtype=np.intp)
         n_changed = dpack_kernels.refresh_best(blocks, np.ascontiguousarray(available, dtype=float), self.live,
-                                               self.columns, self.first, self.size, self.trees, self.best,
-                                               changed)
+                                               self.state, changed)
         return changed[:n_changed]
