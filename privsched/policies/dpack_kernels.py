@@ -172,13 +172,13 @@ def _edge_cost(e, block, demand, available, best, is_rdp):  # pragma: no cover
 
 
 @_jit
-def _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch):  # pragma: no cover
+def _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen):  # pragma: no cover
     """Minus the efficiency of pipeline p, ``−w / Σ_j cost_j`` (NaN sorts last, as +∞)."""
     cost = 0.0
     if count[p]:
         for i in range(count[p]):
-            scratch[i] = _edge_cost(start[p] + i, block, demand, available, best, is_rdp)
-        cost = segment_sum(scratch, 0, count[p])
+            seen[start[p] + i] = _edge_cost(start[p] + i, block, demand, available, best, is_rdp)
+        cost = segment_sum(seen, start[p], start[p] + count[p])
     urgency = -weight[p] / cost if weight[p] > 0 else 0.0
     return np.inf if urgency != urgency else urgency
 
@@ -277,10 +277,7 @@ def run_pass(
     """
     columns, first, size, best = state[0], state[1], state[2], state[9]
     n = len(start)
-    widest = 1
-    for p in range(n):
-        widest = max(widest, count[p])
-    scratch = np.empty(widest)
+    seen = np.empty(len(block))  # each edge's cost at its pipeline's latest evaluation
     urgency = np.zeros(n)
     fresh = np.full(n, -1, dtype=np.int64)
     queued = np.zeros(n, dtype=np.bool_)
@@ -297,7 +294,7 @@ def run_pass(
     basis = np.empty_like(available)
     round_ = 0
     for p in candidates:
-        urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch)
+        urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
         fresh[p] = 0
     pushes = candidates.copy()
     n_pushes = len(candidates)
@@ -333,7 +330,7 @@ def run_pass(
             if v != current[p] or not queued[p]:
                 continue  # a replaced entry
             if fresh[p] < round_:
-                urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, scratch)
+                urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
                 fresh[p] = round_
             if top_key != urgency[p]:  # a lower bound: queue it again under its exact key
                 current[p] += 1
@@ -374,9 +371,12 @@ def run_pass(
         for i in range(n_changed):
             b = changed[i]
             for j in range(first[b], first[b] + size[b]):
-                p = edge_pipeline[by_block[j]]
-                if queued[p] and fresh[p] < round_:
-                    urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, scratch)
+                e = by_block[j]
+                p = edge_pipeline[e]
+                # Its other costs can only have grown since: if this one did not fall,
+                # neither did the sum, and the key stays a lower bound.
+                if queued[p] and fresh[p] < round_ and _edge_cost(e, block, demand, available, best, is_rdp) < seen[e]:
+                    urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
                     fresh[p] = round_
                     if urgency[p] < entry_key[p]:
                         pushes[n_pushes] = p
