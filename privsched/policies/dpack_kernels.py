@@ -203,6 +203,15 @@ def _fits(p, start, count, block, demand, available, live, is_rdp):  # pragma: n
     return True
 
 
+@_jit
+def _moved_since(p, evaluated, start, count, block, moved):  # pragma: no cover
+    """Whether one of pipeline p's blocks was granted anything after round ``evaluated``."""
+    for e in range(start[p], start[p] + count[p]):
+        if moved[block[e]] > evaluated:
+            return True
+    return False
+
+
 # -- the candidate heap ----------------------------------------------------------------------------
 # Entries are rows (key, tie, pipeline, version) of one float array, ascending by (key, tie),
 # so that comparing two entries reads one cache line each; ties, pipelines and versions are
@@ -273,7 +282,9 @@ def run_pass(
 
     Invariant: every queued pipeline's heap key is at most its urgency now (module
     docstring of :mod:`privsched.policies.dpack`); ``fresh[p] == round`` when
-    ``urgency[p]`` is exact for the round (against the round's starting budget).
+    ``urgency[p]`` is exact for the round (against the round's starting budget). An
+    urgency evaluated in round r stays exact while none of the pipeline's blocks has been
+    granted anything since (``moved[b] ≤ r``): its budgets and best orders are unchanged.
     """
     columns, first, size, best = state[0], state[1], state[2], state[9]
     n = len(start)
@@ -292,6 +303,7 @@ def run_pass(
     touched = np.zeros(len(first), dtype=np.bool_)
     touched_list = np.empty(len(first), dtype=np.int64)
     basis = np.empty_like(available)
+    moved = np.zeros(len(available), dtype=np.int64)  # first round that sees a block's latest grant
     round_ = 0
     for p in candidates:
         urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
@@ -330,7 +342,8 @@ def run_pass(
             if v != current[p] or not queued[p]:
                 continue  # a replaced entry
             if fresh[p] < round_:
-                urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
+                if _moved_since(p, fresh[p], start, count, block, moved):
+                    urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
                 fresh[p] = round_
             if top_key != urgency[p]:  # a lower bound: queue it again under its exact key
                 current[p] += 1
@@ -350,19 +363,22 @@ def run_pass(
         if not live_entries:
             break
         round_ += 1
-        if not is_rdp or not len(columns):
-            continue
-        # Refresh: the round's grants leave the trees; their blocks are recounted.
+        # Refresh: the round's grants leave the packing counts; their blocks are recounted.
+        recount = is_rdp and len(columns) > 0
         n_touched = 0
         for g in range(round_grants, n_granted):
             p = granted[g]
             for e in range(start[p], start[p] + count[p]):
-                _remove_edge(e, block, demand, state)
                 b = block[e]
-                if not touched[b]:
-                    touched[b] = True
-                    touched_list[n_touched] = b
-                    n_touched += 1
+                moved[b] = round_
+                if recount:
+                    _remove_edge(e, block, demand, state)
+                    if not touched[b]:
+                        touched[b] = True
+                        touched_list[n_touched] = b
+                        n_touched += 1
+        if not recount:
+            continue
         for i in range(n_touched):
             touched[touched_list[i]] = False
         n_changed = refresh_best(touched_list[:n_touched], available, live, state, changed)
