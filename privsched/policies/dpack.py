@@ -84,7 +84,8 @@ class DPack:
             candidates, table.start.astype(np.intp), table.count.astype(np.intp),
             np.ascontiguousarray(snapshot.weight, dtype=float), arrival_rank(snapshot).astype(np.intp),
             np.ascontiguousarray(table.block, dtype=np.intp), np.ascontiguousarray(table.demand, dtype=float),
-            available, np.ascontiguousarray(table.live, dtype=bool), is_rdp, self.k,
+            available, np.ascontiguousarray(table.live, dtype=bool), is_rdp,
+            min(self.k, len(candidates) + 1),  # a round never grants more than every candidate
             np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp), *trees,
         )
         return Allocation(granted=granted.astype(np.intp))

@@ -6,14 +6,15 @@ round paid a few hundred array calls whatever it changed; here a round costs wha
 changes. :mod:`privsched.policies.dpack` and :mod:`privsched.policies.packing` hold the
 rules and their set-up; this module holds only the loops they run:
 
-- the packing trees (Fenwick 1994; layout in :mod:`privsched.policies.packing`): build,
-  remove granted demands, and recount a block's best order by one descent per order;
+- the packing counts (the rule in :mod:`privsched.policies.packing`): lay the demands
+  out, count each prefix, drop granted demands, shorten prefixes, pick best orders;
 - the pass: a binary heap of candidates keyed by a lower bound on their urgency (minus
   the efficiency), evaluated lazily, walked best-effort in exact order, k grants a round.
 
-Every floating-point operation is the one the NumPy formulation makes, in the same order
-(a pipeline's cost is summed as ``np.add.reduceat`` sums a segment: the first term plus
-NumPy's pairwise sum of the rest), so the grants are those of the literal reference.
+Costs, fit tests and charges are the floating-point operations of the definition, in the
+same order (a pipeline's cost is summed as ``np.add.reduceat`` sums a segment: the first
+term plus NumPy's pairwise sum of the rest; budgets are charged one grant after another),
+so the grants are those of the literal reference wherever the packing sums are exact.
 Importing this module imports Numba; the policies import it only when a DPack pass runs.
 """
 
