@@ -89,6 +89,13 @@ def test_dpack_never_overspends(snapshot: Snapshot) -> None:
         assert spends_within(snapshot, granted)
 
 
+@settings(max_examples=40, deadline=None)
+@given(snapshot=snapshots())
+def test_a_k_beyond_the_queue_is_one_round_of_every_pipeline(snapshot: Snapshot) -> None:
+    once = DPack(k=max(1, snapshot.n_pipelines)).allocate(snapshot).granted
+    assert np.array_equal(DPack(k=10**30).allocate(snapshot).granted, once)
+
+
 @settings(max_examples=60, deadline=None)
 @given(snapshot=snapshots())
 def test_dpack_leaves_no_pipeline_that_still_fits(snapshot: Snapshot) -> None:
