@@ -81,7 +81,6 @@ class Simulator:
             raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
         self.tick = tick if per_time else None
         self.samples = samples
-        self.shortcuts = shortcuts
         self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
         #: The instants of per-time unlocking (None for the other rules).
         self.grid = UnlockGrid(float(instance.block_arrival[0]), tick) if self.tick and instance.n_blocks else None
