@@ -76,22 +76,21 @@ class DPack:
 
         table = EdgeTable.of(snapshot)
         available = np.array(snapshot.unlocked, dtype=float, order="C")
-        is_rdp = snapshot.accounting.is_rdp
+        is_rdp = bool(snapshot.accounting.is_rdp)
         packing = Packing(table, available) if is_rdp else None
         candidates = _fitting_alone(table, available).astype(np.intp)
-        trees = _trees(packing, table)
         granted = dpack_kernels.run_pass(
             candidates, table.start.astype(np.intp), table.count.astype(np.intp),
             np.ascontiguousarray(snapshot.weight, dtype=float), arrival_rank(snapshot).astype(np.intp),
             np.ascontiguousarray(table.block, dtype=np.intp), np.ascontiguousarray(table.demand, dtype=float),
             available, np.ascontiguousarray(table.live, dtype=bool), is_rdp,
             min(self.k, len(candidates) + 1),  # a round never grants more than every candidate
-            np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp), *trees,
+            np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp), *_packing_arguments(packing, table),
         )
         return Allocation(granted=granted.astype(np.intp))
 
 
-def _trees(packing: Packing | None, table: EdgeTable) -> tuple:
+def _packing_arguments(packing: Packing | None, table: EdgeTable) -> tuple:
     """What :func:`~privsched.policies.dpack_kernels.run_pass` takes of the packing counts;
     empty arrays under basic accounting, which has no order to choose."""
     if packing is not None:
