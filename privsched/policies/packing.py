@@ -68,7 +68,9 @@ class Packing:
         n_blocks, n_edges, width = table.n_blocks, len(self.block), len(self.columns)
         self.size = np.bincount(self.block, minlength=n_blocks).astype(np.intp)
         self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
-        sorted_edges = _sorted_within_blocks(self.block, self.demand[:, self.columns], self.size, self.first)
+        every_column = width == self.demand.shape[1]  # then no copy of the demands
+        sorted_edges = _sorted_within_blocks(self.block, self.demand if every_column else self.demand[:, self.columns],
+                                             self.size, self.first)
         #: Edges grouped by block (any order within a block).
         self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
         #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
