@@ -43,13 +43,16 @@ from privsched.ledger import (
     PipelineRequest,
 )
 from privsched.ledger.states import PipelineState
+from privsched.readouts import BudgetReads
 from privsched.service.requests import build_request
 from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.waiting import WaitingReason
 
 if TYPE_CHECKING:
+    from privsched.ledger.identities import Identities
     from privsched.service.dryrun import DryRun
+    from privsched.service.serve import ServeOptions, ServeSummary
 from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
 
 #: Where a pipeline's life ends.
@@ -166,7 +169,7 @@ class PipelineFunction:
         return self.client.submit(self.spec(**params))
 
 
-class Client:
+class Client(BudgetReads):
     """A connection to one privsched database. Thread-compatible: use one per thread."""
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
@@ -194,6 +197,11 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({str(self.path)!r})"
+
+    def init(self) -> Path:
+        """Create the database if it does not exist yet (an existing one is left as it
+        is) and return its path."""
+        return self.ledger.path
 
     # -- datasets and blocks ----------------------------------------------------------------
 
@@ -431,43 +439,63 @@ class Client:
         dataset_id = self.ledger.get_dataset(dataset).id
         return [event for event in found if event.dataset_id == dataset_id]
 
+    # -- users and quotas -------------------------------------------------------------------
+
+    def _identities(self) -> Identities:
+        from privsched.ledger.identities import Identities
+
+        return Identities(self.path)
+
+    def add_user(self, name: str, role: str, team: str | None = None) -> str:
+        """Create a user of the HTTP API and return its bearer token (shown only this once)."""
+        with self._identities() as identities:
+            return identities.add_user(name, role, team)
+
+    def users(self) -> list[dict[str, Any]]:
+        """Every user: name, role, team, created_at and revoked_at (None while valid)."""
+        with self._identities() as identities:
+            return [vars(user) for user in identities.users()]
+
+    def revoke_user(self, name: str) -> None:
+        """Revoke a user's token: every request with it is refused from now on."""
+        with self._identities() as identities:
+            identities.revoke(name)
+
+    def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
+        """Cap what ``team`` may hold (allocated plus consumed) on each block of ``dataset``
+        at ``share`` × capacity (None lifts it); returns the dataset's quotas, team → share."""
+        dataset_id = self.ledger.get_dataset(dataset).id
+        with self._identities() as identities:
+            identities.set_quota(dataset_id, team, share)
+            return identities.quotas(dataset_id)
+
     # -- scheduling in-process --------------------------------------------------------------
 
     def serve(
         self,
-        policy: str = "fcfs",
+        options: ServeOptions | str = "fcfs",
         *,
-        n: int | None = None,
-        lifetime: float | None = None,
-        k: int = 50,
-        unlock: str | None = None,
-        tick: float = 1.0,
-        until_idle: bool = False,
-        gpus: int | None = None,
-        cpus: float | None = None,
-        memory: int | str | None = None,
-        executor: str = "local",
-        ray_address: str | None = None,
-        sandbox: str | None = None,
-        allow_network: bool = False,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
-    ):
+        **fields: Any,
+    ) -> ServeSummary:
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
 
-        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's); ``sandbox``
-        confines jobs (``landlock``, the default, or ``none``: see ``docs/sandbox.md``) and
-        ``allow_network`` lets jobs that ask for it keep TCP access. Returns a
-        :class:`~privsched.service.serve.ServeSummary` when ``stop`` is set or, with
-        ``until_idle``, when nothing more can happen without new submissions."""
-        from privsched.service.serve import serve_options
+        ``options``: a :class:`~privsched.service.serve.ServeOptions`, or a policy name with
+        the other options as keywords (``n``, ``lifetime``, ``tick``, ``until_idle``,
+        ``gpus``/``cpus``/``memory`` declaring the pool, default this machine's; ``sandbox``
+        confining jobs, ``landlock`` by default or ``none``: see ``docs/sandbox.md``;
+        ``allow_network`` letting jobs that ask for it keep TCP access). Returns a :class:`~privsched.service.serve.ServeSummary`
+        when ``stop`` is set or, with ``until_idle``, when nothing more can happen without
+        new submissions."""
+        from privsched.service.serve import ServeOptions, serve_with
 
-        return serve_options(
-            self.path, policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle,
-            gpus=gpus, cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
-            allow_network=allow_network, stop=stop, log=log,
-        )
+        if isinstance(options, str):
+            options = ServeOptions.parse(policy=options, **fields)
+        elif fields:
+            raise TypeError("give the serve options either as ServeOptions or as keywords, not both")
+        return serve_with(self.path, options, stop=stop, log=log)
 
-    def run_until_idle(self, policy: str = "fcfs", **options: Any):
+    def run_until_idle(self, policy: str = "fcfs", **options: Any) -> ServeSummary:
         """Serve until every pipeline that can progress has ended (notebooks, tests)."""
         return self.serve(policy, until_idle=True, **options)

@@ -23,7 +23,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
+from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.readouts import BudgetReads
 from privsched.server.models import BlockOut, DatasetOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
@@ -63,7 +64,7 @@ def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
     return data
 
 
-class RemoteClient:
+class RemoteClient(BudgetReads):
     """The methods of :class:`privsched.client.Client`, served by a privsched server."""
 
     def __init__(self, url: str, token: str | None = None, *, cafile: str | None = None,
@@ -142,6 +143,10 @@ class RemoteClient:
             message = answer.get("error") if isinstance(answer, dict) else None
             raise RemoteError(message or f"server answered {response.status}", response.status)
         return answer
+
+    def init(self) -> str:
+        """The server's address: its database exists already (the server opened it)."""
+        return self.url
 
     # -- datasets and blocks ------------------------------------------------------------------
     def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
@@ -246,49 +251,3 @@ class RemoteClient:
 
     def revoke_user(self, name: str) -> None:
         self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
-
-    @property
-    def ledger(self) -> RemoteLedger:
-        """The ledger's read and admin methods under the :class:`~privsched.ledger.Ledger`
-        names the ledger commands call."""
-        return RemoteLedger(self)
-
-
-class RemoteLedger:
-    """The :class:`~privsched.ledger.Ledger` methods a command line user calls, served remotely."""
-
-    def __init__(self, client: RemoteClient) -> None:
-        self.client = client
-        self.path = client.url
-
-    def __enter__(self) -> RemoteLedger:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.client.close()
-
-    def close(self) -> None:
-        self.client.close()
-
-    def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
-                       alphas: Sequence[float] | None = None, conversion: str = "paper") -> DatasetInfo:
-        return self.client.create_dataset(name, epsilon, delta, accounting, alphas, conversion)
-
-    def list_datasets(self) -> list[DatasetInfo]:
-        return self.client.datasets()
-
-    def get_dataset(self, name: str) -> DatasetInfo:
-        return self.client.dataset(name)
-
-    def add_blocks(self, dataset: str, blocks: Sequence[BlockSpec], unlocked_fraction: float = 0.0) -> list[BlockInfo]:
-        return self.client.add_blocks(dataset, blocks, unlocked=unlocked_fraction)
-
-    def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
-        return self.client.blocks(dataset, active_only=active_only)
-
-    def lease_holder(self) -> dict | None:
-        holder = self.client.scheduler()
-        return None if holder is None else {"holder": holder}
-
-    def audit(self, expect: str | None = None) -> AuditReport:
-        return self.client.audit(expect)

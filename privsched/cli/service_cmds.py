@@ -106,8 +106,7 @@ def status(
     from privsched.cli.ledger_cmds import budget_text
 
     with _client(db) as client, errors():
-        info = client.status(pipeline_id)
-        dataset = client.dataset(info.dataset)
+        info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
         condition = client.scheduler_condition()
     acc, delta = dataset.accounting, dataset.delta
@@ -120,10 +119,9 @@ def status(
         add_row(table, "scheduler", f"{condition}; retrying")
     if reason is not None:
         add_row(table, "waiting", reason.text())
-    for key in info.block_keys:
-        grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
-        consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
-        add_row(table, f"block {key}", f"demand {grant}{consumed} ({unit})")
+    for grant in grants:
+        consumed = "" if grant.consumed is None else ", consumed " + budget_text(grant.consumed, acc.is_rdp)
+        add_row(table, f"block {grant.key}", f"demand {budget_text(grant.demand, acc.is_rdp)}{consumed} ({unit})")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
@@ -199,19 +197,17 @@ def serve(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Run the scheduler on the database (one per database) until interrupted."""
-    from privsched.cli.remote_option import local_only
-    from privsched.policies import make_policy
+    from privsched.cli.remote_option import local_client, local_only
     from privsched.server.runner import api_for_options
-    from privsched.service.serve import ServiceError
-    from privsched.service.resources import make_pool
-    from privsched.spec import parse_duration, parse_memory
+    from privsched.service.serve import ServeOptions
 
     local_only("serve")
     with errors():
-        period = parse_duration(tick)
-        life = None if lifetime is None else parse_duration(lifetime)
-        ranking = make_policy(policy, n=n, lifetime=life).policy
-        make_pool(gpus, cpus, None if memory is None else parse_memory(memory))  # sizes checked before any start
+        options = ServeOptions.parse(
+            policy=policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle, gpus=gpus,
+            cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
+            allow_network=allow_network)
+        options.check()  # before the API or any job starts
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -220,13 +216,8 @@ def serve(
         if not quiet:
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
-    with _client(db) as client, errors(), \
-            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
-        try:
-            summary = client.serve(policy, n=n, lifetime=life, k=k, unlock=unlock, tick=period, until_idle=until_idle, gpus=gpus,
-                                   cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
-                                   sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
-        except ServiceError as exc:
-            fail(exc)
+    with local_client(db) as client, errors(), \
+            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec().policy):
+        summary = client.serve(options, stop=stop, log=log)
     say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
-          f"{summary.pending} still pending")
+        f"{summary.pending} still pending")
