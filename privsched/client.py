@@ -25,40 +25,32 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from privsched.handles import PipelineHandle
-from privsched.jobs.runner import JobResult
-from privsched.ledger import (
-    AuditReport,
-    BlockInfo,
-    BlockSpec,
-    DatasetInfo,
-    Event,
-    Ledger,
-    LedgerError,
-    PipelineInfo,
-    PipelineRequest,
-)
+from privsched.ledger.errors import LedgerError
+from privsched.ledger.models import BlockSpec
 from privsched.ledger.states import PipelineState
 from privsched.readouts import BudgetReads
-from privsched.service.requests import build_request
-from privsched.service.resources import Pool, make_pool
 from privsched.service.rundirs import RunDirs
-from privsched.service.waiting import WaitingReason
 
+# What a command that only reads (``privsched list``, ``status``) does not use is imported
+# where it is used: the job runner, the specification models (pydantic, YAML), the request
+# builder and the compute pool (issue 16: such a command answers within 0.3 s).
 if TYPE_CHECKING:
+    import numpy as np
+
+    from privsched.jobs.runner import JobResult
+    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
     from privsched.service.dryrun import DryRun
+    from privsched.service.resources import Pool
     from privsched.service.serve import ServeOptions, ServeSummary
-from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
+    from privsched.service.waiting import WaitingReason
+    from privsched.spec import BlockSelector, PipelineSpec
 
-#: Where a pipeline's life ends.
-
-BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
-SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
+    BlockLike: TypeAlias = "str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]"
+    SpecLike: TypeAlias = "PipelineSpec | Mapping[str, Any] | str | os.PathLike"
 
 
 def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None):
@@ -134,6 +126,8 @@ class Run(PipelineHandle):
     @property
     def result(self) -> JobResult | None:
         """What the job process reported (metrics included), once it has ended."""
+        from privsched.jobs.runner import JobResult
+
         try:
             return JobResult.from_json(self.client.runs.result(self.id).read_text())
         except (OSError, ValueError, KeyError):
@@ -162,6 +156,8 @@ class PipelineFunction:
 
     def spec(self, **params: Any) -> PipelineSpec:
         """The pipeline specification, with ``params`` as the job's ``ctx.params``."""
+        from privsched.spec import JobSpec, PipelineSpec
+
         job = JobSpec(function=self.function, params=params, pythonpath=self.pythonpath)
         return PipelineSpec.parse({**self.fields, "job": job}, source=self.function)
 
@@ -183,6 +179,8 @@ class Client(BudgetReads):
         """The database, opened on first use: a module that connects at import time and
         defines pipeline functions can be imported by job processes (locally or on a cluster
         node) without touching the database."""
+        from privsched.ledger.ledger import Ledger
+
         return Ledger(self.path, create=self._create)
 
     def close(self) -> None:
@@ -253,10 +251,14 @@ class Client(BudgetReads):
         if recorded is not None:
             return recorded
         if self._pool is None:
+            from privsched.service.resources import make_pool
+
             self._pool = make_pool()
         return self._pool
 
     def _spec(self, spec: SpecLike) -> PipelineSpec:
+        from privsched.spec import PipelineSpec, load_spec
+
         if isinstance(spec, PipelineSpec):
             return spec
         if isinstance(spec, Mapping):
@@ -277,6 +279,8 @@ class Client(BudgetReads):
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
+        from privsched.service.requests import build_request
+
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
@@ -293,6 +297,7 @@ class Client(BudgetReads):
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import dry_run
+        from privsched.service.requests import build_request
 
         parsed = self._spec(spec)
         dataset = self.ledger.get_dataset(parsed.dataset)
@@ -318,6 +323,8 @@ class Client(BudgetReads):
         owner: str | None = None,
     ) -> Callable[[Callable], PipelineFunction]:
         """Decorate a job function ``fn(ctx)`` as a pipeline (see the module docstring)."""
+
+        from privsched.spec import Resources
 
         def decorate(fn: Callable) -> PipelineFunction:
             fields = {

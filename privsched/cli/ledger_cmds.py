@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
@@ -109,13 +108,13 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     """List datasets with their accounting mode and global budget."""
     with _open(db) as client, errors():
         datasets = client.datasets()
-    table = Table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
+    table = new_table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
         add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
                 _when(info.created_at))
-    console.print(table)
+    show(table)
 
 
 @blocks_app.command("add")
@@ -163,11 +162,11 @@ def blocks_list(
     with _open(db) as client, errors():
         listed = client.blocks(dataset)
     blocks, note = _page(listed, [block.state for block in listed], every)
-    table = Table("id", "dataset", "key", "state", "location", "created", caption=note)
+    table = new_table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
         add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
                 _when(block.created_at))
-    console.print(table)
+    show(table)
 
 
 @budget_app.command("show")
@@ -201,7 +200,7 @@ def budget_show(
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
         shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
-        table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
+        table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
                       title=text(title), caption=text(caption))
         for row in shown:
             cells = [budget_text(amount, rdp) for amount in (row.locked, row.unlocked, row.allocated, row.consumed)]
@@ -209,7 +208,7 @@ def budget_show(
             if rdp:
                 remaining = f"({remaining}, {info.delta:g})"
             add_row(table, row.block.key, row.block.state, *cells, remaining)
-        console.print(table)
+        show(table)
     if plot is not None:
         say(f"budget figure: {plot}")
 

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -88,12 +87,12 @@ def list_pipelines(
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
         reasons = client.reasons(dataset) if any(p.state == "pending" for p in pipelines) else {}
-    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
+    table = new_table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
         add_row(table, str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
                 _when(info.submitted_at), _when(info.finished_at), reason)
-    console.print(table)
+    show(table)
 
 
 @app.command()
@@ -111,7 +110,7 @@ def status(
         condition = client.scheduler_condition()
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
-    table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
+    table = new_table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
     add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
     add_row(table, "dataset", f"{info.dataset} ({acc.name})")
     add_row(table, "owner", info.owner)
@@ -129,7 +128,7 @@ def status(
         add_row(table, label, _when(at))
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
-    console.print(table)
+    show(table)
 
 
 @app.command()

@@ -8,9 +8,8 @@ from datetime import datetime
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
 from privsched.cli.registry import app
 from privsched.cli.remote_option import open_client
 
@@ -36,12 +35,12 @@ def user_list(db: DbOption = DEFAULT_DB) -> None:
     """List users with their role, team and whether their token is revoked."""
     with open_client(db) as client, errors():
         users = client.users()
-    table = Table("name", "role", "team", "created", "revoked")
+    table = new_table("name", "role", "team", "created", "revoked")
     for user in users:
         revoked = user["revoked_at"]
         add_row(table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
                 "-" if revoked is None else _when(revoked))
-    console.print(table)
+    show(table)
 
 
 @user_app.command("revoke")
