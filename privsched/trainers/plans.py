@@ -20,7 +20,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import MAX_STEPS, SampleRate, bounded
+from privsched.budgets.bounds import MAX_STEPS
+from privsched.budgets.fields import SampleRate, bounded
 from privsched.budgets.curves import gaussian_sigma
 from privsched.budgets.mechanisms import (
     Composed,
