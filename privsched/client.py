@@ -19,13 +19,14 @@ Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.s
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from privsched.handles import PipelineHandle
 from privsched.ledger.errors import LedgerError
@@ -263,7 +264,7 @@ class Client(BudgetReads):
             return spec
         if isinstance(spec, Mapping):
             return PipelineSpec.parse(dict(spec))
-        return load_spec(spec)
+        return load_spec(os.fspath(spec))
 
     def submit(self, spec: SpecLike, *, owner: str | None = None,
                claim: Callable[[list[int]], None] | None = None) -> Run:
@@ -357,7 +358,7 @@ class Client(BudgetReads):
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
 
-    def cancel(self, pipeline_id: int) -> str:
+    def cancel(self, pipeline_id: int) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
         Running: the scheduler stops the job and fails the pipeline (its allocation is
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
@@ -438,7 +439,7 @@ class Client(BudgetReads):
         rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""
         return self.ledger.audit(expect=expect)
 
-    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
+    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> builtins.list[Event]:
         """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""
         found = self.ledger.events(pipeline_id=pipeline_id)
         if dataset is None:
@@ -458,7 +459,7 @@ class Client(BudgetReads):
         with self._identities() as identities:
             return identities.add_user(name, role, team)
 
-    def users(self) -> list[dict[str, Any]]:
+    def users(self) -> builtins.list[dict[str, Any]]:
         """Every user: name, role, team, created_at and revoked_at (None while valid)."""
         with self._identities() as identities:
             return [vars(user) for user in identities.users()]

@@ -13,6 +13,7 @@ server's one-line error, like the local client's ``LedgerError``.
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import os
@@ -97,7 +98,7 @@ class RemoteClient(BudgetReads):
     # -- transport ------------------------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            host, port = self._parts.hostname, self._parts.port
+            host, port = self._parts.hostname or "", self._parts.port
             if self._context is not None:
                 self._conn = http.client.HTTPSConnection(host, port or 443, timeout=self._timeout,
                                                          context=self._context)
@@ -246,7 +247,7 @@ class RemoteClient(BudgetReads):
     def add_user(self, name: str, role: str, team: str | None = None) -> str:
         return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
 
-    def users(self) -> list[dict[str, Any]]:
+    def users(self) -> builtins.list[dict[str, Any]]:
         return self.request("GET", "/v1/users")
 
     def revoke_user(self, name: str) -> None:

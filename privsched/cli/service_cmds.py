@@ -23,6 +23,7 @@ from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
+    from privsched.handles import PipelineHandle
     from privsched.ledger import PipelineInfo
     from privsched.remote import RemoteClient
 
@@ -65,7 +66,13 @@ def submit(
             for line in client.dry_run(pipeline, owner=owner).lines():
                 say(line)
             return
-        run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id is not None else {}))
+        if submission_id is None:
+            run: PipelineHandle = client.submit(pipeline, owner=owner)
+        else:  # an idempotent submission, through a server only (checked above)
+            from privsched.remote import RemoteClient
+
+            assert isinstance(client, RemoteClient)
+            run = client.submit(pipeline, owner=owner, id=submission_id)
         if not wait:
             say(run.id)
             return
