@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from service import build, probe_spec  # noqa: E402 -- benchmarks/service.py, beside this script
 from privsched.ledger import BlockSpec  # noqa: E402
-from privsched.client import connect  # noqa: E402
+from privsched import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
@@ -128,7 +128,7 @@ def main() -> None:
     local = build(db, args.blocks, args.pending)
     local.runs.record_pool(local.pool())
     keys = [f"free-{i:04d}" for i in range(2 * THREADS * args.probes)]
-    local.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+    local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
     with Identities(db) as identities:
         token = identities.add_user("bench", "submitter")
     print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)",

@@ -23,14 +23,17 @@ import builtins
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+import numpy as np
+
+from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import BlockSpec
 from privsched.ledger.states import PipelineState
 from privsched.readouts import BudgetReads
 from privsched.service.rundirs import RunDirs
@@ -39,8 +42,6 @@ from privsched.service.rundirs import RunDirs
 # where it is used: the job runner, the specification models (pydantic, YAML), the request
 # builder and the compute pool (issue 16: such a command answers within 0.3 s).
 if TYPE_CHECKING:
-    import numpy as np
-
     from privsched.jobs.runner import JobResult
     from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
@@ -50,36 +51,19 @@ if TYPE_CHECKING:
     from privsched.service.waiting import WaitingReason
     from privsched.spec import BlockSelector, PipelineSpec
 
-    BlockLike: TypeAlias = "str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]"
     SpecLike: TypeAlias = "PipelineSpec | Mapping[str, Any] | str | os.PathLike"
 
 
-def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None):
-    """A client of a privsched database (created on first use unless ``create=False``):
-    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder. An
-    ``http(s)://`` address instead gives a :class:`privsched.remote.RemoteClient` of that
-    server, with the same methods, authenticated by ``token`` (else ``$PRIVSCHED_TOKEN``)."""
-    if isinstance(path, str) and path.startswith(("http://", "https://")):
-        from privsched.remote import RemoteClient
-
-        return RemoteClient(path, token)
+def open_client(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
+    """A client of the database ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the
+    current folder (created on first use unless ``create=False``); :func:`privsched.connect`
+    also reaches servers."""
     given = Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db")
     try:
         resolved = given.resolve()
     except (OSError, RuntimeError) as exc:  # a symbolic-link loop
         raise LedgerError(f"cannot open {given}: {exc}") from None
     return Client(resolved, create=create)
-
-
-def _block_spec(block: BlockLike) -> BlockSpec:
-    if isinstance(block, BlockSpec):
-        return block
-    if isinstance(block, str):
-        return BlockSpec(block)
-    if isinstance(block, Mapping):
-        return BlockSpec(str(block["key"]), block.get("location"))
-    key, location = block
-    return BlockSpec(str(key), None if location is None else str(location))
 
 
 def function_reference(fn: Callable) -> tuple[str, list[str]]:
@@ -212,9 +196,14 @@ class Client(BudgetReads):
         accounting: str = "rdp",
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
+        *,
+        actor: str | None = None,
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2)."""
-        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2).
+        ``actor`` (here and in every write): who the ledger records as causing it (default:
+        the operator, :class:`~privsched.ledger.Ledger`)."""
+        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion,
+                                          actor=actor)
 
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
@@ -222,15 +211,18 @@ class Client(BudgetReads):
     def dataset(self, name: str) -> DatasetInfo:
         return self.ledger.get_dataset(name)
 
-    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0) -> list[BlockInfo]:
+    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0,
+                   actor: str | None = None) -> list[BlockInfo]:
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
-        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks], unlocked_fraction=unlocked)
+        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked,
+                                      actor=actor)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
 
-    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None) -> list[BlockInfo]:
+    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None, *,
+               actor: str | None = None) -> list[BlockInfo]:
         """Unlock ``fraction`` × capacity of the dataset's active blocks (only ``keys``, if
         given), capped at what each has locked; returns those blocks afterwards."""
         blocks = self.ledger.list_blocks(dataset, active_only=True)
@@ -239,7 +231,7 @@ class Client(BudgetReads):
             if unknown:
                 raise LedgerError(f"no active block {unknown[0]!r} in dataset {dataset!r}")
             blocks = [b for b in blocks if b.key in set(keys)]
-        self.ledger.unlock({b.id: fraction for b in blocks})
+        self.ledger.unlock({b.id: fraction for b in blocks}, actor=actor)
         wanted = {b.key for b in blocks}
         return [b for b in self.ledger.list_blocks(dataset, active_only=True) if b.key in wanted]
 
@@ -267,16 +259,17 @@ class Client(BudgetReads):
         return load_spec(os.fspath(spec))
 
     def submit(self, spec: SpecLike, *, owner: str | None = None,
-               claim: Callable[[list[int]], None] | None = None) -> Run:
+               claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> Run:
         """Submit a pipeline (a :class:`PipelineSpec`, a mapping, or a YAML/JSON file).
         Invalid input raises ``ValueError`` with one line and records nothing."""
-        return self.submit_many([spec], owner=owner, claim=claim)[0]
+        return self.submit_many([spec], owner=owner, claim=claim, actor=actor)[0]
 
     def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None,
-                    claim: Callable[[list[int]], None] | None = None) -> list[Run]:
+                    claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
-        return [Run(self, i) for i in self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)]
+        ids = self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim, actor=actor)
+        return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
@@ -358,7 +351,7 @@ class Client(BudgetReads):
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
 
-    def cancel(self, pipeline_id: int) -> Literal["cancelled", "cancelling"]:
+    def cancel(self, pipeline_id: int, *, actor: str | None = None) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
         Running: the scheduler stops the job and fails the pipeline (its allocation is
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
@@ -370,7 +363,7 @@ class Client(BudgetReads):
         if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
-            self.ledger.cancel(pipeline_id)
+            self.ledger.cancel(pipeline_id, actor=actor)
         except LedgerError:
             if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
@@ -388,12 +381,17 @@ class Client(BudgetReads):
         return path.read_text(errors="replace") if path.exists() else ""
 
     def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
-        """Why each pending pipeline (of ``dataset``, else of every dataset) waits, ranked
-        in ``policy``'s order (a :class:`~privsched.policies.base.Policy`; default arrival)."""
+        """Why each pending or granted pipeline (of ``dataset``, else of every dataset) waits
+        (:mod:`privsched.service.waiting`). ``policy``: the serving
+        :class:`~privsched.policies.base.PolicySpec` (or just its ranking
+        :class:`~privsched.policies.base.Policy`); by default the policy the last scheduler
+        recorded, else arrival order and no unlock estimate."""
         from privsched.ledger.connection import open_database
         from privsched.ledger.quotas import QuotaCheck
-        from privsched.service.waiting import waiting_reasons
+        from privsched.service.waiting import compute_reasons, waiting_reasons
 
+        ranking, rule = self._serving_policy(policy)
+        now = time.time()
         found: dict[int, WaitingReason] = {}
         db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
         try:
@@ -403,13 +401,54 @@ class Client(BudgetReads):
                 if not len(view.pipeline_ids):
                     continue
                 info = self.ledger.get_dataset(name)
-                keys = {b.id: b.key for b in self.ledger.list_blocks(name)}
+                blocks = self.ledger.list_blocks(name)
+                keys = {b.id: b.key for b in blocks}
                 quota = None if quotas is None else (
                     lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy, quota=quota))
+                unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota,
+                                                                         unlock=unlock))
         finally:
             db.close()
+        granted = self.ledger.list_pipelines(states=["granted"])
+        if granted:
+            reasons = compute_reasons(granted, self.ledger.list_pipelines(states=["running"]), self.pool())
+            mine = {info.id for info in granted if dataset is None or info.dataset == dataset}
+            found.update((r.pipeline_id, r) for r in reasons if r.pipeline_id in mine)
         return found
+
+    def _serving_policy(self, policy: Any) -> tuple[Any, Any]:
+        """The ranking policy and unlock rule of ``policy`` (a PolicySpec, a Policy, or None:
+        the recorded one)."""
+        spec = policy if hasattr(policy, "unlock") and hasattr(policy, "policy") else None
+        if spec is None:
+            recorded = self.runs.recorded_policy()
+            if recorded is not None:
+                from privsched.policies import make_policy
+
+                try:
+                    spec = make_policy(recorded[0], **recorded[1])
+                except (TypeError, ValueError):  # not a record this version wrote
+                    spec = None
+        if spec is None:
+            return policy, None
+        return (spec.policy if policy is None or policy is spec else policy), spec.unlock
+
+    def _unlock_state(self, dataset: str, view: Any, blocks: builtins.list[BlockInfo], rule: Any, now: float) -> Any:
+        """What ``rule`` will still release on the view's blocks (:class:`~privsched.service.waiting.UnlockState`)."""
+        from privsched.service.waiting import UnlockState
+
+        by_id = {b.id: b for b in blocks}
+        rows = [by_id[int(i)] for i in view.block_ids.tolist()]
+        arrivals = np.zeros(len(rows))
+        if rule.on_pipeline_arrival() > 0:  # the scheduler counts every pipeline that ever asked for a block
+            asked: dict[str, int] = {}
+            for info in self.ledger.list_pipelines(dataset=dataset):
+                for key in info.block_keys:
+                    asked[key] = asked.get(key, 0) + 1
+            arrivals = np.array([asked.get(b.key, 0) for b in rows], dtype=float)
+        return UnlockState(rule=rule, locked=np.array([b.locked for b in rows]).reshape(view.capacity.shape),
+                           created=np.array([b.created_at for b in rows]), arrivals=arrivals, now=now)
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether

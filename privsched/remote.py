@@ -22,11 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from privsched.blocks import block_spec
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.readouts import BudgetReads
-from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.server.models import BlockOut, DatasetOut, EventOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
 
@@ -164,9 +165,7 @@ class RemoteClient(BudgetReads):
         return DatasetOut.model_validate(self.request("GET", f"/v1/datasets/{quote(name, safe='')}")).info()
 
     def add_blocks(self, dataset: str, blocks: Iterable[Any], *, unlocked: float = 0.0) -> list[BlockInfo]:
-        from privsched.client import _block_spec
-
-        specs = [_block_spec(b) for b in blocks]
+        specs = [block_spec(b) for b in blocks]
         body = {"blocks": [{"key": b.key, "location": b.location} for b in specs], "unlocked": unlocked}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
         return [BlockOut.model_validate(b).info() for b in answer]
@@ -215,6 +214,10 @@ class RemoteClient(BudgetReads):
 
     def cancel(self, pipeline_id: int) -> str:
         return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]
+
+    def events(self, *, pipeline_id: int) -> builtins.list[Event]:
+        """A pipeline's events, oldest first, each with who caused it (the server's log)."""
+        return [EventOut.model_validate(e).event() for e in self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/events")]
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})

@@ -78,7 +78,7 @@ def test_a_misspelt_command_is_a_usage_error_suggesting_the_right_one(tmp_path):
 
 
 #: What a command module may name from the ledger package: its data classes, never its machinery.
-LEDGER_DATA = {"PipelineInfo", "BlockInfo", "DatasetInfo", "AuditReport", "PipelineState"}
+LEDGER_DATA = {"PipelineInfo", "BlockInfo", "DatasetInfo", "AuditReport", "Event", "PipelineState"}
 
 
 def test_commands_reach_the_ledger_only_through_a_client():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from privsched.client import connect
+from privsched import connect
 from privsched.ledger.identities import Identities
 
 from .cli_inprocess import invoke

@@ -17,6 +17,7 @@ from privsched.service.resources import Pool
 from privsched.spec import SpecError
 from tests import test_service_jobs as jobs
 from tests.conftest import dump_database
+from tests.support.blockdata import block_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def client(tmp_db: Path) -> Client:
     client = ps.connect(tmp_db)
     client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
-    client.add_blocks("reviews", [(f"2026-01-{d:02d}", f"/data/{d}") for d in range(1, 11)])
+    client.add_blocks("reviews", [(f"2026-01-{d:02d}", block_file(tmp_db.parent, str(d))) for d in range(1, 11)])
     client.runs.record_pool(Pool(("0",), cpus=4.0, memory=2**30))
     yield client
     client.close()
@@ -93,6 +94,23 @@ def info_acc(client: Client):
 def test_an_explicit_mechanism_sets_the_demand(client: Client):
     run = client.submit(spec(epsilon=None, delta=None, mechanism={"kind": "gaussian", "sigma": 4.0}))
     np.testing.assert_allclose(run.grant["2026-01-09"], np.asarray(info_acc(client).alphas) / 32)
+
+
+def test_a_builtin_job_given_a_mechanism_instead_of_epsilon_is_refused_with_one_line(client: Client, dump_db):
+    before = dump_db(client.path)
+    with pytest.raises(LedgerError, match="plans the mechanism it is charged") as info:
+        client.submit(spec(epsilon=None, delta=None, mechanism={"kind": "laplace", "scale": 10.0},
+                           job={"kind": "statistic", "params": {"query": "count"}}))
+    assert "\n" not in str(info.value)
+    assert dump_db(client.path) == before
+
+
+def test_a_statistic_naming_its_noise_mechanism_is_refused_naming_noise(client: Client, dump_db):
+    before = dump_db(client.path)
+    with pytest.raises(LedgerError, match="'noise'") as info:
+        client.submit(spec(job={"kind": "statistic", "params": {"query": "count", "mechanism": "laplace"}}, delta=None))
+    assert "\n" not in str(info.value)
+    assert dump_db(client.path) == before
 
 
 def test_the_owner_defaults_to_the_submitting_user(client: Client):

@@ -15,13 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.ledger import BlockSpec, Ledger
 from privsched.ledger.lease import LeaseLost
 from privsched.policies import make_policy
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Pool
 from privsched.service.serve import ServiceError, serve
+from tests.support.blockdata import block_file
 from tests.support.faults import EPSILON, HELPER, job_runs, submit
 
 
@@ -29,7 +31,7 @@ from tests.support.faults import EPSILON, HELPER, job_runs, submit
 def client(tmp_db: Path) -> Client:
     client = connect(tmp_db)
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.ledger.add_blocks("reviews", [BlockSpec("b0", "/data/b0")], unlocked_fraction=1.0)
+    client.ledger.add_blocks("reviews", [BlockSpec("b0", block_file(tmp_db.parent, "b0"))], unlocked_fraction=1.0)
     yield client
     client.close()
 

@@ -55,10 +55,10 @@ def open_client(db: Path, *, create: bool = False) -> Client | RemoteClient:
 
 def local_client(db: Path, *, create: bool = False) -> Client:
     """A client of the database ``db`` (created on first use only with ``create``)."""
-    from privsched.client import connect
+    from privsched.client import open_client
 
     with errors():
-        return connect(db, create=create)
+        return open_client(db, create=create)
 
 
 def local_only(command: str) -> None:

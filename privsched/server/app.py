@@ -39,6 +39,7 @@ from privsched.server.models import (
     DatasetOut,
     DryRunOut,
     ErrorOut,
+    EventOut,
     LogsOut,
     PipelineOut,
     QuotaIn,
@@ -78,7 +79,8 @@ Caller = Annotated[User, Depends(current_user)]
 
 def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     """The API of the privsched database at ``path`` (which must exist); ``policy`` (the
-    serving scheduler's) ranks pending pipelines in waiting reasons."""
+    serving scheduler's :class:`~privsched.policies.base.PolicySpec`, or its ranking policy)
+    ranks pending pipelines in waiting reasons and gives their unlock estimates."""
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
@@ -129,7 +131,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.require_admin(caller, "create a dataset")
         for team in body.teams:  # check before writing: nothing is created on bad input
             access.check_team(team)
-        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion)
+        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion,
+                                     actor=caller.name)
         if body.teams:
             identities.restrict(info.id, body.teams)
         return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
@@ -149,13 +152,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
     def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
         access.require_admin(caller, "add blocks")
-        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked)
+        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked,
+                                  actor=caller.name)
         return reply([BlockOut.of(b) for b in added], 201)
 
     @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
     def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:
         access.require_admin(caller, "release budget")
-        return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys)])
+        return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys, actor=caller.name)])
 
     @app.put("/v1/datasets/{name}/quotas/{team}", response_model=QuotaOut, tags=["datasets"])
     def set_quota(name: str, team: str, body: QuotaIn, caller: Caller) -> Response:
@@ -214,7 +218,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         info = pipeline(pipeline_id, caller)
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
-        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id)))
+        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id, actor=caller.name)))
+
+    @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
+    def events(pipeline_id: int, caller: Caller) -> Response:
+        """A pipeline's events, oldest first, each with who caused it. A failure's message
+        is shown to admins only (the job that ended may have written it)."""
+        pipeline(pipeline_id, caller)
+        return reply([EventOut.of(e, caller.is_admin or e.kind != "fail") for e in client.events(pipeline_id=pipeline_id)])
 
     @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
     def logs(pipeline_id: int, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
@@ -229,7 +240,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.get("/v1/reasons", response_model=list[WaitingOut], tags=["pipelines"])
     def reasons(caller: Caller, dataset: str | None = None) -> Response:
         """Why each pending pipeline waits: the block and dimension where its demand falls
-        shortest of the unlocked budget, and its rank in the serving policy's order."""
+        shortest of the unlocked budget, when the unlock rule will have released enough, and
+        its rank in the serving policy's order; and what compute each granted one waits for."""
         names = [access.readable_dataset(client, identities, caller, dataset).name] if dataset is not None else [
             d.name for d in client.datasets() if identities.may_read(caller, d.id)]
         found = [r for name in names for r in client.reasons(name, policy).values()]

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
-from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
 
 #: Largest request body the server reads, in bytes.
@@ -140,6 +140,36 @@ class PipelineOut(Model):
         return PipelineInfo(**fields)
 
 
+class EventOut(Model):
+    """One event of the ledger's log (docs/ledger.md): a budget movement or a state change,
+    and who caused it."""
+
+    id: int
+    at: float
+    kind: str
+    dataset_id: int | None
+    block_id: int | None
+    pipeline_id: int | None
+    source: str | None
+    target: str | None
+    amount: list[float] | None
+    reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
+    actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before "
+                                          "actors were).")
+
+    @classmethod
+    def of(cls, event: Event, show_reason: bool) -> EventOut:
+        return cls(id=event.id, at=event.at, kind=event.kind, dataset_id=event.dataset_id, block_id=event.block_id,
+                   pipeline_id=event.pipeline_id, source=event.source, target=event.target,
+                   amount=None if event.amount is None else event.amount.tolist(),
+                   reason=event.reason if show_reason else None, actor=event.actor)
+
+    def event(self) -> Event:
+        fields = self.model_dump()
+        fields["amount"] = None if self.amount is None else _vector(self.amount)
+        return Event(**fields)
+
+
 class CancelOut(Model):
     id: int
     outcome: Literal["cancelled", "cancelling"]
@@ -199,10 +229,10 @@ class TokenOut(Model):
 
 
 class WaitingOut(Model):
-    """Why a pending pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
+    """Why a pending or granted pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
 
     pipeline_id: int
-    code: Literal["budget", "quota", "turn"]
+    code: Literal["budget", "quota", "turn", "compute"]
     rank: int
     pending: int
     order: str
@@ -212,6 +242,16 @@ class WaitingOut(Model):
     unlocked: float | None = None
     shortfall: float | None = None
     team: str | None = None
+    unlock: Literal["time", "arrivals"] | None = Field(
+        None, description="What releases more budget under the serving unlock rule.")
+    fits_at: float | None = Field(None, description="Per-time rule: the earliest time (s since the epoch) the "
+                                  "demand fits if nothing else is granted.")
+    arrivals: int | None = Field(None, description="Per-arrival rule: further arrivals on unlock_block it needs.")
+    unlock_block: str | None = Field(None, description="The block that unlocks enough last; None with unlock set: "
+                                     "no further unlock is enough.")
+    need: str | None = Field(None, description="compute: what the job asks for.")
+    free: str | None = Field(None, description="compute: what running jobs leave free (None: it fits now).")
+    never: str | None = Field(None, description="compute: why the pool can never hold the job.")
 
 
 class BlockFitOut(Model):

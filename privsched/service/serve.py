@@ -169,6 +169,7 @@ class _Loop:
         """Tick until stopped (or idle), waking early on a finished job or a change."""
         runs = RunDirs(self.path)
         runs.record_pool(pool)
+        runs.record_policy(policy.name, policy.params)
         scheduler = Scheduler(self.ledger, policy, executor, pool, runs, self.log)
         scheduler.recover(self.clock())
         watcher = ChangeWatcher(self.path)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger.lease import pid_exists
-from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
+from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result, without_secrets
 from privsched.service.logcap import cap_log
 
 
@@ -98,7 +98,7 @@ class LocalExecutor(Executor):
         self._jobs: dict[int, _Job] = {}
 
     def _environment(self, launch: Launch) -> dict[str, str]:
-        env = dict(os.environ)
+        env = without_secrets(os.environ)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.placement.gpus)
         threads = str(max(1, int(launch.placement.cpus)))
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
