@@ -2,8 +2,8 @@
 and a pipeline's demand and consumption per block (``privsched status``).
 
 The local and the remote client share these reads (:class:`BudgetReads`): both compute
-them here from what the ledger records, which is public (capacities, balances and
-demands say nothing about any record; docs/privacy.md). Under basic accounting a vector
+them here from what the ledger records about budgets and grants, which the privacy
+guarantee treats as public (docs/privacy.md). Under basic accounting a vector
 is (ε, δ) already; under RDP a curve is read as the ε it guarantees at the dataset's δ_G
 (:func:`privsched.budgets.readout.as_epsilon_delta`, the conversion of docs/design.md §3.1).
 """
