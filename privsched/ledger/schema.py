@@ -16,8 +16,11 @@ from privsched.ledger import launches
 
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
 #: the lease's generation and the launch records; version 3 the hash chain over the event
-#: log (``events.detail`` and ``events.hash``).
-SCHEMA_VERSION = 3
+#: log (``events.detail`` and ``events.hash``); version 4 who caused each event
+#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`).
+SCHEMA_VERSION = 4
+#: The oldest schema version :func:`migrate` brings up to date.
+MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
 
@@ -43,8 +46,8 @@ def unpack_rows(blobs: list[bytes], dims: int) -> np.ndarray:
 
 def create_schema(db: sqlite_utils.Database) -> None:
     """Create every table, index and trigger (inside the caller's transaction)."""
-    db["meta"].create({"key": str, "value": str}, pk="key", strict=True)
-    db["datasets"].create(
+    db.table("meta").create({"key": str, "value": str}, pk="key", strict=True)
+    db.table("datasets").create(
         {
             "id": int,
             "name": str,
@@ -60,16 +63,16 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["name", "accounting", "alphas", "epsilon", "delta", "conversion", "capacity", "created_at"],
         strict=True,
     )
-    db["datasets"].create_index(["name"], unique=True)
-    db["blocks"].create(
+    db.table("datasets").create_index(["name"], unique=True)
+    db.table("blocks").create(
         {"id": int, "dataset_id": int, "key": str, "location": str, "state": str, "created_at": float},
         pk="id",
         foreign_keys=[("dataset_id", "datasets", "id")],
         not_null=["dataset_id", "key", "state", "created_at"],
         strict=True,
     )
-    db["blocks"].create_index(["dataset_id", "key"], unique=True)
-    db["balances"].create(
+    db.table("blocks").create_index(["dataset_id", "key"], unique=True)
+    db.table("balances").create(
         {
             "block_id": int,
             "capacity": bytes,
@@ -83,7 +86,7 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["capacity", "locked", "unlocked", "allocated", "consumed"],
         strict=True,
     )
-    db["pipelines"].create(
+    db.table("pipelines").create(
         {
             "id": int,
             "name": str,
@@ -107,17 +110,17 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["name", "dataset_id", "state", "owner", "weight", "submitted_at", "job", "resources"],
         strict=True,
     )
-    db["pipelines"].create_index(["dataset_id", "state"])
-    db["pipelines"].create_index(["state"])
-    db["demands"].create(
+    db.table("pipelines").create_index(["dataset_id", "state"])
+    db.table("pipelines").create_index(["state"])
+    db.table("demands").create(
         {"pipeline_id": int, "block_id": int, "position": int, "demand": bytes, "consumed": bytes},
         pk=("pipeline_id", "block_id"),
         foreign_keys=[("pipeline_id", "pipelines", "id"), ("block_id", "blocks", "id")],
         not_null=["position", "demand"],
         strict=True,
     )
-    db["demands"].create_index(["block_id"])
-    db["events"].create(
+    db.table("demands").create_index(["block_id"])
+    db.table("events").create(
         {
             "id": int,
             "at": float,
@@ -131,14 +134,15 @@ def create_schema(db: sqlite_utils.Database) -> None:
             "reason": str,
             "detail": str,  # canonical JSON of what a creation or submission recorded (chain.py)
             "hash": bytes,  # SHA-256 link over the previous row's hash and this row (chain.py)
+            "actor": str,  # who caused it: a user name, "operator" or "scheduler" (NULL before version 4)
         },
         pk="id",
         not_null=["at", "kind", "hash"],
         strict=True,
     )
-    db["events"].create_index(["pipeline_id"])
-    db["events"].create_index(["block_id"])
-    db["lease"].create(
+    db.table("events").create_index(["pipeline_id"])
+    db.table("events").create_index(["block_id"])
+    db.table("lease").create(
         {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float,
          "generation": int},
         pk="name",
@@ -155,6 +159,17 @@ def create_schema(db: sqlite_utils.Database) -> None:
         BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
         """
     )
-    db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+    db.table("meta").insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def migrate(db: sqlite_utils.Database, version: int) -> None:
+    """Bring a database of schema ``version`` (at least :data:`MIGRATES_FROM`) up to
+    :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
+    ``events.actor`` column; the rows already there keep NULL, and their links (chain.py)
+    are unchanged."""
+    if version < 4:
+        db.execute("ALTER TABLE events ADD COLUMN actor TEXT")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

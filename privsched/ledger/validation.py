@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -11,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import PipelineRequest
 from privsched.text import name_problem
@@ -25,6 +26,26 @@ def name(value: object, what: str) -> str:
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         raise LedgerError(f"{what} {shown} {problem}")
     return value  # type: ignore[return-value]
+
+
+def location(text: str, key: str) -> str:
+    """A block's data location: an existing file, or a folder, that this process may read
+    (and list), as an absolute path (a relative one is taken from the current folder).
+    Through a server this process is the service that later hands the location to jobs."""
+    shown = repr(text) if len(text) <= 200 else repr(text[:197] + "...")
+    try:
+        info = os.stat(text)
+    except FileNotFoundError:
+        raise LedgerError(f"the data location of block {key!r} does not exist: {shown}") from None
+    except (OSError, ValueError) as exc:  # a symbolic-link loop, a name too long, a NUL byte
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise LedgerError(f"the data location of block {key!r} cannot be used: {shown} ({why})") from None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        raise LedgerError(f"the data location of block {key!r} is neither a file nor a folder: {shown}")
+    needed = os.R_OK | (os.X_OK if stat.S_ISDIR(info.st_mode) else 0)
+    if not os.access(text, needed):
+        raise LedgerError(f"the data location of block {key!r} is not readable by privsched: {shown}")
+    return os.path.abspath(text)
 
 
 def unique(values: Iterable[str], what: str) -> list[str]:
@@ -164,7 +185,7 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
             demand = vector(request.demand, accounting.dims, "demand")
         elif request.mechanism is not None:
             try:
-                demand = demand_vector(parse_mechanism(request.mechanism), accounting)
+                demand = mechanism_demand(request.mechanism, accounting)
             except ValueError as exc:
                 raise LedgerError(f"invalid mechanism: {exc}") from exc
             demand = vector(demand, accounting.dims, "mechanism demand")
@@ -182,11 +203,19 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
     return vectors
 
 
+def mechanism_demand(mechanism: str, accounting: Accounting) -> np.ndarray:
+    """The curve of a mechanism's JSON description (``ValueError`` if it is invalid). The
+    mechanisms' models are imported here, on a write, not by a command that only reads."""
+    from privsched.budgets.mechanisms import demand_vector, parse_mechanism
+
+    return demand_vector(parse_mechanism(mechanism), accounting)
+
+
 def mechanism_curve(mechanism: str, accounting: Accounting) -> np.ndarray:
     """The demand vector of a stored mechanism description: a stored demand must be at
     least this, or what the ledger charges is not what the job releases."""
     try:
-        return vector(demand_vector(parse_mechanism(mechanism), accounting), accounting.dims, "mechanism demand")
+        return vector(mechanism_demand(mechanism, accounting), accounting.dims, "mechanism demand")
     except ValueError as exc:
         raise LedgerError(f"invalid mechanism: {exc}") from exc
 
