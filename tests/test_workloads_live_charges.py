@@ -13,6 +13,7 @@ import workloads
 from privsched.budgets import parse_mechanism
 from privsched.client import Client
 from privsched.service.resources import Pool
+from tests.support.blockdata import block_file
 from workloads import heterogeneous as hetero
 from workloads import macrobenchmark as macro
 
@@ -22,7 +23,7 @@ BLOCKS = 10
 def connect(path: Path, accounting: str, epsilon: float, delta: float) -> Client:
     client = ps.connect(path)
     client.create_dataset("reviews", epsilon=epsilon, delta=delta, accounting=accounting)
-    client.add_blocks("reviews", [(f"day{d:02d}", f"/data/{d}") for d in range(BLOCKS)])
+    client.add_blocks("reviews", [(f"day{d:02d}", block_file(path.parent, str(d))) for d in range(BLOCKS)])
     client.runs.record_pool(Pool(("0",), cpus=4.0, memory=2**30))
     return client
 
