@@ -1,0 +1,124 @@
+"""The warm launcher: jobs forked from a fork server that has torch and Opacus imported, on
+real processes (the sandbox tests need Landlock)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privsched.budgets import Accounting
+from privsched.jobs.context import BlockGrant, JobContext
+from privsched.jobs.runner import JobResult
+from privsched.jobs.sandbox import abi_version
+from privsched.service.executors.base import Launch
+from privsched.service.executors.local import LocalExecutor, find_by_token
+from privsched.service.executors.warm_launcher import ForkServer
+from privsched.service.resources import Placement
+
+REPO = Path(__file__).resolve().parents[1]
+GRANT = [1.0, 1e-9]
+landlock = pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock")
+
+
+def launch_for(folder: Path, function: str, *, pipeline_id: int = 1, cpus: float = 1.0, token: str | None = None,
+               params: dict | None = None) -> Launch:
+    folder.mkdir(parents=True, exist_ok=True)
+    ctx = JobContext(
+        pipeline_id=pipeline_id, name="job", dataset="reviews", accounting=Accounting.basic(), delta=1e-9,
+        blocks={"d1": BlockGrant("d1", "/data/d1", np.array(GRANT))}, device="cpu", workdir=folder / "work",
+        params=params or {},
+    )
+    job = {"function": f"tests.fork_jobs:{function}", "pythonpath": [str(REPO)]}
+    (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
+    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
+                  Placement((), cpus, 0), time.time(), token=token)
+
+
+def warm_server(executor: LocalExecutor) -> ForkServer:
+    """The executor's fork server, once it is ready to fork jobs."""
+    assert executor.launcher is not None
+    deadline = time.monotonic() + 120
+    while True:
+        server = executor.launcher.maintain()
+        if server is not None and server.ready:
+            return server
+        assert time.monotonic() < deadline, "the fork server never became ready"
+        time.sleep(0.05)
+
+
+def run(executor: LocalExecutor, launch: Launch, *, forked: bool = True) -> JobResult:
+    executor.start(launch)
+    assert (executor._jobs[launch.pipeline_id].server is not None) == forked
+    while True:
+        for result in executor.poll(time.time()):
+            return result
+        time.sleep(0.02)
+
+
+def seen(launch: Launch) -> dict:
+    return json.loads((launch.context.parent / "work" / "seen.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def executor() -> LocalExecutor:
+    executor = LocalExecutor()
+    warm_server(executor)
+    yield executor
+    assert executor.launcher is not None
+    executor.launcher.close()
+
+
+def test_two_forked_jobs_draw_fresh_entropy_and_size_their_thread_pools(executor: LocalExecutor, tmp_path: Path):
+    one = launch_for(tmp_path / "one", "draws", pipeline_id=1, cpus=1.0)
+    two = launch_for(tmp_path / "two", "draws", pipeline_id=2, cpus=2.0)
+    assert run(executor, one).completed and run(executor, two).completed
+    first, second = seen(one), seen(two)
+    for generator in ("random", "numpy", "torch"):
+        assert first[generator] != second[generator], generator
+    assert (first["torch_threads"], second["torch_threads"]) == (1, 2)
+    assert set(first["blas_threads"]) <= {1} and set(second["blas_threads"]) <= {2}
+    assert first["cuda"] == second["cuda"] == ""
+
+
+@landlock
+def test_the_sandbox_holds_in_a_forked_job(executor: LocalExecutor, tmp_path: Path):
+    secret = tmp_path / "ledger.db"
+    secret.write_text("budget\n")
+    launch = launch_for(tmp_path / "run", "escapes", params={"path": str(secret)})
+    assert run(executor, launch).completed
+    assert seen(launch) == {"read": "denied", "write": "denied"}
+    assert secret.read_text() == "budget\n"
+
+
+def test_a_forked_job_is_found_by_its_launch_token(executor: LocalExecutor, tmp_path: Path):
+    launch = launch_for(tmp_path, "draws", token="f" * 32)
+    executor.start(launch)
+    pid = executor._jobs[launch.pipeline_id].pid
+    try:
+        deadline = time.monotonic() + 60
+        while find_by_token("f" * 32) is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the child shows its token once it has read its spec
+        assert find_by_token("f" * 32) == pid
+    finally:
+        while not executor.poll(time.time()):
+            time.sleep(0.02)
+
+
+def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_path: Path):
+    executor = LocalExecutor()
+    first = warm_server(executor)
+    os.kill(first.pid, signal.SIGKILL)
+    first.process.wait()
+    launch = launch_for(tmp_path / "cold", "draws", pipeline_id=1)
+    assert run(executor, launch, forked=False).completed
+    second = warm_server(executor)
+    assert second is not first and second.pid != first.pid
+    assert run(executor, launch_for(tmp_path / "warm", "draws", pipeline_id=2)).completed
+    assert executor.launcher is not None
+    executor.launcher.close()
