@@ -58,6 +58,18 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
     return json.loads(data), fds
 
 
+def _warm_up() -> None:
+    """With torch imported, one tiny forward and backward pass on the CPU: torch initialises
+    its kernels on their first call (about 0.2 s, a job's first step otherwise pays it). The
+    fork server runs with one thread per pool, so no thread pool exists at a fork."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    layer = torch.nn.Linear(8, 2)
+    loss = torch.nn.functional.cross_entropy(layer(torch.zeros(4, 8)), torch.zeros(4, dtype=torch.long))
+    loss.backward()
+
+
 def _reap(control: socket.socket) -> None:
     """Report every child that ended."""
     while True:
@@ -74,6 +86,12 @@ def serve(control: socket.socket, modules: list[str]) -> None:
     """Import ``modules``, then fork a job for each request until the socket closes."""
     for name in modules:
         importlib.import_module(name)
+    _warm_up()
+    from threadpoolctl import ThreadpoolController
+
+    pools = ThreadpoolController()  # finds the loaded thread pools once (tens of ms), not in every job
+    if len(os.listdir("/proc/self/task")) != 1:
+        raise RuntimeError("the fork server started a thread: forking it would be unsafe")
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.signal(signal.SIGCHLD, lambda signum, frame: None)
     signal.set_wakeup_fd(wake_write)
@@ -101,13 +119,13 @@ def serve(control: socket.socket, modules: list[str]) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(wake_read)
             os.close(wake_write)
-            _become_job(*fds)
+            _become_job(*fds, pools)
         for fd in fds:
             os.close(fd)
         send(control, {"pid": pid})
 
 
-def _become_job(spec_fd: int, log_fd: int, result_fd: int) -> None:
+def _become_job(spec_fd: int, log_fd: int, result_fd: int, pools: Any) -> None:
     """The forked child: set itself up as a cold-started supervisor would be, then run it.
     Never returns."""
     code = 3
@@ -129,7 +147,7 @@ def _become_job(spec_fd: int, log_fd: int, result_fd: int) -> None:
         _show_token(spec["env"].get(LAUNCH_TOKEN_ENV, TOKEN_ROOM))
         os.chdir(spec["cwd"])
         _reseed()
-        _limit_threads(int(spec["threads"]))
+        _limit_threads(int(spec["threads"]), pools)
         argv = [*spec["argv"], "--result-fd", str(result_fd)]
         sys.argv = ["privsched.jobs.runner", *argv]
         from privsched.jobs.runner import main
@@ -182,12 +200,11 @@ def _reseed() -> None:
         sys.modules["torch"].manual_seed(int.from_bytes(os.urandom(8), "little") >> 1)  # CPU and every CUDA device
 
 
-def _limit_threads(threads: int) -> None:
-    """The job's thread pools sized to its CPUs, as ``OMP_NUM_THREADS`` and friends do for a
-    cold start (the libraries read those variables when the fork server loaded them)."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(limits=threads)
+def _limit_threads(threads: int, pools: Any) -> None:
+    """The job's thread pools (``pools``: a ``threadpoolctl.ThreadpoolController``) sized to
+    its CPUs, as ``OMP_NUM_THREADS`` and friends do for a cold start (the libraries read those
+    variables when the fork server loaded them)."""
+    pools.limit(limits=threads)
     if "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(threads)
 

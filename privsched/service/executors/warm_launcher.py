@@ -25,10 +25,13 @@ from privsched.service.executors.base import LAUNCH_TOKEN_ENV
 from privsched.service.executors.fork_server import TOKEN_ROOM, receive, send
 
 #: What the fork server imports before it forks any job: the supervisor, the built-in jobs
-#: and their trainers (torch and Opacus included), and the thread-pool control.
+#: and their trainers (torch and Opacus included), what torch imports lazily on a job's first
+#: step (``torch._dynamo``, which every optimizer's constructor imports: about 1.5 s), and the
+#: thread-pool control.
 WARM_MODULES: tuple[str, ...] = (
     "privsched.jobs.runner", "privsched.jobs.builtin", "privsched.trainers.statistics", "privsched.trainers.dpsgd",
-    "opacus", "opacus.accountants", "opacus.optimizers", "opacus.grad_sample", "threadpoolctl",
+    "opacus", "opacus.accountants", "opacus.optimizers", "opacus.grad_sample", "torch._dynamo", "torch.optim",
+    "torch.utils.data", "threadpoolctl",
 )
 #: Longest wait for the fork server's reply to a launch before starting the job cold.
 REPLY_SECONDS = 10.0
