@@ -34,13 +34,14 @@ class ResultPipe:
             self.write_fd = -1
 
     def result(self, pipeline_id: int) -> JobResult | None:
-        """The result the supervisor sent, once all of it arrived; None before (or when what
-        came is not a result of this pipeline)."""
+        """The result the supervisor sent, once all of it (one line of JSON) arrived; None
+        before (or when what came is not a result of this pipeline)."""
         self._read()
-        if not self._ended:
+        line, newline, _ = self._data.partition(b"\n")
+        if not newline:
             return None
         try:
-            result = JobResult.from_json(self._data.decode())
+            result = JobResult.from_json(line.decode())
         except (ValueError, KeyError, TypeError):
             return None
         return result if result.pipeline_id == pipeline_id else None
@@ -52,7 +53,7 @@ class ResultPipe:
             except BlockingIOError:
                 return
             self._data += chunk
-            if not chunk or len(self._data) > LIMIT:
+            if not chunk or b"\n" in chunk or len(self._data) > LIMIT:
                 self._ended = True
                 self.close()
 
