@@ -18,6 +18,7 @@ from privsched.jobs.runner import JobResult
 from privsched.jobs.sandbox import abi_version
 from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor, find_by_token
+from privsched.service.executors.fork_server import send
 from privsched.service.executors.warm_launcher import ForkServer
 from privsched.service.resources import Placement
 
@@ -108,6 +109,27 @@ def test_a_forked_job_is_found_by_its_launch_token(executor: LocalExecutor, tmp_
     finally:
         while not executor.poll(time.time()):
             time.sleep(0.02)
+
+
+def test_a_child_forked_for_a_launch_given_up_on_runs_nothing(executor: LocalExecutor, tmp_path: Path):
+    server = warm_server(executor)
+    launch = launch_for(tmp_path, "draws")
+    spec_read, spec_write = os.pipe()
+    result_read, result_write = os.pipe()
+    with open(launch.log, "ab") as log:
+        send(server.sock, {"launch": 1}, [spec_read, log.fileno(), result_write])
+    for fd in (spec_read, result_write):
+        os.close(fd)
+    pid = server._reply()
+    assert pid is not None
+    server.children.add(pid)
+    os.close(spec_write)  # the executor gives up before writing the spec
+    while server.exit_code(pid) is None:
+        time.sleep(0.01)
+    assert server.exit_code(pid) == 0
+    assert os.read(result_read, 100) == b""
+    os.close(result_read)
+    assert not (tmp_path / "work").exists() and not launch.result.exists()
 
 
 def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_path: Path):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import select
-import signal
 import socket
 import subprocess
 import time
@@ -40,11 +39,10 @@ FIRST_RETRY_SECONDS, LAST_RETRY_SECONDS = 1.0, 300.0
 
 
 def _shut(sock: socket.socket, process: subprocess.Popen) -> None:
-    """Close the control socket (the fork server exits on it) and reap the fork server."""
+    """Close the control socket and end the fork server (at once: it may be busy importing,
+    and its jobs, each in its own session, run on)."""
     sock.close()
-    try:
-        process.wait(timeout=5)
-    except subprocess.TimeoutExpired:
+    if process.poll() is None:
         process.kill()
         process.wait()
 
@@ -148,13 +146,10 @@ class ForkServer:
         self.children.discard(pid)
         self.exits.pop(pid, None)
 
-    def stop(self, *, kill: bool = True) -> None:
-        """Shut the fork server down, killed or (``kill=False``) told to exit by closing its
-        socket; its jobs run on, each in its own session."""
+    def stop(self) -> None:
+        """Shut the fork server down; its jobs run on, each in its own session."""
         if not self.dead:
             self.dead = True
-            if kill and self.process.poll() is None:
-                self.process.send_signal(signal.SIGKILL)
             self._finalizer()
 
 
@@ -209,5 +204,5 @@ class WarmLauncher:
 
     def close(self) -> None:
         if self.server is not None:
-            self.server.stop(kill=False)
+            self.server.stop()
             self.server = None
