@@ -25,6 +25,7 @@ exactly as in a cold start.
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -90,6 +91,7 @@ def serve(control: socket.socket, modules: list[str]) -> None:
     from threadpoolctl import ThreadpoolController
 
     pools = ThreadpoolController()  # finds the loaded thread pools once (tens of ms), not in every job
+    gc.freeze()  # what is loaded now is never collected: a forked job's collector leaves those pages shared
     if len(os.listdir("/proc/self/task")) != 1:
         raise RuntimeError("the fork server started a thread: forking it would be unsafe")
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
