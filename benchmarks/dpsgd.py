@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from privsched.trainers.data import read_block_files
+from privsched.jobs.records import read_block_files
 from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
 from privsched.trainers.models import build_model
 from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, parse_job

@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from service import build, probe_spec  # noqa: E402 -- benchmarks/service.py, beside this script
 from privsched.ledger import BlockSpec  # noqa: E402
-from privsched.client import connect  # noqa: E402
+from privsched import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 

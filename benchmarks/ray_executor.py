@@ -13,12 +13,18 @@ started, and reports half its grant. Measured, per executor:
 - throughput: ``--burst`` such jobs submitted at once, 0.5 CPU each, from the first grant to
   the last settlement.
 
-Run from the repository root: ``.venv/bin/python benchmarks/ray_executor.py [--quick]``.
+With ``--auth`` the Ray executor is measured a second time on a cluster started with Ray's
+token authentication (``RAY_AUTH_MODE=token``; the executor sends the token in every request),
+to show what authentication costs.
+
+Run from the repository root: ``.venv/bin/python benchmarks/ray_executor.py [--quick] [--auth]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import statistics
 import sys
 import tempfile
@@ -30,7 +36,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from privsched.client import Client, Run, connect  # noqa: E402
+from privsched import connect  # noqa: E402
+from privsched.client import Client, Run  # noqa: E402
 from privsched.service.executors.ray_local import local_cluster  # noqa: E402
 
 JOB = {"function": "tests.test_ray_jobs:reports_gpus", "pythonpath": [str(REPO)]}
@@ -94,22 +101,39 @@ def main() -> None:
     parser.add_argument("--cpus", type=float, default=2.0, help="CPUs of the pool and of the local Ray cluster")
     parser.add_argument("--ray-address", default=None, help="an existing cluster (default: start one here)")
     parser.add_argument("--quick", action="store_true", help="3 dispatch jobs and a burst of 12")
+    parser.add_argument("--auth", action="store_true", help="also on a cluster with token authentication")
     args = parser.parse_args()
     if args.quick:
         args.dispatch, args.burst = 3, 12
-    with tempfile.TemporaryDirectory(prefix="privsched-bench-") as tmp, ExitStack() as stack:
-        address = args.ray_address or stack.enter_context(local_cluster(cpus=args.cpus))
+    with tempfile.TemporaryDirectory(prefix="privsched-bench-") as tmp:
         local = measure(Path(tmp), "local", None, args.cpus, args.dispatch, args.burst)
-        ray = measure(Path(tmp), "ray", address, args.cpus, args.dispatch, args.burst)
+        with ExitStack() as stack:
+            address = args.ray_address or stack.enter_context(local_cluster(cpus=args.cpus))
+            ray = measure(Path(tmp), "ray", address, args.cpus, args.dispatch, args.burst)
+        columns = [("local", local), ("ray", ray)]
+        if args.auth:
+            token = secrets.token_hex(32)
+            (Path(tmp) / "auth").mkdir()
+            with local_cluster(cpus=args.cpus, token=token) as address:
+                os.environ["RAY_AUTH_TOKEN"] = token  # the operator's token, as the executor reads it
+                try:
+                    columns.append(("ray, token auth", measure(Path(tmp) / "auth", "ray", address, args.cpus,
+                                                               args.dispatch, args.burst)))
+                finally:
+                    del os.environ["RAY_AUTH_TOKEN"]
     print(f"{args.cpus:g} CPUs, jobs of 0.5 CPU; {args.dispatch} jobs one at a time, bursts of {args.burst}\n")
-    print("| measure | local | ray | ray / local |")
-    print("|---|---|---|---|")
+    names = [name for name, _ in columns]
+    ratios = ["ray / local"] + (["token auth / ray"] if args.auth else [])
+    print("| measure | " + " | ".join(names + ratios) + " |")
+    print("|---" * (1 + len(names) + len(ratios)) + "|")
     for key, label, unit in (
         ("start", "grant → job code starts (median)", "s"),
         ("settle", "job code ends → settled in the ledger (median)", "s"),
         ("throughput", f"throughput, {args.burst} short jobs at once", "jobs/s"),
     ):
-        print(f"| {label} | {local[key]:.3f} {unit} | {ray[key]:.3f} {unit} | {ray[key] / local[key]:.2f}× |")
+        values = [f"{result[key]:.3f} {unit}" for _, result in columns]
+        shown = [f"{ray[key] / local[key]:.2f}×"] + ([f"{columns[2][1][key] / ray[key]:.2f}×"] if args.auth else [])
+        print(f"| {label} | " + " | ".join(values + shown) + " |")
 
 
 if __name__ == "__main__":

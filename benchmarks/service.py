@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from privsched.budgets import Gaussian, demand_vector, mechanism_json  # noqa: E402
-from privsched.client import Client, connect  # noqa: E402
+from privsched import connect  # noqa: E402
+from privsched.client import Client  # noqa: E402
 from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
 
 JOB = {"function": "tests.test_service_jobs:spend_half"}

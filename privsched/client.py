@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -29,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.jobs.runner import JobResult
 from privsched.ledger import (
     AuditReport,
     BlockInfo,
-    BlockSpec,
     DatasetInfo,
     Event,
     Ledger,
@@ -54,36 +55,19 @@ from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load
 
 #: Where a pipeline's life ends.
 
-BlockLike = str | tuple[str, str | None] | BlockSpec | Mapping[str, Any]
 SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
 
 
-def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None):
-    """A client of a privsched database (created on first use unless ``create=False``):
-    ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder. An
-    ``http(s)://`` address instead gives a :class:`privsched.remote.RemoteClient` of that
-    server, with the same methods, authenticated by ``token`` (else ``$PRIVSCHED_TOKEN``)."""
-    if isinstance(path, str) and path.startswith(("http://", "https://")):
-        from privsched.remote import RemoteClient
-
-        return RemoteClient(path, token)
+def open_client(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
+    """A client of the database ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the
+    current folder (created on first use unless ``create=False``); :func:`privsched.connect`
+    also reaches servers."""
     given = Path(path or os.environ.get("PRIVSCHED_DB") or "privsched.db")
     try:
         resolved = given.resolve()
     except (OSError, RuntimeError) as exc:  # a symbolic-link loop
         raise LedgerError(f"cannot open {given}: {exc}") from None
     return Client(resolved, create=create)
-
-
-def _block_spec(block: BlockLike) -> BlockSpec:
-    if isinstance(block, BlockSpec):
-        return block
-    if isinstance(block, str):
-        return BlockSpec(block)
-    if isinstance(block, Mapping):
-        return BlockSpec(str(block["key"]), block.get("location"))
-    key, location = block
-    return BlockSpec(str(key), None if location is None else str(location))
 
 
 def function_reference(fn: Callable) -> tuple[str, list[str]]:
@@ -218,7 +202,7 @@ class Client:
     def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0) -> list[BlockInfo]:
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
-        return self.ledger.add_blocks(dataset, [_block_spec(b) for b in blocks], unlocked_fraction=unlocked)
+        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
@@ -372,12 +356,17 @@ class Client:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
-        """Why each pending pipeline (of ``dataset``, else of every dataset) waits, ranked
-        in ``policy``'s order (a :class:`~privsched.policies.base.Policy`; default arrival)."""
+        """Why each pending or granted pipeline (of ``dataset``, else of every dataset) waits
+        (:mod:`privsched.service.waiting`). ``policy``: the serving
+        :class:`~privsched.policies.base.PolicySpec` (or just its ranking
+        :class:`~privsched.policies.base.Policy`); by default the policy the last scheduler
+        recorded, else arrival order and no unlock estimate."""
         from privsched.ledger.connection import open_database
         from privsched.ledger.quotas import QuotaCheck
-        from privsched.service.waiting import waiting_reasons
+        from privsched.service.waiting import compute_reasons, waiting_reasons
 
+        ranking, rule = self._serving_policy(policy)
+        now = time.time()
         found: dict[int, WaitingReason] = {}
         db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
         try:
@@ -387,13 +376,54 @@ class Client:
                 if not len(view.pipeline_ids):
                     continue
                 info = self.ledger.get_dataset(name)
-                keys = {b.id: b.key for b in self.ledger.list_blocks(name)}
+                blocks = self.ledger.list_blocks(name)
+                keys = {b.id: b.key for b in blocks}
                 quota = None if quotas is None else (
                     lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, policy, quota=quota))
+                unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota,
+                                                                         unlock=unlock))
         finally:
             db.close()
+        granted = self.ledger.list_pipelines(states=["granted"])
+        if granted:
+            reasons = compute_reasons(granted, self.ledger.list_pipelines(states=["running"]), self.pool())
+            mine = {info.id for info in granted if dataset is None or info.dataset == dataset}
+            found.update((r.pipeline_id, r) for r in reasons if r.pipeline_id in mine)
         return found
+
+    def _serving_policy(self, policy: Any) -> tuple[Any, Any]:
+        """The ranking policy and unlock rule of ``policy`` (a PolicySpec, a Policy, or None:
+        the recorded one)."""
+        spec = policy if hasattr(policy, "unlock") and hasattr(policy, "policy") else None
+        if spec is None:
+            recorded = self.runs.recorded_policy()
+            if recorded is not None:
+                from privsched.policies import make_policy
+
+                try:
+                    spec = make_policy(recorded[0], **recorded[1])
+                except (TypeError, ValueError):  # not a record this version wrote
+                    spec = None
+        if spec is None:
+            return policy, None
+        return (spec.policy if policy is None or policy is spec else policy), spec.unlock
+
+    def _unlock_state(self, dataset: str, view: Any, blocks: list[BlockInfo], rule: Any, now: float) -> Any:
+        """What ``rule`` will still release on the view's blocks (:class:`~privsched.service.waiting.UnlockState`)."""
+        from privsched.service.waiting import UnlockState
+
+        by_id = {b.id: b for b in blocks}
+        rows = [by_id[int(i)] for i in view.block_ids.tolist()]
+        arrivals = np.zeros(len(rows))
+        if rule.on_pipeline_arrival() > 0:  # the scheduler counts every pipeline that ever asked for a block
+            asked: dict[str, int] = {}
+            for info in self.ledger.list_pipelines(dataset=dataset):
+                for key in info.block_keys:
+                    asked[key] = asked.get(key, 0) + 1
+            arrivals = np.array([asked.get(b.key, 0) for b in rows], dtype=float)
+        return UnlockState(rule=rule, locked=np.array([b.locked for b in rows]).reshape(view.capacity.shape),
+                           created=np.array([b.created_at for b in rows]), arrivals=arrivals, now=now)
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether

@@ -63,7 +63,7 @@ def _statistic(name: str, query: dict, epsilon: float, blocks: dict) -> dict:
         "blocks": blocks,
         "epsilon": epsilon,
         "delta": 0.0,
-        "job": {"kind": "statistic", "params": {"mechanism": "laplace", **query}},
+        "job": {"kind": "statistic", "params": {"noise": "laplace", **query}},
     }
 
 

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
+from privsched.blocks import block_spec
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
 from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
@@ -158,9 +159,7 @@ class RemoteClient:
         return DatasetOut.model_validate(self.request("GET", f"/v1/datasets/{quote(name, safe='')}")).info()
 
     def add_blocks(self, dataset: str, blocks: Iterable[Any], *, unlocked: float = 0.0) -> list[BlockInfo]:
-        from privsched.client import _block_spec
-
-        specs = [_block_spec(b) for b in blocks]
+        specs = [block_spec(b) for b in blocks]
         body = {"blocks": [{"key": b.key, "location": b.location} for b in specs], "unlocked": unlocked}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
         return [BlockOut.model_validate(b).info() for b in answer]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from privsched.client import connect
+from privsched import connect
 from privsched.ledger.identities import Identities
 from privsched.server.runner import Listen, http_api
 

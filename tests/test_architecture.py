@@ -14,13 +14,6 @@ REPO = Path(__file__).resolve().parents[1]
 PURE = {"privsched.budgets": {"privsched.errors"}, "privsched.policies": {"privsched.budgets", "privsched.errors"}}
 #: The applications at the top that may use the reference workloads directly.
 ABOVE_WORKLOADS = {"privsched.demo"}
-#: Imports that close a cycle today, each with what breaking it takes (strict xfails below).
-KNOWN_CYCLES = {
-    ("privsched.jobs", "privsched.trainers"): "built-in job planning (privsched/jobs/builtin.py) still lives in jobs and "
-    "imports the trainers, which import the job context: it belongs next to the trainers",
-    ("privsched.client", "privsched.remote"): "connect() in privsched/client.py returns the remote client, which uses the "
-    "server's models and the local client's helpers, and the server uses the local client: connect belongs above both",
-}
 
 
 def unit(module: str) -> str | None:
@@ -94,10 +87,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def without(graph: dict[str, set[str]], edges: list[tuple[str, str]]) -> dict[str, set[str]]:
-    return {node: targets - {t for s, t in edges if s == node} for node, targets in graph.items()}
-
-
 def test_the_graph_sees_lazy_and_relative_imports() -> None:
     graph = import_graph()
     assert "privsched.policies" in graph["privsched.service"]  # a top-level import
@@ -109,16 +98,19 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 def test_no_import_cycle_between_privsched_packages_or_with_workloads() -> None:
-    """Apart from the known cycles, each tested on its own below."""
-    assert cycles(without(import_graph(), list(KNOWN_CYCLES))) == []
+    assert cycles(import_graph()) == []
 
 
-@pytest.mark.parametrize("edge", [
-    pytest.param(edge, id=f"{edge[0]}->{edge[1]}", marks=pytest.mark.xfail(strict=True, reason=reason))
-    for edge, reason in KNOWN_CYCLES.items()
-])
-def test_a_known_cycle_is_broken(edge: tuple[str, str]) -> None:
-    assert not any(set(edge) <= set(component) for component in cycles(import_graph()))
+def test_the_trainers_use_the_job_contract_and_jobs_import_no_trainer() -> None:
+    graph = import_graph()
+    assert "privsched.jobs" in graph["privsched.trainers"]
+    assert "privsched.trainers" not in graph["privsched.jobs"]
+
+
+def test_neither_client_imports_the_other_and_the_local_client_does_not_import_the_server() -> None:
+    graph = import_graph()
+    assert not {"privsched.remote", "privsched.server"} & graph["privsched.client"]
+    assert "privsched.client" not in graph["privsched.remote"]
 
 
 @pytest.mark.parametrize("package", sorted(PURE))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import connect
+from privsched import connect
 from privsched.ledger import Ledger
 from tests.conftest import REPO, dump_database
 

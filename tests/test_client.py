@@ -95,6 +95,23 @@ def test_an_explicit_mechanism_sets_the_demand(client: Client):
     np.testing.assert_allclose(run.grant["2026-01-09"], np.asarray(info_acc(client).alphas) / 32)
 
 
+def test_a_builtin_job_given_a_mechanism_instead_of_epsilon_is_refused_with_one_line(client: Client, dump_db):
+    before = dump_db(client.path)
+    with pytest.raises(LedgerError, match="plans the mechanism it is charged") as info:
+        client.submit(spec(epsilon=None, delta=None, mechanism={"kind": "laplace", "scale": 10.0},
+                           job={"kind": "statistic", "params": {"query": "count"}}))
+    assert "\n" not in str(info.value)
+    assert dump_db(client.path) == before
+
+
+def test_a_statistic_naming_its_noise_mechanism_is_refused_naming_noise(client: Client, dump_db):
+    before = dump_db(client.path)
+    with pytest.raises(LedgerError, match="'noise'") as info:
+        client.submit(spec(job={"kind": "statistic", "params": {"query": "count", "mechanism": "laplace"}}, delta=None))
+    assert "\n" not in str(info.value)
+    assert dump_db(client.path) == before
+
+
 def test_the_owner_defaults_to_the_submitting_user(client: Client):
     import getpass
 

@@ -9,7 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.budgets import EpsilonDelta, mechanism_json
+from privsched.client import Client
+from privsched.ledger.models import PipelineRequest
 from privsched.service.preflight import record_columns
 
 
@@ -59,6 +62,17 @@ def test_a_built_in_job_on_a_block_whose_data_is_missing_costs_nothing(client: C
     assert info.state == "failed"
     assert info.message == f"the job cannot read its data: the data of block 'gone' is missing ({tmp_path / 'gone.npz'})"
     assert client.ledger.get_block("reviews", "gone").consumed[0] == 0.0
+
+
+def test_a_stored_statistic_naming_its_noise_mechanism_fails_before_it_starts_and_costs_nothing(client: Client):
+    job = {"kind": "statistic", "params": {"query": "count", "mechanism": "laplace"}, "epsilon": 0.2, "delta": None}
+    pipeline_id = client.ledger.submit(PipelineRequest(  # as an older privsched stored it
+        "count", "reviews", ["b0"], mechanism=mechanism_json(EpsilonDelta(epsilon=0.2)), job=job))
+    run(client)
+    info = client.ledger.get_pipeline(pipeline_id)
+    assert info.state == "failed" and info.started_at is None
+    assert "'noise'" in info.message and "\n" not in info.message
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == 0.0
 
 
 def test_columns_are_read_from_array_headers_only(tmp_path: Path):

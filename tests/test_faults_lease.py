@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.ledger import BlockSpec, Ledger
 from privsched.ledger.lease import LeaseLost
 from privsched.policies import make_policy

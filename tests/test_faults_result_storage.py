@@ -19,13 +19,12 @@ import numpy as np
 import pytest
 
 from privsched.budgets import Accounting
-from privsched.budgets.mechanisms import mechanism_json
-from privsched.jobs.builtin import plan_mechanism
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
 from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Placement
+from privsched.trainers.builtin import plan_mechanism
 
 GRANT = [0.5, 0.0]
 JOB = {"kind": "statistic", "query": "count"}
@@ -66,10 +65,9 @@ def statistic_launch(folder: Path, result: Path) -> Launch:
     data = folder / "data"
     data.mkdir()
     np.savez(data / "d1.npz", rating=np.linspace(0, 5, 40))
-    mechanism = mechanism_json(plan_mechanism(JOB, 0.2, 0.0, Accounting.basic()))
     ctx = JobContext(1, "count", "reviews", Accounting.basic(), 0.0,
                      {"d1": BlockGrant("d1", str(data / "d1.npz"), np.array(GRANT))}, workdir=folder / "run" / "work",
-                     params={**JOB, "epsilon": 0.2, "delta": 0.0, "mechanism": mechanism})
+                     params=JOB, plan=plan_mechanism(JOB, 0.2, 0.0, Accounting.basic()), epsilon=0.2)
     (folder / "run").mkdir()
     context = folder / "run" / "context.json"
     context.write_text(json.dumps({**json.loads(ctx.to_json()), "job": JOB}))

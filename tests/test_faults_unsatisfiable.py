@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting
-from privsched.client import connect
+from privsched import connect
 from privsched.ledger.models import BlockInfo, PendingView
 from privsched.service.unsatisfiable import never_grantable
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import connect
+from privsched import connect
 from privsched.service.rundirs import RunDirs
 from workloads.reviews import write_blocks
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privsched.budgets import Accounting
+from privsched.budgets import Accounting, Composed, EpsilonDelta, Laplace, SubsampledGaussian
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 
 
@@ -67,3 +67,16 @@ def test_json_round_trip_preserves_grant_and_scope():
     assert copy.params == {"kind": "dpsgd"}
     with pytest.raises(BlockAccessError):
         copy.block_path("c")
+
+
+@pytest.mark.parametrize("plan", [
+    None,
+    Laplace(scale=10.0),
+    Composed(parts=[SubsampledGaussian(sample_rate=0.05, noise_multiplier=1.3, steps=40), EpsilonDelta(epsilon=0.1)]),
+], ids=["none", "laplace", "dpsgd"])
+def test_json_round_trip_preserves_the_typed_plan_and_what_it_was_planned_with(plan):
+    ctx = make_context(Accounting.basic(), {"a": [0.5, 1e-9]})
+    ctx.plan, ctx.epsilon, ctx.max_runtime = plan, 0.5, 90.0
+    copy = JobContext.from_json(ctx.to_json())
+    assert copy.plan == plan and type(copy.plan) is type(plan)
+    assert (copy.epsilon, copy.delta, copy.max_runtime) == (0.5, 1e-9, 90.0)

@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import LedgerError
 from privsched.service.executors import make_executor

@@ -40,3 +40,17 @@ def prints_then_hangs(ctx: JobContext) -> None:
     Path(ctx.workdir, "job.pid").write_text(str(os.getpid()))
     print(f"pipeline {ctx.pipeline_id} is reading", flush=True)
     time.sleep(3600)
+
+
+def reports_secret_variables(ctx: JobContext) -> None:
+    """Reports which of Ray's token variables its environment and its /proc/self/environ name."""
+    from privsched.service.executors.base import SECRET_VARIABLES
+
+    try:
+        initial = Path("/proc/self/environ").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        initial = []
+    ctx.report_metrics(environ=[name for name in SECRET_VARIABLES if name in os.environ],
+                       proc=[name for name in SECRET_VARIABLES if any(e.startswith(name + "=") for e in initial)],
+                       readable=bool(initial))
+    ctx.report_spent(ctx.budget)

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from privsched.budgets import Accounting
-from privsched.jobs.builtin import plan_mechanism
+from privsched.trainers.builtin import plan_mechanism
 from privsched.service.requests import builtin_job
 from privsched.spec import PipelineSpec
-from privsched.trainers.data import read_block_files
+from privsched.jobs.records import read_block_files
 from workloads.reviews import (
     ELEPHANT_EPSILONS,
     MICE_EPSILONS,

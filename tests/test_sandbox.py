@@ -13,7 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.jobs.sandbox import Confinement, abi_version, exposed, sandbox_mode
 from privsched.service.rundirs import RunDirs
 from privsched.service.serve import ServiceError

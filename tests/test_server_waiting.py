@@ -20,7 +20,8 @@ def test_a_pending_pipeline_names_the_block_it_falls_short_on_and_its_rank(serve
     short = remote.submit(spec(blocks=["b1", "b0"], epsilon=0.7))
     fits = remote.submit(spec(blocks=["b1"], epsilon=0.1))
     reasons = remote.reasons("reviews")
-    assert set(reasons) == {short.id, fits.id}
+    assert set(reasons) == {first.id, short.id, fits.id}
+    assert reasons[first.id].code == "compute"  # granted: it waits for a scheduler to start its job
     why = reasons[short.id]
     assert (why.code, why.block, why.dimension, why.rank, why.pending, why.order) == ("budget", "b0", "ε", 1, 2,
                                                                                        "arrival")

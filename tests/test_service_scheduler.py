@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.ledger import LedgerError
 from privsched.policies import make_policy
 from privsched.service.executors.local import LocalExecutor

@@ -66,11 +66,10 @@ def blocks(tmp_path: Path) -> dict[str, str]:
 def test_a_built_in_job_keeps_its_measured_spend(tmp_path: Path):
     job = {"kind": "statistic", "query": "count"}
     from privsched.budgets.mechanisms import mechanism_json
-    from privsched.jobs.builtin import plan_mechanism
+    from privsched.trainers.builtin import plan_mechanism
 
-    mechanism = mechanism_json(plan_mechanism(job, 0.2, 0.0, Accounting.basic()))
-    params = {**job, "epsilon": 0.2, "delta": 0.0, "mechanism": mechanism}
-    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path), params=params))
+    plan = json.loads(mechanism_json(plan_mechanism(job, 0.2, 0.0, Accounting.basic())))
+    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path), params=job, plan=plan, epsilon=0.2))
     assert result.completed and result.spent == {"d1": [0.2, 0.0], "d2": [0.2, 0.0]}
 
 
@@ -196,6 +195,15 @@ def test_primitives_charge_what_they_released_and_refuse_anything_beyond_the_gra
             assert released + epsilon > GRANT[0] * (1 - 1e-12)
     assert account.spent[0] == pytest.approx(released, rel=1e-12, abs=1e-15)
     assert account.spent[0] <= GRANT[0] and account.used_primitives == bool(released)
+
+
+def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(account_blocks):
+    account = account_for(account_blocks, Path(tempfile.mkdtemp()))
+    with pytest.raises(ValueError, match="'noise'"):
+        account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "mechanism": "gaussian"})
+    assert not account.used_primitives and account.spent[0] == 0
+    account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "noise": "gaussian"})
+    assert account.spent == pytest.approx([0.1, 1e-10])
 
 
 @given(st.binary(max_size=200) | st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.floats(),

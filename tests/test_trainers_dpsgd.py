@@ -20,10 +20,10 @@ from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from privsched.budgets import Accounting, EpsilonDelta, demand_vector, leq, mechanism_json, subsampled_gaussian_curve
-from privsched.jobs.builtin import plan_mechanism, run_builtin
+from privsched.budgets import Accounting, Composed, EpsilonDelta, demand_vector, leq, subsampled_gaussian_curve
+from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
-from privsched.trainers.data import load_blocks
+from privsched.jobs.records import load_blocks
 from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches
 from privsched.trainers.models import build_model, ghost_clipping_applies
 from workloads.reviews import write_blocks
@@ -55,12 +55,12 @@ def job_context(
     device: str = "cpu",
 ) -> JobContext:
     """A granted job as the scheduler hands it over: its grant is the plan's demand (times
-    ``grant_scale``) on every block, its parameters carry the charged mechanism."""
+    ``grant_scale``) on every block, its plan the charged mechanism."""
     mechanism = plan_mechanism(job, epsilon, DELTA, accounting)
     grant = demand_vector(mechanism, accounting) * grant_scale
     blocks = {p.stem: BlockGrant(p.stem, str(p), grant) for p in paths}
-    params = {**job, "mechanism": json.loads(mechanism_json(mechanism)), "epsilon": epsilon, "delta": DELTA}
-    return JobContext(1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=params)
+    return JobContext(1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=job,
+                      plan=mechanism, epsilon=epsilon)
 
 
 def expected_spent(
@@ -168,12 +168,29 @@ def test_reading_a_block_outside_the_grant_raises_before_opening_any(small_block
     assert not ctx.touched_data
 
 
-def test_a_job_whose_charged_mechanism_differs_from_its_plan_fails(small_blocks, tmp_path):
+def test_a_job_trains_with_the_noise_multiplier_it_was_charged(small_blocks, tmp_path):
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.01}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
-    ctx.params["mechanism"]["parts"][0]["noise_multiplier"] /= 2
-    with pytest.raises(ValueError, match="not the job's plan"):
+    training, accuracy = ctx.plan.parts
+    ctx.plan = Composed(parts=[training.model_copy(update={"noise_multiplier": 2 * training.noise_multiplier}),
+                               accuracy])
+    run_builtin(ctx)
+    assert ctx.metrics["noise_multiplier"] == 2 * training.noise_multiplier  # taken as charged, not recalibrated
+    assert ctx.metrics["planned_steps"] == training.steps
+    assert np.all(leq(ctx.spent, ctx.budget))
+
+
+@pytest.mark.parametrize("charged", [
+    lambda training, accuracy: Composed(parts=[training.model_copy(update={"sample_rate": 0.2}), accuracy]),
+    lambda training, accuracy: training,
+], ids=["another-sample-rate", "no-accuracy-release"])
+def test_a_job_whose_charged_mechanism_is_not_its_training_plan_fails_before_reading(small_blocks, tmp_path, charged):
+    job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.01}
+    ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
+    ctx.plan = charged(*ctx.plan.parts)
+    with pytest.raises(ValueError) as info:
         run_builtin(ctx)
+    assert "\n" not in str(info.value)
     assert ctx.spent is None and not ctx.touched_data
 
 

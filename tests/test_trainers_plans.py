@@ -16,13 +16,12 @@ from privsched.budgets import (
     SubsampledGaussian,
     demand_vector,
     gaussian_sigma,
-    mechanism_json,
     rdp_to_epsilon,
 )
-from privsched.jobs.builtin import BUILTIN_KINDS, plan_mechanism
+from privsched.trainers.builtin import BUILTIN_KINDS, plan_mechanism
 from privsched.trainers.models import INPUTS
-from privsched.trainers.plans import MODEL_NAMES, parse_job
-from privsched.trainers.statistics import noise_of
+from privsched.trainers.plans import MODEL_NAMES, DPSGDPlan, calibrate_noise, charged_plan, parse_job
+from privsched.statistics.release import noise_of
 
 DPSGD = {"kind": "dpsgd", "model": "mlp", "sample_rate": 0.02, "epochs": 3, "lr": 0.1}
 
@@ -74,7 +73,7 @@ def test_clipped_sum_sensitivity_is_the_largest_bound_magnitude():
 
 
 def test_mean_splits_its_budget_between_a_sum_and_a_count():
-    job = {"kind": "statistic", "query": "mean", "column": "rating", "bounds": [1, 5], "mechanism": "gaussian"}
+    job = {"kind": "statistic", "query": "mean", "column": "rating", "bounds": [1, 5], "noise": "gaussian"}
     basic = plan_mechanism(job, 1.0, 1e-6, Accounting.basic())
     assert basic == Composed(parts=[EpsilonDelta(epsilon=0.5, delta=5e-7)] * 2)
     assert demand_vector(basic, Accounting.basic()) == pytest.approx([1.0, 1e-6])
@@ -93,11 +92,22 @@ def test_histogram_has_sensitivity_one():
     assert plan_mechanism(job, 2.0, 0.0, Accounting.rdp()) == EpsilonDelta(epsilon=2.0, delta=0.0)
 
 
-def test_a_charged_mechanism_in_place_of_the_noise_name_is_read_back():
-    job = {"kind": "statistic", "query": "count", "mechanism": "gaussian"}
-    charged = plan_mechanism(job, 1.0, 1e-6, Accounting.rdp())
-    params = {**job, "mechanism": mechanism_json(charged), "epsilon": 1.0, "delta": 1e-6}
-    assert parse_job(params) == parse_job(job)
+def test_the_charged_plan_of_an_rdp_dpsgd_job_is_read_without_calibrating_again():
+    job = parse_job(DPSGD)
+    charged = plan_mechanism(DPSGD, 1.0, 1e-6, Accounting.rdp())
+    training, accuracy = charged.parts
+    plan = charged_plan(job, charged, 1e-6)
+    assert plan == DPSGDPlan(training.noise_multiplier, training.steps, 1e-6, accuracy.epsilon)
+    doubled = Composed(parts=[training.model_copy(update={"noise_multiplier": 2 * training.noise_multiplier}), accuracy])
+    assert charged_plan(job, doubled, 1e-6).noise_multiplier == 2 * training.noise_multiplier
+
+
+def test_the_charged_plan_of_a_basic_dpsgd_job_is_calibrated_from_its_charged_epsilon_delta():
+    job = parse_job(DPSGD)
+    charged = plan_mechanism(DPSGD, 0.5, 1e-9, Accounting.basic())
+    plan = charged_plan(job, charged, 1e-3)
+    assert plan.delta == 1e-9 and plan.accuracy_epsilon == pytest.approx(0.05) and plan.steps == job.steps
+    assert plan.noise_multiplier == calibrate_noise(job.sample_rate, job.steps, 0.45, 1e-9)
 
 
 @pytest.mark.parametrize(
@@ -115,8 +125,9 @@ def test_a_charged_mechanism_in_place_of_the_noise_name_is_read_back():
         ({"kind": "statistic", "query": "sum", "column": "rating"}, 1.0, 0.0, "bounds"),
         ({"kind": "statistic", "query": "sum", "column": "rating", "bounds": [5, 1]}, 1.0, 0.0, "lo < hi"),
         ({"kind": "statistic", "query": "histogram", "column": "rating", "bounds": [0, 5]}, 1.0, 0.0, "bins"),
-        ({"kind": "statistic", "query": "count", "mechanism": "gaussian"}, 1.0, 0.0, "delta > 0"),
+        ({"kind": "statistic", "query": "count", "noise": "gaussian"}, 1.0, 0.0, "delta > 0"),
         ({"kind": "statistic", "query": "count", "column": "rating", "bounds": [1, 5]}, 1.0, 0.0, "no bounds"),
+        ({"kind": "statistic", "query": "count", "mechanism": "laplace"}, 1.0, 0.0, "'noise'"),
         ("count", 1.0, 0.0, "dict"),
     ],
 )

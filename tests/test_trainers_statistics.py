@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from privsched.budgets import Accounting, demand_vector, mechanism_json
-from privsched.jobs.builtin import plan_mechanism, run_builtin
+from privsched.budgets import Accounting, Laplace, Mechanism, demand_vector
+from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockGrant, JobContext
-from privsched.trainers.data import read_block_files
+from privsched.jobs.records import read_block_files
 from privsched.trainers.plans import parse_job
-from privsched.trainers.statistics import dp_statistic, noise_of
+from privsched.statistics.release import dp_statistic, noise_of
 from workloads.reviews import write_blocks
 
 VALUES = np.array([-4.0, 0.5, 1.0, 2.0, 2.5, 3.0, 9.0, 4.0])
+
+
+def granted_statistic(paths: list[Path], job: dict, accounting: Accounting, grant: np.ndarray,
+                      plan: Mechanism | None, workdir: Path) -> JobContext:
+    """A statistic job as the scheduler hands it over: ``grant`` on every block, ``plan`` charged."""
+    blocks = {p.stem: BlockGrant(p.stem, str(p), grant) for p in paths}
+    return JobContext(7, "statistic", "reviews", accounting, 1e-6, blocks, workdir=workdir, params=job, plan=plan)
 
 
 def releases(job: dict, epsilon: float, draws: int, delta: float = 1e-6) -> list:
@@ -38,9 +46,9 @@ def test_count_sum_and_histogram_are_unbiased(noise):
         mean = np.mean(releases(job, 1.0, draws), axis=0)
         assert mean == pytest.approx(expected, abs=4.5 * spread / np.sqrt(draws))  # 4.5 standard errors
 
-    within({"kind": "statistic", "query": "count", "mechanism": noise}, len(VALUES))
-    within({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "mechanism": noise}, clipped.sum())
-    job = {"kind": "statistic", "query": "histogram", "column": "v", "bounds": bounds, "bins": 4, "mechanism": noise}
+    within({"kind": "statistic", "query": "count", "noise": noise}, len(VALUES))
+    within({"kind": "statistic", "query": "sum", "column": "v", "bounds": bounds, "noise": noise}, clipped.sum())
+    job = {"kind": "statistic", "query": "histogram", "column": "v", "bounds": bounds, "bins": 4, "noise": noise}
     within(job, np.histogram(clipped, bins=4, range=bounds)[0])
 
 
@@ -69,14 +77,10 @@ def test_noise_scale_follows_epsilon():
 @pytest.mark.parametrize("accounting", [Accounting.basic(), Accounting.rdp()], ids=["basic", "rdp"])
 def test_a_statistic_job_reports_its_release_and_spends_its_whole_demand(tmp_path, accounting):
     paths = write_blocks(tmp_path / "blocks", days=2, per_day=300, seed=5)
-    job = {"kind": "statistic", "query": "mean", "column": "rating", "bounds": [1, 5], "mechanism": "gaussian"}
+    job = {"kind": "statistic", "query": "mean", "column": "rating", "bounds": [1, 5], "noise": "gaussian"}
     mechanism = plan_mechanism(job, 1.0, 1e-6, accounting)
     demand = demand_vector(mechanism, accounting)
-    params = {**job, "mechanism": json.loads(mechanism_json(mechanism)), "epsilon": 1.0, "delta": 1e-6}
-    ctx = JobContext(
-        7, "mean-rating", "reviews", accounting, 1e-6,
-        {p.stem: BlockGrant(p.stem, str(p), demand) for p in paths}, workdir=tmp_path / "run", params=params,
-    )
+    ctx = granted_statistic(paths, job, accounting, demand, mechanism, tmp_path / "run")
     run_builtin(ctx)
     assert ctx.spent == pytest.approx(demand)
     exact = read_block_files(paths)["rating"].mean()
@@ -88,12 +92,8 @@ def test_an_unknown_column_fails_with_the_columns_there_are(tmp_path):
     paths = write_blocks(tmp_path / "blocks", days=1, per_day=20, seed=5)
     job = {"kind": "statistic", "query": "sum", "column": "price", "bounds": [0, 1]}
     mechanism = plan_mechanism(job, 1.0, 0.0, Accounting.basic())
-    params = {**job, "epsilon": 1.0, "delta": 0.0}
-    ctx = JobContext(
-        8, "sum", "reviews", Accounting.basic(), 1e-6,
-        {p.stem: BlockGrant(p.stem, str(p), demand_vector(mechanism, Accounting.basic())) for p in paths},
-        workdir=tmp_path / "run", params=params,
-    )
+    grant = demand_vector(mechanism, Accounting.basic())
+    ctx = granted_statistic(paths, job, Accounting.basic(), grant, mechanism, tmp_path / "run")
     with pytest.raises(ValueError, match="unknown column 'price'.*rating"):
         run_builtin(ctx)
     assert ctx.spent is None
@@ -115,8 +115,8 @@ def unreachable_fraction(outputs: list[float]) -> float:
 
 @pytest.mark.parametrize("noise", ["laplace", "gaussian"])
 def test_a_released_count_of_zero_is_not_separable_from_one_by_reachable_outputs(noise):
-    spec = parse_job({"kind": "statistic", "query": "count", "mechanism": noise})
-    mechanism = plan_mechanism({"kind": "statistic", "query": "count", "mechanism": noise}, 0.1, 1e-6, Accounting.rdp())
+    spec = parse_job({"kind": "statistic", "query": "count", "noise": noise})
+    mechanism = plan_mechanism({"kind": "statistic", "query": "count", "noise": noise}, 0.1, 1e-6, Accounting.rdp())
     outputs = [dp_statistic(spec, mechanism, None, 0)["value"] for _ in range(1000)]
     assert unreachable_fraction(outputs) == 0.0  # the attacker is left at chance level
 
@@ -130,6 +130,34 @@ def test_the_reachability_attack_separates_float_laplace_noise():
 def test_two_runs_of_a_statistic_release_different_values():
     job = {"kind": "statistic", "query": "count"}
     assert len(set(releases(job, 1.0, 20))) > 1
+
+
+def test_a_statistic_names_its_noise_in_noise_and_refuses_mechanism_with_one_line():
+    assert parse_job({"kind": "statistic", "query": "count", "noise": "gaussian"}).noise == "gaussian"
+    with pytest.raises(ValueError, match="'noise'") as info:
+        parse_job({"kind": "statistic", "query": "count", "mechanism": "gaussian"})
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("accounting", [Accounting.basic(), Accounting.rdp()], ids=["basic", "rdp"])
+def test_a_statistic_job_releases_with_the_noise_of_its_charged_mechanism(tmp_path, accounting):
+    paths = write_blocks(tmp_path / "blocks", days=1, per_day=50, seed=5)
+    job = {"kind": "statistic", "query": "count"}
+    charged = Laplace(scale=1e-3)  # far less noise than the job's own plan (ε = 0.01) would add
+    grant = demand_vector(charged, accounting)
+    ctx = granted_statistic(paths, job, accounting, grant, charged, tmp_path / "run")
+    run_builtin(ctx)
+    assert ctx.metrics["value"] == 50 and ctx.spent == pytest.approx(grant)
+
+
+def test_a_built_in_job_without_a_charged_mechanism_is_refused_before_reading(tmp_path):
+    paths = write_blocks(tmp_path / "blocks", days=1, per_day=20, seed=5)
+    job = {"kind": "statistic", "query": "count"}
+    grant = demand_vector(plan_mechanism(job, 1.0, 0.0, Accounting.basic()), Accounting.basic())
+    ctx = granted_statistic(paths, job, Accounting.basic(), grant, None, tmp_path / "run")
+    with pytest.raises(ValueError, match="mechanism it was charged"):
+        run_builtin(ctx)
+    assert ctx.spent is None and not ctx.touched_data
 
 
 def test_a_statistic_refuses_a_seed_with_one_line():
@@ -157,11 +185,7 @@ def test_a_statistic_whose_charge_exceeds_its_grant_releases_nothing(tmp_path):
     job = {"kind": "statistic", "query": "count"}
     accounting = Accounting.basic()
     small = demand_vector(plan_mechanism(job, 0.1, 0.0, accounting), accounting)
-    params = {**job, "epsilon": 1.0, "delta": 0.0}
-    ctx = JobContext(
-        9, "count", "reviews", accounting, 1e-6,
-        {p.stem: BlockGrant(p.stem, str(p), small) for p in paths}, workdir=tmp_path / "run", params=params,
-    )
+    ctx = granted_statistic(paths, job, accounting, small, plan_mechanism(job, 1.0, 0.0, accounting), tmp_path / "run")
     with pytest.raises(ValueError, match="exceeds its grant"):
         run_builtin(ctx)
     assert ctx.metrics == {} and ctx.spent is None and not (tmp_path / "run" / "metrics.json").exists()

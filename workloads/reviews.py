@@ -10,7 +10,7 @@ Every position is a sentiment word with probability ``p_sentiment`` (of the revi
 polarity, flipped with probability ``p_confusion``), a word of the review's category with
 probability ``p_category``, and otherwise a neutral word drawn from a Zipf law. So the
 sentiment and the category are learnable but not trivially so. One ``.npz`` block file is
-written per day (see :mod:`privsched.trainers.data` for its arrays); everything is seeded.
+written per day (see :mod:`privsched.jobs.records` for its arrays); everything is seeded.
 
 :func:`pipeline_mix` draws the macrobenchmark's pipelines: 75 % mice (DP statistics with
 the Laplace mechanism, ε ∈ {0.01, 0.05, 0.1}) on few recent blocks, 25 % elephants (DP-SGD
@@ -130,7 +130,7 @@ def pipeline_mix(
 
     Each entry is ``{"arrival": seconds, "pipeline": spec}`` where ``spec`` is a
     :class:`privsched.spec.PipelineSpec` mapping whose job is a built-in job of
-    :mod:`privsched.jobs.builtin`; a pipeline times out after ``timeout_periods`` block
+    :mod:`privsched.trainers.builtin`; a pipeline times out after ``timeout_periods`` block
     periods. Mice (75 %) ask for 1–10 recent blocks, elephants for
     ``ELEPHANT_BLOCKS[model] / ε`` (1 to 500)."""
     if days < 1 or per_day <= 0 or block_period <= 0:
@@ -143,7 +143,7 @@ def pipeline_mix(
     for i, arrival in enumerate(arrivals):
         if rng.random() < 0.75:
             epsilon = float(rng.choice(MICE_EPSILONS))
-            kind, params = "statistic", {"mechanism": "laplace", **MICE_QUERIES[rng.integers(len(MICE_QUERIES))]}
+            kind, params = "statistic", {"noise": "laplace", **MICE_QUERIES[rng.integers(len(MICE_QUERIES))]}
             blocks, delta, label = int(rng.integers(1, 11)), 0.0, "mouse"
         else:
             epsilon = float(rng.choice(ELEPHANT_EPSILONS))
@@ -180,7 +180,7 @@ def non_private_baseline(
     accuracy, the reference a private model is compared with."""
     import torch
 
-    from privsched.trainers.data import read_block_files
+    from privsched.jobs.records import read_block_files
     from privsched.trainers.dpsgd import evaluate, fit, plain_trainer, train_heldout
     from privsched.trainers.models import build_model
     from privsched.trainers.plans import DPSGDJob, parse_job

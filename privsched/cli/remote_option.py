@@ -49,10 +49,10 @@ def open_client(db: Path) -> Client | RemoteClient:
     """The server's client with ``--server``, else a client of the database ``db``."""
     if server_url() is not None:
         return remote_client()
-    from privsched.client import connect
+    from privsched.client import open_client
 
     with errors():
-        return connect(db, create=False)
+        return open_client(db, create=False)
 
 
 def local_only(command: str) -> None:

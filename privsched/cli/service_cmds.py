@@ -87,7 +87,7 @@ def list_pipelines(
     """List pipelines with their state."""
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
-        reasons = client.reasons(dataset) if any(p.state == "pending" for p in pipelines) else {}
+        reasons = client.reasons(dataset) if any(p.state in ("pending", "granted") for p in pipelines) else {}
     table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
@@ -108,7 +108,7 @@ def status(
     with _client(db) as client, errors():
         info = client.status(pipeline_id)
         dataset = client.dataset(info.dataset)
-        reason = client.reasons(info.dataset).get(pipeline_id) if info.state == "pending" else None
+        reason = client.reasons(info.dataset).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
@@ -210,7 +210,7 @@ def serve(
     with errors():
         period = parse_duration(tick)
         life = None if lifetime is None else parse_duration(lifetime)
-        ranking = make_policy(policy, n=n, lifetime=life).policy
+        serving = make_policy(policy, n=n, lifetime=life, k=k, unlock=unlock)
         make_pool(gpus, cpus, None if memory is None else parse_memory(memory))  # sizes checked before any start
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -221,7 +221,7 @@ def serve(
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
     with _client(db) as client, errors(), \
-            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, ranking):
+            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, serving):
         try:
             summary = client.serve(policy, n=n, lifetime=life, k=k, unlock=unlock, tick=period, until_idle=until_idle, gpus=gpus,
                                    cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,

@@ -130,7 +130,9 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
     return {
         "pending": [{**pipeline_row(info, message(info)),
                      "reason": reasons[info.id].text() if info.id in reasons else None} for info in pending],
-        "granted": rows(by_state.get("granted", [])),
+        "granted": [{**pipeline_row(info, message(info)),
+                     "reason": reasons[info.id].text() if info.id in reasons else None}
+                    for info in by_state.get("granted", [])],
         "running": rows(by_state.get("running", [])),
         "recent": rows(ended[:RECENT]),
         "condition": client.scheduler_condition(),
@@ -142,9 +144,10 @@ def _curve(vector: np.ndarray, accounting: Accounting) -> list[dict[str, Any]]:
             for label, value in zip(accounting.dimension_labels(), vector)]
 
 
-def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool) -> dict[str, Any]:
-    """One pipeline: its row, spec (job and resources), charged demand against each block's
-    capacity, consumed budget, and what its job released. A built-in job releases only DP
+def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool,
+                  reason: WaitingReason | None = None) -> dict[str, Any]:
+    """One pipeline: its row, why it waits (``reason``, pending or granted), spec (job and
+    resources), charged demand against each block's capacity, consumed budget, and what its job released. A built-in job releases only DP
     metrics (docs/privacy.md); a user job is untrusted code whose metrics, like its log, only
     a ``trusted_reader`` (an admin) sees here. ``metrics`` and ``log_tail`` are None when
     withheld."""
@@ -164,6 +167,7 @@ def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trust
         })
     return {
         **pipeline_row(info, message),
+        "waiting": None if reason is None else reason.text(),
         "job": info.job,
         "resources": info.resources,
         "mechanism": info.mechanism,

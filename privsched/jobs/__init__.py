@@ -1,1 +1,2 @@
-"""Jobs: the context a granted job runs in, and the built-in job kinds."""
+"""Jobs: the contract with a job's process (its context, block records, supervisor, sandbox
+and privacy primitives); the built-in job kinds live above it in :mod:`privsched.trainers`."""

@@ -1,4 +1,5 @@
-"""What a granted job sees: its granted blocks (and no others), its grant, its device.
+"""What a granted job sees: its granted blocks (and no others), its grant, the mechanism it
+was charged, its device.
 
 A :class:`JobContext` travels to the job's process (local or on a cluster) as JSON; the job
 reads data only through :meth:`JobContext.block_path` and reports what it actually spent
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting, leq
+from privsched.budgets.mechanisms import Mechanism, mechanism_json, parse_mechanism
 from privsched.errors import Forbidden
 
 
@@ -36,7 +38,8 @@ class JobContext:
 
     A job reads its pipeline's identity, its granted blocks' data through
     :meth:`block_path` (any other block raises :class:`BlockAccessError`), its grant
-    (:attr:`budget`), its device, its working folder and its parameters; it calls
+    (:attr:`budget`), the mechanism the ledger charged (:attr:`plan`) and the (ε, δ) it was
+    planned with, its longest run, its device, its working folder and its parameters; it calls
     :meth:`report_spent` with what it actually spent (at most its grant) and
     :meth:`report_metrics` with what it computed. Nothing else reaches the ledger.
     """
@@ -45,11 +48,14 @@ class JobContext:
     name: str  # the pipeline's name
     dataset: str  # the dataset's name
     accounting: Accounting  # how budgets are counted (basic or RDP orders)
-    delta: float  # target δ used to report (ε, δ) of an RDP curve
+    delta: float  # the δ the pipeline was planned with, else the dataset's δ_G: reports (ε, δ) of an RDP curve
     blocks: dict[str, BlockGrant]  # the granted blocks: key -> location and grant
     device: str = "cpu"  # "cuda" when the job was placed on a GPU
     workdir: Path = field(default_factory=lambda: Path("."))  # the job's own writable work folder
-    params: dict[str, Any] = field(default_factory=dict)  # the job's parameters
+    params: dict[str, Any] = field(default_factory=dict)  # the job's parameters (a built-in job's: its kind too)
+    plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
+    epsilon: float | None = None  # the ε the pipeline was planned with (None: it declared a mechanism)
+    max_runtime: float | None = None  # seconds the job may run before it is stopped (None: no limit)
     spent: np.ndarray | None = None  # set by report_spent
     metrics: dict[str, Any] = field(default_factory=dict)  # set by report_metrics
     touched_data: bool = False  # set once the job asked for a block's data
@@ -84,25 +90,25 @@ class JobContext:
             raise RuntimeError("privacy primitives are available only to a job run by privsched's runner")
         return self.channel.call({"op": query, "epsilon": epsilon, "delta": delta, **request})
 
-    def dp_count(self, epsilon: float, delta: float = 0.0, mechanism: str = "laplace") -> float:
-        """The number of records of the granted blocks, with noise for (ε, δ)."""
-        return self._primitive("count", epsilon, delta, mechanism=mechanism)
+    def dp_count(self, epsilon: float, delta: float = 0.0, noise: str = "laplace") -> float:
+        """The number of records of the granted blocks, with ``noise`` (laplace or gaussian) for (ε, δ)."""
+        return self._primitive("count", epsilon, delta, noise=noise)
 
     def dp_sum(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
-               mechanism: str = "laplace") -> float:
+               noise: str = "laplace") -> float:
         """The sum of ``column`` clipped to ``bounds``, with noise for (ε, δ)."""
-        return self._primitive("sum", epsilon, delta, column=column, bounds=list(bounds), mechanism=mechanism)
+        return self._primitive("sum", epsilon, delta, column=column, bounds=list(bounds), noise=noise)
 
     def dp_mean(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
-                mechanism: str = "laplace") -> float:
+                noise: str = "laplace") -> float:
         """A noisy sum over a noisy count, each with half of (ε, δ), clipped to ``bounds``."""
-        return self._primitive("mean", epsilon, delta, column=column, bounds=list(bounds), mechanism=mechanism)
+        return self._primitive("mean", epsilon, delta, column=column, bounds=list(bounds), noise=noise)
 
     def dp_histogram(self, column: str, bounds: tuple[float, float], bins: int, epsilon: float,
-                     delta: float = 0.0, mechanism: str = "laplace") -> dict:
+                     delta: float = 0.0, noise: str = "laplace") -> dict:
         """Noisy counts of ``column`` in ``bins`` equal bins over ``bounds`` (``value``, ``edges``)."""
         return self._primitive("histogram", epsilon, delta, column=column, bounds=list(bounds), bins=bins,
-                               mechanism=mechanism)
+                               noise=noise)
 
     def report_spent(self, spent: np.ndarray | list[float]) -> None:
         """Record the budget actually spent on each granted block.
@@ -133,6 +139,9 @@ class JobContext:
                 "device": self.device,
                 "workdir": str(self.workdir),
                 "params": self.params,
+                "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
+                "epsilon": self.epsilon,
+                "max_runtime": self.max_runtime,
             }
         )
 
@@ -152,4 +161,7 @@ class JobContext:
             device=data["device"],
             workdir=Path(data["workdir"]),
             params=data["params"],
+            plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),
+            epsilon=data.get("epsilon"),
+            max_runtime=data.get("max_runtime"),
         )

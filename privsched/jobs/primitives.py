@@ -10,7 +10,8 @@ that used only primitives is charged exactly their sum (sequential composition: 
 (ε, δ) add, docs/design.md §3.4); one that read a block itself is charged its whole grant.
 
 The noise is the statistic code's (Laplace scale Δ/ε, Dwork & Roth 2014 Thm 3.6; Gaussian;
-OpenDP's floating-point-safe samplers from OS entropy), reached through :func:`release` alone.
+OpenDP's floating-point-safe samplers from OS entropy): :mod:`privsched.statistics`, which
+the built-in statistic job releases with too.
 
 The protocol is one JSON object per line each way: the job sends ``{"op": ...}`` and reads
 ``{"ok": value}`` or ``{"error": message}``; its last message is ``{"op": "done", ...}``.
@@ -38,14 +39,6 @@ QUERIES: tuple[str, ...] = ("count", "sum", "mean", "histogram")
 
 class PrimitiveRefused(PermissionError):
     """The supervisor refused a primitive: beyond the grant, or a bad request."""
-
-
-def release(job: Any, mechanism: Any, values: np.ndarray | None, n: int) -> dict:
-    """The one call into the statistic code: ``job``'s release of ``values`` (``n``
-    records) with the charged ``mechanism``'s noise (OpenDP, from OS entropy)."""
-    from privsched.trainers.statistics import dp_statistic
-
-    return dp_statistic(job, mechanism, values, n)
 
 
 class Channel:
@@ -169,29 +162,32 @@ class Account:
 
     def _statistic(self, query: str, request: dict) -> Any:
         from privsched.budgets.mechanisms import demand_vector
-        from privsched.trainers.plans import StatisticJob, statistic_mechanism
+        from privsched.statistics.queries import StatisticJob, statistic_mechanism
+        from privsched.statistics.release import dp_statistic
 
+        if "mechanism" in request:
+            raise ValueError("a primitive names its noise in 'noise' (laplace or gaussian), not 'mechanism'")
         epsilon, delta = float(request["epsilon"]), float(request.get("delta") or 0.0)
         if not (np.isfinite(epsilon) and epsilon > 0 and 0 <= delta < 1):
             raise ValueError("a primitive needs epsilon > 0 and 0 <= delta < 1")
         job = StatisticJob(query=query, column=request.get("column"), bounds=request.get("bounds"),
-                           bins=request.get("bins"), mechanism=request.get("mechanism", "laplace"))
+                           bins=request.get("bins"), noise=request.get("noise", "laplace"))
         mechanism = statistic_mechanism(job, epsilon, delta, self.ctx.accounting)
         total = self.spent + demand_vector(mechanism, self.ctx.accounting)
         if not np.all(total <= self.ctx.budget):
             raise PermissionError(f"a {query} at epsilon {epsilon:g} would exceed the pipeline's grant")
         records = self._load()
         n = len(next(v for v in records.values() if v.ndim >= 1))
-        from privsched.trainers.data import column
+        from privsched.jobs.records import column
 
         values = column(records, job.column) if job.column is not None else None
         self.spent, self.used_primitives = total, True  # charged before anything is released
-        result = release(job, mechanism, values, n)
+        result = dp_statistic(job, mechanism, values, n)
         return result if query == "histogram" else result["value"]
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._records is None:
-            from privsched.trainers.data import read_block_files
+            from privsched.jobs.records import read_block_files
 
             self._records = read_block_files([b.location for b in self.ctx.blocks.values() if b.location])
         return self._records

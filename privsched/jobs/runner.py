@@ -55,6 +55,8 @@ from privsched.jobs.sandbox import (
 )
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+#: The built-in jobs, loaded like a user's job: they live with the trainers, above this package.
+BUILTIN_JOB = "privsched.trainers.builtin:run_builtin"
 
 
 @dataclass(frozen=True)
@@ -161,10 +163,9 @@ def load_function(entry: str, pythonpath: list[str] | tuple[str, ...] = ()) -> C
 
 
 def job_callable(job: dict[str, Any]) -> Callable[[JobContext], Any]:
+    """The function a job runs: :data:`BUILTIN_JOB` for a built-in kind, else the user's."""
     if job.get("kind"):
-        from privsched.jobs.builtin import run_builtin
-
-        return run_builtin
+        return load_function(BUILTIN_JOB)
     return load_function(job["function"], job.get("pythonpath", ()))
 
 

@@ -9,7 +9,9 @@ every dimension (the same fraction at every RDP order).
 scheduler (:meth:`privsched.service.scheduler.Scheduler.unlock`) and the simulator
 (:class:`privsched.simulation.engine.Simulator`) both raise each block's unlocked fraction
 to the rule's target with them, per-time unlocking happening on the instants of an
-:class:`UnlockGrid`.
+:class:`UnlockGrid`. :func:`earliest_fit_time` and :func:`arrivals_to_fit` answer, on those same
+functions, when a waiting demand will fit: the earliest time under a per-time rule, the
+fewest further arrivals under a per-arrival one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+
+from privsched.budgets.accounting import Accounting
 
 if TYPE_CHECKING:
     from privsched.policies.base import UnlockRule
@@ -187,3 +191,140 @@ def block_unlock_amounts(capacity: list[float], locked: list[float], step: float
     """:func:`unlock_amounts` of one block (K,) in Python floats: the same bits for numbers
     (``min`` does not propagate NaN as ``np.minimum`` does)."""
     return [min(left, step * cap) for cap, left in zip(capacity, locked)]
+
+
+# -- when a demand will fit -------------------------------------------------------------------
+#
+# The unlock computation above raises a block's unlocked share to the rule's target; a demand
+# fits the block once ``unlocked + unlock_amounts(step(target))`` holds it (docs/design.md
+# §3.3). Every step of that computation is monotone in the target (each float operation is),
+# and the target is monotone in the clock and in the arrivals, so the earliest instant (or
+# the fewest arrivals) at which a demand fits is found by bisection on the very functions the
+# scheduler applies: at the answer the demand fits, one float (or one arrival) before it does
+# not. "If nothing else is granted": the unlocked budget only grows meanwhile.
+
+
+def fits_at_target(accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray, capacity: np.ndarray,
+                   locked: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Whether each demand (E, K) fits its block (E, K balances) once the block's unlocked
+    share is raised to ``target`` (E,) by :func:`unlock_step` and :func:`unlock_amounts`."""
+    step = unlock_step(capacity, locked, np.asarray(target, dtype=float))
+    available = unlocked + unlock_amounts(capacity, locked, step)
+    return accounting.fits(demand, available, accounting.live(capacity))
+
+
+def _first_true(predicate, low: np.ndarray, high: np.ndarray) -> np.ndarray:
+    """The smallest integer x in (low, high] with ``predicate(x)``, element-wise, for a
+    predicate monotone in x that is false at ``low`` and true at ``high`` (int64 arrays)."""
+    low, high = low.copy(), high.copy()
+    while True:
+        open_ = high - low > 1
+        if not open_.any():
+            return high
+        mid = np.where(open_, low // 2 + high // 2 + (low % 2 + high % 2) // 2, high)  # no overflow
+        ok = predicate(mid)
+        high = np.where(open_ & ok, mid, high)
+        low = np.where(open_ & ~ok, mid, low)
+
+
+_SIGN = np.int64(-(2**63))
+
+
+def _float_key(x: float | np.ndarray) -> np.ndarray:
+    """An int64 per float, in the floats' order (consecutive floats: consecutive keys)."""
+    bits = np.atleast_1d(np.asarray(x, dtype=np.float64)).view(np.int64)
+    return np.where(bits < 0, _SIGN - np.minimum(bits, 0), bits)
+
+
+def _key_float(key: np.ndarray) -> np.ndarray:
+    bits = np.where(key < 0, _SIGN - np.minimum(key, 0), key).astype(np.int64)
+    return bits.view(np.float64)
+
+
+def earliest_fit_time(rule: UnlockRule, accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray,
+                      capacity: np.ndarray, locked: np.ndarray, arrivals: np.ndarray, created: np.ndarray,
+                      now: float, grid: UnlockGrid | None = None) -> np.ndarray:
+    """The earliest clock time ≥ ``now`` at which each demand (E, K) fits its block under a
+    per-time rule if nothing else is granted meanwhile: ``now`` when it fits at once, +inf
+    when it never fits, not even fully unlocked. Each block has balances (E, K), the
+    ``arrivals`` that asked for it and its creation time ``created`` (E,).
+
+    At time t the rule's target is :func:`unlocked_fraction` of ``t − created`` (t rounded
+    down to ``grid``'s instants, as the scheduler counts it): ``elapsed / lifetime`` for
+    DPF-T (Luo et al., OSDI'21 §4.1). The answer t* is exact on floats: the demand fits at
+    t* and not at the float before it (with a grid: not at the instant before it). A
+    pipeline fits when all its blocks do: at the largest t* of its edges."""
+    arrivals = np.asarray(arrivals, dtype=float)
+    created = np.asarray(created, dtype=float)
+    count = len(created)
+    rate = float(rule.on_tick(1.0))
+    counted_now = now if grid is None else grid.floor(now)
+
+    def target_at(counted: np.ndarray) -> np.ndarray:
+        return unlocked_fraction(rule, arrivals, counted - created)
+
+    def fits(counted: np.ndarray) -> np.ndarray:
+        return fits_at_target(accounting, demand, unlocked, capacity, locked, target_at(counted))
+
+    answer = np.full(count, math.inf)
+    if count == 0:
+        return answer
+    now_fits = fits(np.full(count, counted_now))
+    answer[now_fits] = now
+    if rate <= 0:  # time unlocks nothing under this rule
+        return answer
+    # Fully unlocked by then (the target reaches 1 lifetime/… after creation), a little later for rounding.
+    full = created + (1.0 / rate) * (1 + 1e-9) + 1.0
+    if grid is not None:
+        full = np.array([grid.instant(grid.index(float(f)) + 1) for f in full])
+    full = np.maximum(full, now)
+    later = ~now_fits & fits(full)
+    if not later.any():
+        return answer
+    rows = np.flatnonzero(later)
+
+    def sub(counted: np.ndarray) -> np.ndarray:
+        return fits_at_target(accounting, demand[rows], unlocked[rows], capacity[rows], locked[rows],
+                              unlocked_fraction(rule, arrivals[rows], counted - created[rows]))
+
+    if grid is None:
+        keys = _first_true(lambda key: sub(_key_float(key)), np.full(len(rows), _float_key(now)[0]),
+                           _float_key(full[rows]))
+        answer[rows] = _key_float(keys)
+    else:
+        ks = _first_true(lambda k: sub(grid.origin + k * grid.period),
+                         np.full(len(rows), grid.index(now), dtype=np.int64),
+                         np.array([grid.index(float(f)) for f in full[rows]], dtype=np.int64))
+        answer[rows] = grid.origin + ks * grid.period
+    return answer
+
+
+def arrivals_to_fit(rule: UnlockRule, accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray,
+                    capacity: np.ndarray, locked: np.ndarray, arrivals: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
+    """The fewest further pipeline arrivals on its block after which each demand (E, K) fits
+    under a per-arrival rule, if nothing else is granted meanwhile: 0 when it fits at once,
+    -1 when no number of arrivals makes it fit. Each arrival asking for a block unlocks
+    ``capacity / N`` there (DPF-N, Luo et al., OSDI'21 §4.1); ``arrivals`` counts those so
+    far and ``elapsed`` is the time counted since each block's creation (E,). Exact: the
+    demand fits after k* arrivals and not after k* − 1."""
+    arrivals = np.asarray(arrivals, dtype=np.int64)
+    elapsed = np.asarray(elapsed, dtype=float)
+    count = len(arrivals)
+
+    def fits(more: np.ndarray, rows: np.ndarray | slice = slice(None)) -> np.ndarray:
+        target = unlocked_fraction(rule, arrivals[rows] + more, elapsed[rows])
+        return fits_at_target(accounting, demand[rows], unlocked[rows], capacity[rows], locked[rows], target)
+
+    answer = np.full(count, -1, dtype=np.int64)
+    if count == 0:
+        return answer
+    now_fits = fits(np.zeros(count, dtype=np.int64))
+    answer[now_fits] = 0
+    share = float(rule.on_pipeline_arrival())
+    if share <= 0:  # arrivals unlock nothing under this rule
+        return answer
+    enough = np.full(count, math.ceil(1.0 / share) + 1, dtype=np.int64)  # the target reaches 1 by then
+    rows = np.flatnonzero(~now_fits & fits(enough))
+    if len(rows):
+        answer[rows] = _first_true(lambda more: fits(more, rows), np.zeros(len(rows), dtype=np.int64), enough[rows])
+    return answer

@@ -78,7 +78,8 @@ Caller = Annotated[User, Depends(current_user)]
 
 def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     """The API of the privsched database at ``path`` (which must exist); ``policy`` (the
-    serving scheduler's) ranks pending pipelines in waiting reasons."""
+    serving scheduler's :class:`~privsched.policies.base.PolicySpec`, or its ranking policy)
+    ranks pending pipelines in waiting reasons and gives their unlock estimates."""
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
@@ -229,7 +230,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.get("/v1/reasons", response_model=list[WaitingOut], tags=["pipelines"])
     def reasons(caller: Caller, dataset: str | None = None) -> Response:
         """Why each pending pipeline waits: the block and dimension where its demand falls
-        shortest of the unlocked budget, and its rank in the serving policy's order."""
+        shortest of the unlocked budget, when the unlock rule will have released enough, and
+        its rank in the serving policy's order; and what compute each granted one waits for."""
         names = [access.readable_dataset(client, identities, caller, dataset).name] if dataset is not None else [
             d.name for d in client.datasets() if identities.may_read(caller, d.id)]
         found = [r for name in names for r in client.reasons(name, policy).values()]

@@ -72,7 +72,9 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         except LedgerError:
             raise access.NotFound(f"unknown pipeline {pipeline_id}") from None
         access.readable_dataset(client, identities, caller, info.dataset)
-        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin)
+        reason = client.reasons(info.dataset, policy).get(pipeline_id) if info.state in ("pending", "granted") else None
+        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin,
+                                   reason=reason)
 
     @router.get("/v1/dashboard/audit", tags=["dashboard"], summary="A fresh audit of the ledger and its chain head")
     def audit(caller: User = signed_in) -> dict[str, Any]:

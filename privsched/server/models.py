@@ -199,10 +199,10 @@ class TokenOut(Model):
 
 
 class WaitingOut(Model):
-    """Why a pending pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
+    """Why a pending or granted pipeline waits (:class:`privsched.service.waiting.WaitingReason`)."""
 
     pipeline_id: int
-    code: Literal["budget", "quota", "turn"]
+    code: Literal["budget", "quota", "turn", "compute"]
     rank: int
     pending: int
     order: str
@@ -212,6 +212,16 @@ class WaitingOut(Model):
     unlocked: float | None = None
     shortfall: float | None = None
     team: str | None = None
+    unlock: Literal["time", "arrivals"] | None = Field(
+        None, description="What releases more budget under the serving unlock rule.")
+    fits_at: float | None = Field(None, description="Per-time rule: the earliest time (s since the epoch) the "
+                                  "demand fits if nothing else is granted.")
+    arrivals: int | None = Field(None, description="Per-arrival rule: further arrivals on unlock_block it needs.")
+    unlock_block: str | None = Field(None, description="The block that unlocks enough last; None with unlock set: "
+                                     "no further unlock is enough.")
+    need: str | None = Field(None, description="compute: what the job asks for.")
+    free: str | None = Field(None, description="compute: what running jobs leave free (None: it fits now).")
+    never: str | None = Field(None, description="compute: why the pool can never hold the job.")
 
 
 class BlockFitOut(Model):

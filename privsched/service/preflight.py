@@ -2,12 +2,14 @@
 that could not read its data.
 
 A built-in job (``kind: statistic`` or ``dpsgd``) reads each granted block's ``.npz`` file
-(:mod:`privsched.trainers.data`). Before it is started, every granted block must have a
+(:mod:`privsched.jobs.records`). Before it is started, every granted block must have a
 location naming an existing file, and that file must hold the per-record columns the job
 reads (a statistic's ``column``; DP-SGD's ``tokens`` and its ``target``). Only the file's
 array names and shapes are read (its zip directory and ``.npy`` headers), never its records,
-so the check releases nothing about the data. A job that fails the check is failed before it
-touched data, so its grant is released (docs/design.md §4.4). User code is not checked: what it
+so the check releases nothing about the data. Its parameters must be valid too (a pipeline
+stored by an older privsched may name a statistic's noise ``mechanism``, now refused). A job
+that fails the check is failed before it touched data, so its grant is released
+(docs/design.md §4.4). User code is not checked: what it
 reads is up to it, and a failure after reading is charged as usual.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privsched.trainers.data import METADATA
+from privsched.jobs.records import METADATA
 
 
 def needed_columns(job: dict) -> list[str]:
@@ -36,6 +38,12 @@ def input_problem(job: dict, locations: dict[str, str | None], workdir: Path) ->
     from ``workdir``, the job's working folder), or None when it can."""
     if not job.get("kind"):
         return None
+    from privsched.trainers.plans import parse_job
+
+    try:
+        parse_job({"kind": job["kind"], **(job.get("params") or {})})
+    except ValueError as exc:
+        return f"its parameters are not valid ({exc})"
     wanted = needed_columns(job)
     for key, location in locations.items():
         if location is None:

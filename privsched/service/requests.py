@@ -1,8 +1,8 @@
 """Turning a pipeline specification into a ledger claim (a :class:`PipelineRequest`).
 
 The privacy demand comes from, in this order: an explicit ``mechanism`` description; a
-built-in job's own plan (:func:`privsched.jobs.builtin.plan_mechanism` for the target
-(ε, δ)); or the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2);
+built-in job's own plan (:func:`privsched.trainers.builtin.plan_mechanism` for the target
+(ε, δ)), which is what the job then runs with; or the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2);
 δ > 0 without a named mechanism is refused, docs/design.md §3.4). A job that asks for more compute than the pool has is refused here, before
 anything is written (docs/design.md §4.4).
 """
@@ -19,17 +19,20 @@ from privsched.spec import PipelineSpec, SpecError, select_blocks
 
 
 def builtin_job(spec: PipelineSpec) -> dict:
-    """A built-in job's dict as :mod:`privsched.jobs.builtin` reads it: its kind and parameters."""
+    """A built-in job's dict as :mod:`privsched.trainers.builtin` reads it: its kind and parameters."""
     return {"kind": spec.job.kind, **spec.job.params}
 
 
 def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
     """The mechanism a pipeline is charged for (see the module docstring)."""
+    if spec.mechanism is not None and spec.job.kind is not None:
+        raise SpecError(f"a {spec.job.kind} job plans the mechanism it is charged: give 'epsilon' (and 'delta'), "
+                        "not a 'mechanism'")
     if spec.mechanism is not None:
         return parse_mechanism(spec.mechanism)
     epsilon, delta = float(spec.epsilon), float(spec.delta or 0.0)  # type: ignore[arg-type]
     if spec.job.kind is not None:
-        from privsched.jobs.builtin import plan_mechanism
+        from privsched.trainers.builtin import plan_mechanism
 
         return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting)
     return EpsilonDelta(epsilon=epsilon, delta=delta)

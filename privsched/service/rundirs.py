@@ -3,6 +3,7 @@
 Layout, for a database ``DIR/NAME.db``::
 
     DIR/runs/NAME/pool.json          the compute pool the scheduler serves with
+    DIR/runs/NAME/policy.json        its policy and unlock rule (make_policy's name and options)
     DIR/runs/NAME/condition          why the scheduler cannot make progress (storage full), while it lasts
     DIR/runs/NAME/<id>/context.json  the job's context (JobContext JSON plus its job entry)
     DIR/runs/NAME/<id>/result.json   written by the job's supervisor when the job ends
@@ -90,6 +91,20 @@ class RunDirs:
         except OSError:
             return None
         return line or None
+
+    def record_policy(self, name: str, params: dict) -> None:
+        """Record the serving policy as :func:`~privsched.policies.make_policy`'s name and
+        options, so that waiting reasons rank and estimate unlocks as the scheduler does."""
+        _private_folder(self.root)
+        write_atomic(self.root / "policy.json", json.dumps({"name": name, "params": params}))
+
+    def recorded_policy(self) -> tuple[str, dict] | None:
+        """The policy the last scheduler served this database with (name, options), if any."""
+        try:
+            data = json.loads((self.root / "policy.json").read_text())
+            return str(data["name"]), dict(data["params"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     def recorded_pool(self) -> Pool | None:
         """The pool the last scheduler served this database with, if any."""

@@ -31,6 +31,7 @@ from typing import Callable
 import numpy as np
 from pydantic import ValidationError
 
+from privsched.budgets.mechanisms import parse_mechanism
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
@@ -385,13 +386,15 @@ class Scheduler:
         return {key: locations[key] for key in info.block_keys}
 
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
+        """What the granted job sees: its blocks and grant, the mechanism the ledger charged
+        (typed, as ``plan``), the (ε, δ) and longest run it was submitted with, and its own
+        parameters (a built-in job's with its kind), untouched."""
         dataset = self.ledger.get_dataset(info.dataset)
         locations = self._block_locations(info)
         job = info.job
         params = dict(job.get("params") or {})
         if job.get("kind"):
-            params = {"kind": job["kind"], **params, "epsilon": job.get("epsilon"), "delta": job.get("delta")}
-            params["mechanism"] = info.mechanism
+            params = {"kind": job["kind"], **params}
         return JobContext(
             pipeline_id=info.id,
             name=info.name,
@@ -402,6 +405,9 @@ class Scheduler:
             device="cuda" if placement.gpus else "cpu",
             workdir=self.runs.workdir(info.id),
             params=params,
+            plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
+            epsilon=job.get("epsilon"),
+            max_runtime=job.get("max_runtime"),
         )
 
     def collect(self, now: float) -> list[int]:

@@ -165,6 +165,7 @@ def _loop(
 ) -> ServeSummary:
     runs = RunDirs(path)
     runs.record_pool(pool)
+    runs.record_policy(policy.name, policy.params)
     scheduler = Scheduler(ledger, policy, executor, pool, runs, log)
     scheduler.recover(clock())
     watcher = ChangeWatcher(path)

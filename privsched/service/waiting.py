@@ -1,5 +1,6 @@
-"""Why a pending pipeline waits: the block and order where its demand falls shortest of the
-unlocked budget, by how much, and its rank in the policy's order (after Slurm's reason
+"""Why a pipeline waits: a pending one, the block and order where its demand falls shortest
+of the unlocked budget, by how much, when the unlock rule will have released enough, and its
+rank in the policy's order; a granted one, the compute it waits for (after Slurm's reason
 codes and ``condor_q -better-analyze``).
 
 A demand d fits a block's unlocked budget u when ``Accounting.fits`` says so (docs/design.md §3.3):
@@ -9,35 +10,64 @@ it is furthest from fitting, with the dimension that decides it: under basic acc
 the one with the largest shortfall d − u (both must fit), under RDP the live order with
 the smallest shortfall (one order is enough). A pipeline that fits every block waits
 only for its turn: the scheduler's next pass, behind those ranked before it.
+
+When more budget will unlock (docs/design.md §4.1): under a per-time rule (DPF-T) the
+earliest time at which the demand fits every block if nothing else is granted meanwhile,
+under a per-arrival rule (DPF-N) the fewest further pipeline arrivals on a block after which
+it fits, both solved on the scheduler's own unlock computation
+(:func:`~privsched.policies.unlock.earliest_fit_time`, :func:`~privsched.policies.unlock.arrivals_to_fit`).
+Neither may exist: the rule may have too little left locked, and the pipeline then waits for
+budget that ends up released (a job that spends less than its grant).
+
+A granted pipeline waits for compute: the scheduler places granted jobs in grant order on
+what running jobs leave free, letting smaller jobs behind one that does not fit go first
+(:meth:`privsched.service.scheduler.Scheduler.place`); the same walk over the recorded pool
+says what each waiting job lacks. One that the whole pool can never hold is failed by the
+scheduler's next pass (and refused at submission).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from privsched.ledger.models import PendingView
+from privsched.ledger.models import PendingView, PipelineInfo
 
 if TYPE_CHECKING:  # the remote client reads reasons without loading the policies
-    from privsched.policies.base import Policy, Snapshot
+    from privsched.policies.base import Policy, Snapshot, UnlockRule
+    from privsched.service.resources import Pool
+
+
+def _clock(at: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
 
 
 @dataclass(frozen=True)
 class WaitingReason:
     pipeline_id: int
-    code: str  # "budget": does not fit the unlocked budget; "quota": its team's quota; "turn": waits its turn
-    rank: int  # 1-based position among the dataset's pending pipelines in the policy's order
-    pending: int  # how many pipelines are pending on the dataset
-    order: str  # the order ranked in: the serving policy's name, or "arrival"
+    code: str  # "budget": does not fit the unlocked budget; "quota": its team's quota; "turn": waits its
+    #            turn; "compute" (granted): waits for free compute
+    rank: int  # 1-based position among the dataset's pending pipelines in the policy's order ("compute":
+    #            among the granted jobs waiting for compute, in grant order)
+    pending: int  # how many pipelines are pending on the dataset ("compute": granted jobs waiting)
+    order: str  # the order ranked in: the serving policy's name, "arrival", or "grant"
     block: str | None = None  # the block where the demand falls shortest ("budget" only)
     dimension: str | None = None  # "ε", "δ" or "α=4" where it is decided
     demand: float | None = None  # the demand in that block and dimension
     unlocked: float | None = None  # the unlocked budget there
     shortfall: float | None = None  # demand − unlocked (> 0)
     team: str | None = None  # the team at its quota ("quota" only)
+    unlock: str | None = None  # "time" or "arrivals": what releases more budget under the serving rule
+    fits_at: float | None = None  # "time": the earliest time it fits if nothing else is granted
+    arrivals: int | None = None  # "arrivals": further pipeline arrivals on ``unlock_block`` it needs
+    unlock_block: str | None = None  # the block that unlocks last; None with ``unlock`` set: never enough
+    need: str | None = None  # "compute": the compute the job asks for
+    free: str | None = None  # "compute": what running jobs leave free of the pool
+    never: str | None = None  # "compute": why the pool can never hold the job (the scheduler fails it)
 
     def text(self) -> str:
         """One short line, for the REASON column and ``status``."""
@@ -46,8 +76,25 @@ class WaitingReason:
             return f"fits now; waits for its turn, {rank}"
         if self.code == "quota":
             return f"quota: team {self.team} would exceed its quota on block {self.block}; {rank}"
+        if self.code == "compute":
+            if self.never is not None:
+                return f"compute: never: {self.never}"
+            if self.free is None:
+                return f"compute: fits the free compute, starts at the scheduler's next pass; {rank}"
+            return f"compute: needs {self.need}, free {self.free}; {rank}"
         return (f"budget: block {self.block} {self.dimension} needs {self.demand:.4g}, "
-                f"unlocked {self.unlocked:.4g} (short {self.shortfall:.4g}); {rank}")
+                f"unlocked {self.unlocked:.4g} (short {self.shortfall:.4g}){self._outlook()}; {rank}")
+
+    def _outlook(self) -> str:
+        if self.unlock is None:
+            return ""
+        if self.unlock_block is None:
+            return "; no further unlock is enough, waits for budget to be released"
+        if self.unlock == "time":
+            return f"; fits by {_clock(self.fits_at or 0.0)} (block {self.unlock_block}) if nothing else is granted"
+        if not self.arrivals:
+            return "; the arrivals so far release enough at the scheduler's next unlock"
+        return f"; fits after {self.arrivals} more arrival(s) on block {self.unlock_block} if nothing else is granted"
 
     def short(self) -> str:
         """A few words, for the REASON column of ``privsched list``."""
@@ -55,7 +102,13 @@ class WaitingReason:
             return f"turn {self.rank}/{self.pending}"
         if self.code == "quota":
             return f"quota {self.team} {self.block}"
-        return f"budget {self.block} {self.dimension} short {self.shortfall:.3g}"
+        if self.code == "compute":
+            return "compute never" if self.never is not None else f"compute {self.rank}/{self.pending}"
+        outlook = ""
+        if self.unlock is not None:
+            outlook = (" never" if self.unlock_block is None else
+                       f" by {_clock(self.fits_at or 0.0)[5:16]}" if self.unlock == "time" else f" +{self.arrivals}")
+        return f"budget {self.block} {self.dimension} short {self.shortfall:.3g}{outlook}"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,13 +139,60 @@ def shortfalls(accounting, demand: np.ndarray, available: np.ndarray,
     return fits, dim, gap[np.arange(len(gap)), dim]
 
 
+@dataclass(frozen=True)
+class UnlockState:
+    """What the serving unlock rule will still release on a view's blocks (aligned with
+    :attr:`PendingView.block_ids`), as the scheduler computes it."""
+
+    rule: UnlockRule
+    locked: np.ndarray  # (B, K) budget not yet unlocked
+    created: np.ndarray  # (B,) creation times, from which per-time unlocking counts
+    arrivals: np.ndarray  # (B,) pipelines that ever asked for each block
+    now: float  # the clock
+
+
+def _outlooks(view: PendingView, state: UnlockState, pipelines: np.ndarray,
+              block_keys: dict[int, str]) -> dict[int, dict]:
+    """For pipeline indices ``pipelines`` of ``view``: the unlock fields of their reasons."""
+    from privsched.policies.unlock import arrivals_to_fit, earliest_fit_time
+
+    rule = state.rule
+    by_time, by_arrival = float(rule.on_tick(1.0)) > 0, float(rule.on_pipeline_arrival()) > 0
+    if not (by_time or by_arrival) or len(pipelines) == 0:
+        return {}
+    edges = np.flatnonzero(np.isin(view.edge_pipeline, pipelines))
+    rows = view.edge_block[edges]
+    balances = (view.accounting, view.edge_demand[edges], view.unlocked[rows], view.capacity[rows], state.locked[rows])
+    if by_time:
+        when = earliest_fit_time(rule, *balances, state.arrivals[rows], state.created[rows], state.now)
+        never = np.isinf(when)
+    else:
+        when = arrivals_to_fit(rule, *balances, state.arrivals[rows], state.now - state.created[rows]).astype(float)
+        never = when < 0
+    owners = view.edge_pipeline[edges]  # edges come grouped by pipeline
+    starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+    found = {}
+    for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(owners)]):
+        p, mine = int(owners[start]), np.arange(start, end)
+        fields: dict = {"unlock": "time" if by_time else "arrivals"}
+        if not never[mine].any():
+            last = mine[np.argmax(when[mine])]
+            fields["unlock_block"] = block_keys.get(int(view.block_ids[rows[last]]))
+            fields["fits_at" if by_time else "arrivals"] = float(when[last]) if by_time else int(when[last])
+        found[p] = fields
+    return found
+
+
 def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Policy | None = None,
-                    now: float = 0.0, quota: Callable | None = None) -> list[WaitingReason]:
+                    now: float = 0.0, quota: Callable | None = None,
+                    unlock: UnlockState | None = None) -> list[WaitingReason]:
     """The reason of every pending pipeline in ``view``; ``block_keys`` maps block ids to
     keys. Ranks follow ``policy.order`` when the policy orders pipelines one by one
     (``per_pipeline_order``), else arrival order. ``quota(pipeline_id, block_ids, demand,
     capacity)`` gives (team, index of the block) when a pipeline that fits the budget
-    would exceed its team's quota (:meth:`privsched.ledger.quotas.QuotaCheck.refusal`)."""
+    would exceed its team's quota (:meth:`privsched.ledger.quotas.QuotaCheck.refusal`).
+    With ``unlock`` (the serving rule and the blocks' state), a pipeline short of budget
+    also says when the rule will have released enough (module docstring)."""
     from privsched.policies.fcfs import FirstComeFirstServed
 
     accounting = view.accounting
@@ -110,6 +210,8 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
     fits, dim, edge_gap = shortfalls(accounting, demand, unlocked, view.capacity[view.edge_block])
     labels = accounting.dimension_labels()
 
+    budget_short = np.unique(view.edge_pipeline[~fits])
+    outlooks = {} if unlock is None else _outlooks(view, unlock, budget_short, block_keys)
     reasons = []
     for p in range(count):
         edges = np.flatnonzero(view.edge_pipeline == p)
@@ -129,5 +231,40 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
         d = int(dim[e])
         reasons.append(WaitingReason(
             code="budget", block=block_keys.get(int(view.block_ids[view.edge_block[e]])), dimension=labels[d],
-            demand=float(demand[e, d]), unlocked=float(unlocked[e, d]), shortfall=float(edge_gap[e]), **common))
+            demand=float(demand[e, d]), unlocked=float(unlocked[e, d]), shortfall=float(edge_gap[e]),
+            **outlooks.get(p, {}), **common))
+    return reasons
+
+
+def compute_reasons(granted: list[PipelineInfo], running: list[PipelineInfo], pool: Pool) -> list[WaitingReason]:
+    """Why each granted pipeline's job has not started: the walk of
+    :meth:`~privsched.service.scheduler.Scheduler.place` (grant order, backfilling) over what
+    the ``running`` jobs leave free of ``pool``. A job that fits what is left starts at the
+    scheduler's next pass; one the whole pool can never hold is failed by it."""
+    from pydantic import ValidationError
+
+    from privsched.service.resources import FreeCompute, Placement
+    from privsched.spec import Resources
+
+    free = FreeCompute(pool)
+    for info in running:
+        free.hold(info.id, Placement.from_record(info.placement))
+    waiting = sorted(granted, key=lambda p: (p.granted_at or 0, p.id))
+    reasons = []
+    for rank, info in enumerate(waiting, start=1):
+        common = dict(pipeline_id=info.id, code="compute", rank=rank, pending=len(waiting), order="grant")
+        try:
+            need = Resources.model_validate(info.resources)
+        except ValidationError:
+            reasons.append(WaitingReason(never="invalid resources", **common))
+            continue
+        refusal = pool.refusal(need)
+        if refusal is not None:
+            reasons.append(WaitingReason(need=need.describe(), never=refusal, **common))
+        elif free.place(info.id, need) is None:
+            left = Resources.model_construct(gpus=len(free.free_gpus), cpus=max(free.free_cpus, 0.0),
+                                             memory=max(free.free_memory, 0))
+            reasons.append(WaitingReason(need=need.describe(), free=left.describe(), **common))
+        else:
+            reasons.append(WaitingReason(need=need.describe(), **common))
     return reasons

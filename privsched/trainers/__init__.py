@@ -1,0 +1,1 @@
+"""Built-in jobs: their parameters and privacy plans, DP-SGD training, the statistic job."""

@@ -43,10 +43,11 @@ from privsched.budgets.mechanisms import EpsilonDelta, demand_vector
 from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.jobs.context import JobContext
 from privsched.trainers.clipping import GhostClipping
-from privsched.trainers.data import bag_of_words, load_blocks, split
+from privsched.jobs.records import load_blocks
+from privsched.statistics.noise import laplace_scale, noisy, within_charge
+from privsched.trainers.data import bag_of_words, split
 from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
-from privsched.trainers.noise import laplace_scale, noisy, within_charge
-from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob
+from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob, DPSGDPlan
 
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
@@ -381,16 +382,17 @@ def initial_model(job: DPSGDJob, data: Examples) -> nn.Module:
         return build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
 
 
-def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float, accuracy_epsilon: float) -> None:
-    """Train the job's model within its grant, release its held-out accuracy with ε =
-    ``accuracy_epsilon``; save ``model.pt`` and ``metrics.json`` under the work directory;
-    report metrics and the budget actually spent."""
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
+    """Train the job's model within its grant with the charged ``plan`` (σ, steps), release
+    its held-out accuracy with the plan's ε_acc; save ``model.pt`` and ``metrics.json`` under
+    the work directory; report metrics and the budget actually spent."""
+    sigma, delta, accuracy_epsilon = plan.noise_multiplier, plan.delta, plan.accuracy_epsilon
     accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
     releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
     if not releases_accuracy:  # a grant below the plan that cannot pay for it: no accuracy
         accuracy_cost = np.zeros_like(accuracy_cost)
     data, train, heldout = train_heldout(load_blocks(ctx), job)
-    planned = min(job.steps, job.max_steps or job.steps)
+    planned = min(plan.steps, job.max_steps or plan.steps)
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)
     model = initial_model(job, data)
     mode = job.grad_sample_mode or default_mode(model)
@@ -405,9 +407,9 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, sigma: float, delta: float, accura
         "grad_sample_mode": mode,
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
-        "planned_steps": job.steps,
+        "planned_steps": plan.steps,
         "steps": taken,
-        "stopped": "budget" if steps < planned else "max_steps" if planned < job.steps else "plan",
+        "stopped": "budget" if steps < planned else "max_steps" if planned < plan.steps else "plan",
         **(release_accuracy(model, heldout, device, accuracy_epsilon) if releases_accuracy else {}),
         "accuracy_epsilon": accuracy_epsilon if releases_accuracy else 0.0,
         "spent": spent.tolist(),

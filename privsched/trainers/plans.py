@@ -5,8 +5,8 @@ Two kinds of built-in jobs (docs/design.md §5.2):
   epochs, i.e. ``ceil(E / q)`` noisy steps, with the noise multiplier calibrated so that the
   training reaches (ε − ε_acc, δ) under Opacus' RDP accountant, and ε_acc = 10 % of ε spent
   on releasing its held-out accuracy (pure DP, :data:`ACCURACY_SHARE`).
-- ``statistic``: a count, sum, mean or histogram released with the Laplace or Gaussian
-  mechanism, contributions clipped to known bounds (Dwork & Roth 2014, §3.3 and App. A).
+- ``statistic``: a count, sum, mean or histogram released with Laplace or Gaussian noise,
+  contributions clipped to known bounds (:mod:`privsched.statistics.queries`).
 
 Job parameters are validated here with one-line errors. Nothing here imports torch or Opacus
 (the noise calibration is :mod:`privsched.budgets.sgm`), so planning a job at submit is cheap.
@@ -15,23 +15,16 @@ Job parameters are validated here with one-line errors. Nothing here imports tor
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_STEPS, SampleRate, bounded
-from privsched.budgets.curves import gaussian_sigma
-from privsched.budgets.mechanisms import (
-    Composed,
-    EpsilonDelta,
-    Gaussian,
-    Laplace,
-    Mechanism,
-    SubsampledGaussian,
-    parse_mechanism,
-)
+from privsched.budgets.mechanisms import Composed, EpsilonDelta, Mechanism, SubsampledGaussian
 from privsched.budgets.sgm import calibrate_noise_multiplier
+from privsched.statistics.queries import StatisticJob
 
 #: The model zoo (built by :mod:`privsched.trainers.models`).
 MODEL_NAMES: tuple[str, ...] = ("logreg", "mlp", "cnn", "text", "lstm")
@@ -48,13 +41,8 @@ ALL_LINEAR_MODELS: tuple[str, ...] = ("logreg", "mlp", "text")
 MAX_EPOCHS = 10_000.0
 #: A seed fits in 63 bits (torch and NumPy take at most 64).
 Seed = bounded(0, 2**63 - 1, integer=True)
-#: A clipping bound of a statistic.
-Bound = bounded(-1e15, 1e15)
 #: Share of a DP-SGD job's ε spent on its noisy held-out accuracy (:func:`dpsgd_mechanism`).
 ACCURACY_SHARE = 0.1
-
-#: Noise of a DP statistic.
-NOISE_KINDS: tuple[str, ...] = ("laplace", "gaussian")
 
 
 class _Job(BaseModel):
@@ -107,86 +95,11 @@ class DPSGDJob(_Job):
         return max(1, math.ceil(self.epochs / self.sample_rate - 1e-9))
 
 
-class StatisticJob(_Job):
-    """A DP statistic over the granted blocks' records: a count of records, or the sum,
-    mean or histogram of one column with each value clipped to ``bounds``."""
-
-    kind: Literal["statistic"] = "statistic"
-    query: Literal["count", "sum", "mean", "histogram"]
-    column: str | None = None
-    bounds: tuple[Bound, Bound] | None = None
-    bins: int | None = Field(None, ge=1, le=10_000)
-    mechanism: Literal["laplace", "gaussian"] = "laplace"
-
-    @model_validator(mode="before")
-    @classmethod
-    def _no_seed(cls, data: object) -> object:
-        if isinstance(data, dict) and "seed" in data:
-            raise ValueError("a statistic takes no seed: its noise comes from OS entropy and cannot be replayed")
-        return data
-
-    @model_validator(mode="after")
-    def _check(self) -> StatisticJob:
-        if self.query != "count" and self.column is None:
-            raise ValueError(f"a {self.query} needs a column")
-        if self.query != "count" and self.bounds is None:
-            raise ValueError(f"a {self.query} needs bounds [lo, hi] to clip contributions")
-        if self.query == "count" and self.bounds is not None:
-            raise ValueError("a count counts every record and takes no bounds")
-        if self.bounds is not None:
-            lo, hi = self.bounds
-            if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-                raise ValueError(f"bounds must be finite with lo < hi, got {list(self.bounds)}")
-        if (self.query == "histogram") != (self.bins is not None):
-            raise ValueError("bins is required for a histogram and only for a histogram")
-        return self
-
-    def parts(self) -> list[tuple[str, float]]:
-        """The released quantities as (name, sensitivity) under add/remove-one neighbours.
-
-        A clipped sum has sensitivity max(|lo|, |hi|); a count or a histogram 1 (one record
-        moves one bin by one, in L1 and L2 alike). A mean releases a sum and a count, each
-        with half of the budget (sequential composition).
-        """
-        if self.query == "count":
-            return [("count", 1.0)]
-        if self.query == "histogram":
-            return [("histogram", 1.0)]
-        lo, hi = self.bounds  # type: ignore[misc]
-        total = ("sum", max(abs(lo), abs(hi)))
-        return [total] if self.query == "sum" else [total, ("count", 1.0)]
-
-
-def split_params(params: dict) -> tuple[dict, Mechanism | None]:
-    """Separate a job's own fields from what the scheduler adds to its parameters.
-
-    The scheduler adds ``epsilon``, ``delta`` and ``mechanism`` (the description it
-    charged). A statistic's own ``mechanism`` field names its noise ("laplace" or
-    "gaussian"); when the charged description replaced it, the noise is read back from it.
-    Returns the job's fields and the charged mechanism (None when absent)."""
-    if not isinstance(params, dict):
-        raise ValueError(f"a built-in job must be a dict, got {type(params).__name__}")
-    fields = {k: v for k, v in params.items() if k not in ("epsilon", "delta")}
-    charged = fields.get("mechanism")
-    if charged is None or charged in NOISE_KINDS:
-        return fields, None
-    try:
-        mechanism = parse_mechanism(charged)
-    except ValueError:
-        raise ValueError(f"the charged mechanism {charged!r} is not a mechanism description") from None
-    del fields["mechanism"]
-    if fields.get("kind") == "statistic":
-        parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
-        first = parts[0]
-        pure = isinstance(first, Laplace) or (isinstance(first, EpsilonDelta) and first.delta == 0)
-        fields["mechanism"] = "laplace" if pure else "gaussian"
-    return fields, mechanism
-
-
-def parse_job(params: dict) -> DPSGDJob | StatisticJob:
-    """Validate a built-in job dict (keys the scheduler adds are set aside, see
-    :func:`split_params`). Raises ``ValueError`` with one line naming the bad parameter."""
-    fields, _ = split_params(params)
+def parse_job(fields: dict) -> DPSGDJob | StatisticJob:
+    """Validate a built-in job dict (its ``kind`` and parameters). Raises ``ValueError``
+    with one line naming the bad parameter."""
+    if not isinstance(fields, dict):
+        raise ValueError(f"a built-in job must be a dict, got {type(fields).__name__}")
     kind = fields.get("kind")
     models = {"dpsgd": DPSGDJob, "statistic": StatisticJob}
     if kind not in models:
@@ -234,27 +147,36 @@ def dpsgd_mechanism(
     return Composed(parts=[training, accuracy])
 
 
-def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
-    """What a DP statistic charges: each released part gets an equal share of (ε, δ).
+@dataclass(frozen=True)
+class DPSGDPlan:
+    """What a granted DP-SGD job runs with, read from the mechanism the ledger charged."""
 
-    Laplace: a pure ε_k-DP release (scale b = Δ/ε_k, Dwork & Roth 2014 Thm 3.6), charged as
-    ``EpsilonDelta(ε_k, 0)``: ε_k under basic, min(ε_k, αε_k²/2) under RDP, a curve valid for
-    the discrete Laplace OpenDP samples (Bun & Steinke 2016, Prop. 3.3), whose RDP exceeds the
-    continuous Laplace curve. Gaussian: under RDP σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k (Thm A.1)
-    charged as its exact RDP curve; under basic, (ε_k, δ_k) with σ from the analytic Gaussian
-    mechanism (Balle & Wang 2018), valid for every ε.
-    """
-    parts = job.parts()
-    share_eps, share_delta = epsilon / len(parts), delta / len(parts)
-    mechanisms: list[Mechanism] = []
-    for _, sensitivity in parts:
-        if job.mechanism == "laplace":
-            mechanisms.append(EpsilonDelta(epsilon=share_eps, delta=0.0))
-        elif share_delta <= 0:
-            raise ValueError("the Gaussian mechanism needs delta > 0")
-        elif accounting.is_rdp:
-            sigma = sensitivity * gaussian_sigma(share_eps, share_delta)
-            mechanisms.append(Gaussian(sigma=sigma, sensitivity=sensitivity))
-        else:
-            mechanisms.append(EpsilonDelta(epsilon=share_eps, delta=share_delta))
-    return mechanisms[0] if len(mechanisms) == 1 else Composed(parts=mechanisms)
+    noise_multiplier: float  # σ of every noisy step
+    steps: int  # planned noisy steps
+    delta: float  # δ of the (ε, δ) the training was planned for (basic accounting's charge)
+    accuracy_epsilon: float  # ε of the held-out accuracy release
+
+
+def charged_plan(job: DPSGDJob, charged: Mechanism, delta: float) -> DPSGDPlan:
+    """The DP-SGD plan in ``charged``, the mechanism :func:`dpsgd_mechanism` planned and the
+    ledger charged: ``Composed([training, EpsilonDelta(ε_acc, 0)])``.
+
+    Under RDP the training part is ``SubsampledGaussian(q, σ, steps)``, read as is (its q
+    must be the job's sample rate). Under basic accounting it is the (ε − ε_acc, δ) the
+    training was calibrated to, and σ is calibrated from it here, as at submit (the charge
+    holds no σ). ``delta`` (the pipeline's δ) is what an RDP plan's spend is reported at.
+    Raises ``ValueError`` for any other mechanism."""
+    parts = charged.parts if isinstance(charged, Composed) else []
+    accuracy = parts[1] if len(parts) == 2 else None
+    if not isinstance(accuracy, EpsilonDelta) or accuracy.delta != 0:
+        raise ValueError(f"a dpsgd job needs a charged mechanism that composes its training and a pure-DP accuracy "
+                         f"release, got {charged.kind}")
+    training = parts[0]
+    if isinstance(training, SubsampledGaussian):
+        if training.sample_rate != job.sample_rate:
+            raise ValueError(f"the charged sample rate {training.sample_rate:g} is not the job's {job.sample_rate:g}")
+        return DPSGDPlan(training.noise_multiplier, training.steps, delta, accuracy.epsilon)
+    if isinstance(training, EpsilonDelta):
+        sigma = calibrate_noise(job.sample_rate, job.steps, training.epsilon, training.delta)
+        return DPSGDPlan(sigma, job.steps, training.delta, accuracy.epsilon)
+    raise ValueError(f"a dpsgd job cannot train under a charged {training.kind} mechanism")

@@ -1,19 +1,7 @@
-"""DP statistics ("mice", docs/design.md §5.2): counts, sums, means and histograms.
-
-Each record contributes at most its value clipped to [lo, hi] (bounded contributions), so
-the released quantities have the sensitivities of :meth:`StatisticJob.parts`. A value that
-is NaN or ±inf is replaced by the lower bound lo before clipping, so one bad record moves a
-release no more than any other record does and never makes it NaN.
-
-The noise is the one the ledger charged, drawn by OpenDP from OS entropy with
-floating-point-safe samplers (:mod:`privsched.trainers.noise`; Mironov, CCS 2012): Laplace
-with scale b = Δ/ε (pure ε-DP, charged min(ε, αε²/2) under RDP) or Gaussian with standard
-deviation σ (Dwork & Roth 2014, Thm 3.6; Balle & Wang 2018 under basic accounting).
-Counts and histograms are released as integers. Before anything is computed the charged
-demand is checked against the grant, and before each quantity is released OpenDP's own
-privacy map of its noise is checked against what was charged for it: a release happens
-only after both checks pass. A mean is the ratio of a noisy sum and a noisy count
-(Composition, Dwork & Roth 2014 Thm 3.16), clipped to the bounds.
+"""The built-in ``statistic`` job ("mice", docs/design.md §5.2): a count, sum, mean or
+histogram of the granted blocks' records, released with the noise of the mechanism the
+ledger charged (:mod:`privsched.statistics.release`). Before anything is computed the
+charged demand is checked against the grant: a release happens only after it passes.
 """
 
 from __future__ import annotations
@@ -23,81 +11,11 @@ import json
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.budgets.curves import analytic_gaussian_sigma
-from privsched.budgets.mechanisms import Composed, EpsilonDelta, Gaussian, Laplace, Mechanism, demand_vector
+from privsched.budgets.mechanisms import Mechanism, demand_vector
 from privsched.jobs.context import JobContext
-from privsched.trainers.data import column, load_blocks
-from privsched.trainers.noise import laplace_scale, noisy, within_charge
-from privsched.trainers.plans import StatisticJob
-
-
-def noise_of(part: Mechanism, sensitivity: float) -> tuple[str, float]:
-    """(distribution, scale) of the noise one charged mechanism stands for: Laplace for a
-    Laplace scale or a pure ε (b = Δ/ε rounded up), Gaussian for σ or an (ε, δ > 0) under
-    basic accounting (the analytic Gaussian's σ, Balle & Wang 2018)."""
-    if isinstance(part, Laplace):
-        return "laplace", part.scale
-    if isinstance(part, Gaussian):
-        return "gaussian", part.sigma
-    if isinstance(part, EpsilonDelta):
-        if part.delta == 0:
-            return "laplace", laplace_scale(sensitivity, part.epsilon)
-        return "gaussian", analytic_gaussian_sigma(part.epsilon, part.delta, sensitivity)
-    raise ValueError(f"a statistic cannot be released with a {part.kind} mechanism")
-
-
-def charged_loss(part: Mechanism, sensitivity: float) -> float:
-    """The loss a part was charged in OpenDP's measure: ε for Laplace noise (max divergence),
-    ρ = Δ²/(2σ²) for a Gaussian charged by its RDP curve α·ρ (zero-concentrated divergence);
-    an (ε, δ) Gaussian under basic accounting is checked at the analytic σ, ρ of that σ."""
-    kind, scale = noise_of(part, sensitivity)
-    if kind == "laplace":
-        return part.epsilon if isinstance(part, EpsilonDelta) else sensitivity / scale
-    return sensitivity**2 / (2 * scale**2)
-
-
-def clipped(values: np.ndarray, bounds: tuple[float, float]) -> np.ndarray:
-    """Values with NaN and ±inf replaced by the lower bound, then clipped to the bounds."""
-    lo, hi = bounds
-    return np.clip(np.where(np.isfinite(values), values, lo), lo, hi)
-
-
-def _exact(job: StatisticJob, name: str, values: np.ndarray | None, n: int) -> tuple[np.ndarray, bool]:
-    """The exact quantity and whether it is integer-valued (counts)."""
-    if name == "count":
-        return np.array([n]), True
-    bounded = clipped(values, job.bounds)  # type: ignore[arg-type]
-    if name == "sum":
-        return np.array([bounded.sum()]), False
-    counts, _ = np.histogram(bounded, bins=job.bins, range=job.bounds)
-    return counts, True
-
-
-def dp_statistic(job: StatisticJob, mechanism: Mechanism, values: np.ndarray | None, n: int) -> dict:
-    """Release the job's statistic of ``values`` (``n`` records) with the charged noise.
-
-    Every part's noise is checked against its charge with OpenDP's privacy map before any
-    part is released (:func:`~privsched.trainers.noise.within_charge`). Returns ``{"value": ...}``
-    (a list of bin counts and ``"edges"`` for a histogram)."""
-    parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
-    specs = job.parts()
-    if len(parts) != len(specs):
-        raise ValueError(f"a {job.query} releases {len(specs)} quantities, the mechanism covers {len(parts)}")
-    plans = []
-    for (name, sensitivity), part in zip(specs, parts):
-        exact, integer = _exact(job, name, values, n)
-        kind, scale = noise_of(part, sensitivity)
-        scale = within_charge(kind, scale, integer, exact.size, sensitivity, charged_loss(part, sensitivity))
-        plans.append((name, exact, kind, scale, integer))
-    released = {name: noisy(exact, kind, scale, integer) for name, exact, kind, scale, integer in plans}
-    if job.query == "histogram":
-        lo, hi = job.bounds  # type: ignore[misc]
-        return {"value": released["histogram"].tolist(), "edges": np.linspace(lo, hi, job.bins + 1).tolist()}
-    if job.query == "mean":
-        lo, hi = job.bounds  # type: ignore[misc]
-        mean = released["sum"][0] / max(released["count"][0], 1.0)
-        return {"value": float(np.clip(mean, lo, hi))}
-    return {"value": float(released[job.query][0])}
+from privsched.jobs.records import column, load_blocks
+from privsched.statistics.queries import StatisticJob
+from privsched.statistics.release import dp_statistic
 
 
 def run_statistic(ctx: JobContext, job: StatisticJob, mechanism: Mechanism) -> None:
@@ -111,7 +29,7 @@ def run_statistic(ctx: JobContext, job: StatisticJob, mechanism: Mechanism) -> N
     n = len(next(v for k, v in records.items() if v.ndim >= 1))
     values = column(records, job.column) if job.column is not None else None
     result = dp_statistic(job, mechanism, values, n)
-    metrics = {"query": job.query, "column": job.column, "mechanism": job.mechanism, "blocks": len(ctx.blocks), **result}
+    metrics = {"query": job.query, "column": job.column, "noise": job.noise, "blocks": len(ctx.blocks), **result}
     ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))

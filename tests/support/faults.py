@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from privsched.client import Client, connect
+from privsched import connect
+from privsched.client import Client
 from privsched.service.rundirs import RunDirs
 
 HELPER = Path(__file__).resolve().parents[1] / "fault_scheduler.py"

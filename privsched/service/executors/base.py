@@ -20,6 +20,7 @@ is reported failed with ``touched_data=True`` (conservative: docs/design.md §4.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,13 @@ from privsched.service.resources import Placement, Pool, make_pool
 
 #: The environment variable that carries a job process's launch token.
 LAUNCH_TOKEN_ENV = "PRIVSCHED_LAUNCH_TOKEN"
+#: Variables no job may see: the operator's Ray token and the file that holds it.
+SECRET_VARIABLES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+
+
+def without_secrets(environment: Mapping[str, str]) -> dict[str, str]:
+    """``environment`` without :data:`SECRET_VARIABLES`."""
+    return {name: value for name, value in environment.items() if name not in SECRET_VARIABLES}
 
 
 @dataclass(frozen=True)

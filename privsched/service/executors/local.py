@@ -28,7 +28,7 @@ from pathlib import Path
 
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger.lease import pid_exists
-from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
+from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result, without_secrets
 from privsched.service.executors.result_pipe import ResultPipe
 from privsched.service.executors.warm_launcher import ForkServer, WarmLauncher
 from privsched.service.logcap import cap_log
@@ -136,8 +136,9 @@ class LocalExecutor(Executor):
 
     @staticmethod
     def _base_environment() -> dict[str, str]:
-        """This process's environment, with privsched importable and no launch token."""
-        env = dict(os.environ)
+        """This process's environment without secrets (:func:`without_secrets`), with
+        privsched importable and no launch token."""
+        env = without_secrets(os.environ)
         package_root = str(Path(__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         env.pop(LAUNCH_TOKEN_ENV, None)

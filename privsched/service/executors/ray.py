@@ -23,6 +23,14 @@ share the fate of their driver, so a scheduler restart would kill every running 
   the local executor (:mod:`privsched.jobs.runner`), with the operator's sandbox mode in the
   job's environment; a worker whose kernel has no Landlock refuses the job.
 - **Logs.** The Ray job's output is copied into the pipeline's log file as it runs.
+- **Authentication.** A cluster with Ray's token authentication (``RAY_AUTH_MODE=token``,
+  Ray ≥ 2.52) answers its dashboard's HTTP APIs only to a bearer token. The executor sends
+  the operator's token (:func:`operator_token`: the ``token`` given, else Ray's own sources,
+  ``RAY_AUTH_TOKEN``, the file named by ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``) in
+  the ``Authorization`` header of every Jobs and State API request, and nowhere else: never
+  in a job's environment, a log or a message. A cluster that wants a token and gets none,
+  or a wrong one, is a one-line error when the executor is made. Jobs never see it: the
+  entry drops Ray's token variables before the job starts (:mod:`.ray_entry`).
 - **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
   that ended without a result, fails with its data assumed touched, except when Ray reports
   that its command never started (docs/design.md §4.4).
@@ -37,6 +45,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from privsched.jobs.runner import JobResult, write_atomic
@@ -60,12 +69,46 @@ NEVER_STARTED = frozenset(
 MAX_CONTEXT_BYTES = 120 * 1024
 #: Polls after which a job that ended with unreadable output is settled without it (failed).
 UNREADABLE_POLLS = 20
-#: What a request to the cluster raises when it cannot answer (requests' errors are OSErrors).
-_CLUSTER_ERRORS = (OSError, RuntimeError)
+#: What a request to the cluster raises when it cannot answer (requests' errors are OSErrors;
+#: Ray's AuthenticationError, a token the cluster stopped accepting, joins them in each executor).
+_CLUSTER_ERRORS: tuple[type[BaseException], ...] = (OSError, RuntimeError)
+#: Ray's sources of the cluster token, in its order of precedence (docs.ray.io, "Ray token authentication").
+TOKEN_VARIABLE, TOKEN_PATH_VARIABLE = "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"
+DEFAULT_TOKEN_PATH = Path("~/.ray/auth_token")
 
 
 class UnplaceableJob(OSError):
     """A job no node of the cluster can ever hold (or whose context is too large to send)."""
+
+
+def operator_token(token: str | None = None) -> str | None:
+    """The operator's Ray token: ``token``, else ``$RAY_AUTH_TOKEN``, else the contents of the
+    file ``$RAY_AUTH_TOKEN_PATH`` names (which must be readable), else ``~/.ray/auth_token``
+    if it exists, else None. Surrounding whitespace is dropped. ``ValueError`` (one line,
+    without the token) for a file that cannot be read or a token that cannot travel in a header."""
+    if token is None:
+        token = os.environ.get(TOKEN_VARIABLE) or None
+    if token is None:
+        named = os.environ.get(TOKEN_PATH_VARIABLE)
+        path = Path(named) if named else DEFAULT_TOKEN_PATH.expanduser()
+        try:
+            token = path.read_text().strip() if named or path.is_file() else None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the Ray token file {str(path)!r}: {_first_line(exc)}") from None
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or not token.isascii() or not token.isprintable() or any(c.isspace() for c in token):
+        raise ValueError("the Ray token is empty or holds characters an HTTP header cannot carry")
+    return token
+
+
+def _auth_refusal(exc: BaseException, where: str) -> str:
+    """One line for Ray's AuthenticationError (401: no token, 403: a wrong one)."""
+    if str(exc).startswith("Authentication required"):
+        return (f"the Ray cluster at {where} requires an authentication token: set {TOKEN_VARIABLE} or "
+                f"{TOKEN_PATH_VARIABLE}, or write it to {DEFAULT_TOKEN_PATH}")
+    return f"the Ray cluster at {where} refused the Ray token: it is invalid or incorrect"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -134,21 +177,32 @@ class RayExecutor(Executor):
 
     ``python`` is the interpreter the job's command starts on the workers (privsched must be
     installed there); the cluster is polled for job states at most every ``refresh`` seconds
-    and for new output every ``log_refresh`` seconds."""
+    and for new output every ``log_refresh`` seconds. ``token``: the operator's Ray token
+    (default: :func:`operator_token`'s sources), sent in every request's ``Authorization``
+    header only."""
 
     name = "ray"
 
     def __init__(
-        self, address: str | None = None, *, python: str = "python", refresh: float = 0.5, log_refresh: float = 2.0
+        self, address: str | None = None, *, python: str = "python", refresh: float = 0.5, log_refresh: float = 2.0,
+        token: str | None = None,
     ) -> None:
         try:
+            from ray.exceptions import AuthenticationError
             from ray.job_submission import JobSubmissionClient
         except ImportError:
             raise ValueError("the ray executor needs Ray: pip install 'privsched[ray]'") from None
+        self._errors = (*_CLUSTER_ERRORS, AuthenticationError)
+        secret = operator_token(token)
+        self._headers = {"Content-Type": "application/json"}
+        if secret is not None:
+            self._headers["Authorization"] = f"Bearer {secret}"
+        where = address or os.environ.get("RAY_ADDRESS") or "this machine"
         try:
-            self.client = JobSubmissionClient(address)
+            self.client = JobSubmissionClient(address, headers=dict(self._headers))
+        except AuthenticationError as exc:
+            raise ValueError(_auth_refusal(exc, where)) from None
         except (OSError, RuntimeError, ValueError) as exc:
-            where = address or os.environ.get("RAY_ADDRESS") or "this machine"
             raise ValueError(f"cannot reach a Ray cluster at {where}: {_first_line(exc)}") from None
         self.address = self.client.get_address()
         self.python = python
@@ -157,16 +211,22 @@ class RayExecutor(Executor):
         self._jobs: dict[int, _Job] = {}
         self._polled = -math.inf
 
+    def __repr__(self) -> str:  # never the headers: they carry the token
+        return f"RayExecutor({self.address!r})"
+
     # -- the cluster --------------------------------------------------------------------------
 
     def nodes(self) -> list[dict[str, float]]:
-        """Total resources of each alive node; one of ``_CLUSTER_ERRORS`` if the cluster
+        """Total resources of each alive node; one of the cluster errors if the cluster
         does not answer."""
-        from ray.util.state import list_nodes
+        from ray.util.state import StateApiClient
+        from ray.util.state.common import ListApiOptions, StateResource
         from ray.util.state.exception import RayStateApiException
 
         try:
-            alive = list_nodes(address=self.address, filters=[("state", "=", "ALIVE")], limit=10_000)
+            alive = StateApiClient(self.address, headers=dict(self._headers)).list(
+                StateResource.NODES, options=ListApiOptions(limit=10_000, filters=[("state", "=", "ALIVE")]),
+                raise_on_missing_output=True)
         except RayStateApiException as exc:
             raise RuntimeError(str(exc)) from None
         return [dict(node.resources_total) for node in alive]
@@ -176,7 +236,7 @@ class RayExecutor(Executor):
         declared = make_pool(0 if gpus is None else gpus, 1.0 if cpus is None else cpus, 0 if memory is None else memory)
         try:
             whole = cluster_pool(self.nodes())
-        except _CLUSTER_ERRORS as exc:
+        except self._errors as exc:
             raise ValueError(f"cannot list the nodes of the Ray cluster at {self.address}: {_first_line(exc)}") from None
         return Pool(
             whole.gpus if gpus is None else declared.gpus,
@@ -186,7 +246,7 @@ class RayExecutor(Executor):
 
     def _info(self, job: _Job) -> Any | None:
         """Ray's record of the job, or None if the cluster has no such job. Raises one of
-        ``_CLUSTER_ERRORS`` when the cluster cannot answer."""
+        the cluster errors when the cluster cannot answer."""
         try:
             return self.client.get_job_info(job.submission_id)
         except RuntimeError as exc:
@@ -199,7 +259,7 @@ class RayExecutor(Executor):
     def start(self, launch: Launch) -> None:
         try:
             nodes = self.nodes()
-        except _CLUSTER_ERRORS as exc:
+        except self._errors as exc:
             raise OSError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}") from None
         refusal = node_refusal(launch.placement, nodes)
         if refusal is not None:
@@ -221,11 +281,11 @@ class RayExecutor(Executor):
                 entrypoint_num_cpus=launch.placement.cpus or None,
                 entrypoint_memory=launch.placement.memory or None,
             )
-        except _CLUSTER_ERRORS as exc:
+        except self._errors as exc:
             # The submission may have reached the cluster: watch the job unless Ray surely lacks it.
             try:
                 known = self._info(job) is not None
-            except _CLUSTER_ERRORS:
+            except self._errors:
                 known = True  # cannot tell: watched, and failed conservatively if it never shows up
             if not known:
                 raise OSError(f"Ray refused the job: {_first_line(exc)}") from None
@@ -237,7 +297,7 @@ class RayExecutor(Executor):
         self._jobs[launch.pipeline_id] = job
         try:
             info = self._info(job)
-        except _CLUSTER_ERRORS:
+        except self._errors:
             return True  # the cluster does not answer: watched until it does
         return info is not None and not info.status.is_terminal()
 
@@ -251,7 +311,7 @@ class RayExecutor(Executor):
         try:
             self.client.stop_job(job.submission_id)
             job.stop_sent = True
-        except _CLUSTER_ERRORS:
+        except self._errors:
             pass  # retried by the next poll
 
     def poll(self, now: float) -> list[JobResult]:
@@ -262,7 +322,7 @@ class RayExecutor(Executor):
         for pipeline_id, job in list(self._jobs.items()):
             try:
                 info = self._info(job)
-            except _CLUSTER_ERRORS:
+            except self._errors:
                 continue  # the cluster does not answer: try again later
             if info is None:
                 del self._jobs[pipeline_id]
@@ -301,7 +361,7 @@ class RayExecutor(Executor):
         """Append the job's new output to its log file; returns the whole output."""
         try:
             logs = self.client.get_job_logs(job.submission_id)
-        except _CLUSTER_ERRORS:
+        except self._errors:
             return None
         data = logs.encode()
         if len(data) > job.copied:

@@ -11,6 +11,10 @@ worker's kernel has no Landlock) and prints the :class:`~privsched.jobs.runner.J
 prefixed by :data:`RESULT_MARKER`; the scheduler reads it from the Ray job's logs and alone
 settles it in the ledger (docs/design.md §4.4). The exit status is 0 when the job completed.
 
+Ray's authentication token never reaches a job: when the cluster's processes carry it in their
+environment (:data:`~privsched.service.executors.base.SECRET_VARIABLES`), the entry first starts itself again without it, so
+that neither the job's environment nor its ``/proc/self/environ`` holds it.
+
 The job's working directory is its scheduler-side work folder when its run folder exists on the
 worker (a shared file system, or a one-machine cluster), else the Ray job's own folder.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 
 from privsched.jobs.runner import JobResult, run_job
 from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
+from privsched.service.executors.base import SECRET_VARIABLES, without_secrets
 
 #: Environment variable carrying the job's context document.
 JOB_VARIABLE = "PRIVSCHED_JOB"
@@ -66,6 +71,9 @@ def parse_result(logs: str, pipeline_id: int) -> JobResult | None:
 
 
 def main() -> int:
+    if any(name in os.environ for name in SECRET_VARIABLES):  # a fresh image: /proc/self/environ forgets them too
+        os.execve(sys.executable, [sys.executable, "-m", "privsched.service.executors.ray_entry"],
+                  without_secrets(os.environ))
     encoded = os.environ.get(JOB_VARIABLE)
     if not encoded:
         print(f"{JOB_VARIABLE} is not set: this module runs a job the ray executor submitted", file=sys.stderr)

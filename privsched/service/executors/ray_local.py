@@ -3,7 +3,8 @@
 :func:`local_cluster` runs ``ray start --head`` with declared resources (GPUs may be fake:
 Ray then hands out their ids without any device behind them), in its own temporary folder
 and on free ports, so it never meets another cluster of the machine. It yields the dashboard
-address the executor takes. On exit it ends the processes of that cluster only (its
+address the executor takes. With a ``token`` the cluster runs Ray's token authentication
+(``RAY_AUTH_MODE=token``, the token in ``RAY_AUTH_TOKEN`` of its processes). On exit it ends the processes of that cluster only (its
 process group; job commands die with their supervisors) and removes its folder. Its jobs
 start this interpreter as ``python``.
 """
@@ -47,13 +48,15 @@ def _stop_group(pgid: int, grace: float = 1.0) -> None:
 
 
 @contextmanager
-def local_cluster(cpus: float = 2, gpus: int = 0, memory: int = 4 * 10**9) -> Iterator[str]:
+def local_cluster(cpus: float = 2, gpus: int = 0, memory: int = 4 * 10**9, token: str | None = None) -> Iterator[str]:
     """A Ray head on this machine with ``cpus`` CPUs, ``gpus`` GPUs and ``memory`` bytes of
-    task memory; yields its dashboard address (``http://127.0.0.1:PORT``). ``RuntimeError``
-    if it does not start."""
+    task memory, requiring ``token`` when given; yields its dashboard address
+    (``http://127.0.0.1:PORT``). ``RuntimeError`` if it does not start."""
     folder = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths must stay short
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "RAY_USAGE_STATS_ENABLED": "0"}
+    if token is not None:
+        env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     dashboard = free_port()
     command = [
         str(Path(bin_dir, "ray")), "start", "--head", "--num-cpus", f"{cpus:g}", "--num-gpus", str(gpus),

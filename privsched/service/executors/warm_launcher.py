@@ -28,7 +28,7 @@ from privsched.service.executors.fork_server import TOKEN_ROOM, receive, send
 #: step (``torch._dynamo``, which every optimizer's constructor imports: about 1.5 s), and the
 #: thread-pool control.
 WARM_MODULES: tuple[str, ...] = (
-    "privsched.jobs.runner", "privsched.jobs.builtin", "privsched.trainers.statistics", "privsched.trainers.dpsgd",
+    "privsched.jobs.runner", "privsched.trainers.builtin", "privsched.trainers.statistics", "privsched.trainers.dpsgd",
     "opacus", "opacus.accountants", "opacus.optimizers", "opacus.grad_sample", "torch._dynamo", "torch.optim",
     "torch.utils.data", "threadpoolctl",
 )

@@ -2,24 +2,25 @@
 
 :func:`plan_mechanism` turns a job's parameters into its privacy demand at submit time;
 :func:`run_builtin` runs a granted job inside its :class:`~privsched.jobs.context.JobContext`
-(reading only granted blocks) and reports the budget it actually spent (docs/design.md §4.4).
-Training code (torch, Opacus) is imported only when a job runs.
+(reading only granted blocks) with the mechanism the ledger charged (``ctx.plan``), and
+reports the budget it actually spent (docs/design.md §4.4). The job runner reaches it by
+the import path :data:`privsched.jobs.runner.BUILTIN_JOB`. Training code (torch, Opacus) is
+imported only when a job runs.
 """
 
 from __future__ import annotations
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.capacity import validate_epsilon_delta
-from privsched.budgets.mechanisms import Mechanism, mechanism_json
+from privsched.budgets.mechanisms import Mechanism
 from privsched.jobs.context import JobContext
+from privsched.statistics.queries import statistic_mechanism
 from privsched.trainers.plans import (
     DPSGDJob,
-    accuracy_epsilon,
     calibrate_noise,
+    charged_plan,
     dpsgd_mechanism,
     parse_job,
-    split_params,
-    statistic_mechanism,
     training_epsilon,
 )
 
@@ -44,34 +45,19 @@ def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounti
 
 
 def run_builtin(ctx: JobContext) -> None:
-    """Run the built-in job in ``ctx.params`` and report metrics and the budget spent.
-
-    ``ctx.params`` is the job dict plus ``epsilon``, ``delta`` (None reads as 0) and, when
-    the ledger charged it, ``mechanism``; a charged mechanism that differs from the job's plan is an error.
-    """
-    params = ctx.params
-    spec = parse_job(params)
-    _, charged = split_params(params)
-    if params.get("epsilon") is None:
-        raise ValueError("a built-in job needs the epsilon (and delta) it was planned with")
-    epsilon, delta = float(params["epsilon"]), float(params.get("delta") or 0.0)
-    validate_epsilon_delta(epsilon, delta)
+    """Run the built-in job ``ctx.params`` describes (its ``kind`` and parameters) with the
+    noise of the mechanism it was charged, ``ctx.plan``, and report metrics and the budget
+    spent. The ledger charged that mechanism's own curve (a demand below it is refused at
+    submit), so the job takes σ, its steps or its statistic's noise from it as they are."""
+    if ctx.plan is None:
+        raise ValueError("a built-in job runs only with the mechanism it was charged, and its context has none")
+    spec = parse_job(ctx.params)
     if isinstance(spec, DPSGDJob):
-        sigma = calibrate_noise(spec.sample_rate, spec.steps, training_epsilon(epsilon), delta)
-        _check_charged(charged, dpsgd_mechanism(spec, sigma, epsilon, delta, ctx.accounting))
+        plan = charged_plan(spec, ctx.plan, ctx.delta)
         from privsched.trainers.dpsgd import run_dpsgd
 
-        run_dpsgd(ctx, spec, sigma, delta, accuracy_epsilon(epsilon))
+        run_dpsgd(ctx, spec, plan)
     else:
-        mechanism = statistic_mechanism(spec, epsilon, delta, ctx.accounting)
-        _check_charged(charged, mechanism)
         from privsched.trainers.statistics import run_statistic
 
-        run_statistic(ctx, spec, mechanism)
-
-
-def _check_charged(charged: Mechanism | None, planned: Mechanism) -> None:
-    if charged is not None and charged != planned:
-        raise ValueError(
-            f"the charged mechanism {mechanism_json(charged)} is not the job's plan {mechanism_json(planned)}"
-        )
+        run_statistic(ctx, spec, ctx.plan)
