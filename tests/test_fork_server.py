@@ -97,6 +97,15 @@ def test_the_sandbox_holds_in_a_forked_job(executor: LocalExecutor, tmp_path: Pa
     assert secret.read_text() == "budget\n"
 
 
+def test_a_forked_job_holds_no_descriptor_but_its_log_and_its_supervisor_channel(executor: LocalExecutor,
+                                                                                  tmp_path: Path):
+    launch = launch_for(tmp_path, "lists_descriptors")
+    assert run(executor, launch).completed
+    fds = seen(launch)["fds"]
+    assert (fds.pop("0"), fds.pop("1"), fds.pop("2")) == (os.devnull, str(launch.log), str(launch.log))
+    assert [target.split(":")[0] for target in fds.values()] == ["socket"]  # no pipe, no fork server's socket
+
+
 def test_a_forked_job_is_found_by_its_launch_token(executor: LocalExecutor, tmp_path: Path):
     launch = launch_for(tmp_path, "draws", token="f" * 32)
     executor.start(launch)
