@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 
 from privsched.budgets import Accounting
+from privsched.client import Client
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
 from privsched.jobs.sandbox import abi_version
@@ -20,7 +22,11 @@ from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor, find_by_token
 from privsched.service.executors.fork_server import send
 from privsched.service.executors.warm_launcher import ForkServer
-from privsched.service.resources import Placement
+from privsched.policies import make_policy
+from privsched.service.resources import Placement, Pool
+from privsched.service.rundirs import RunDirs
+from privsched.service.serve import serve
+from tests.support.faults import EPSILON, client, job_runs  # noqa: F401 -- client: a fixture
 
 REPO = Path(__file__).resolve().parents[1]
 GRANT = [1.0, 1e-9]
@@ -153,3 +159,33 @@ def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_
     assert run(executor, launch_for(tmp_path / "warm", "draws", pipeline_id=2)).completed
     assert executor.launcher is not None
     executor.launcher.close()
+
+
+def test_a_job_forked_under_one_scheduler_is_adopted_and_settled_by_the_next(client: Client):
+    """The first scheduler forks the job from its warm fork server, then stops; its fork
+    server ends with it (the job runs on); the next scheduler adopts the job by its pid file
+    and settles it once it ends."""
+    executor = LocalExecutor()
+    server = warm_server(executor)
+    job = {"function": "tests.fault_jobs:counted_wait_then_spend"}
+    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
+                                 "job": job}).id
+    stop = threading.Event()
+    first = threading.Thread(target=serve, args=(client.path, make_policy("fcfs"), executor, Pool((), cpus=4.0, memory=0)),
+                             kwargs={"tick": 0.05, "stop": stop})
+    first.start()
+    work = RunDirs(client.path).workdir(pipeline_id)
+    while not (work / "runs.txt").exists():
+        time.sleep(0.02)
+    assert executor._jobs[pipeline_id].server is server
+    stop.set()
+    first.join()
+    assert executor.launcher is not None
+    executor.launcher.close()
+    (work / "go").touch()
+    client.run_until_idle("fcfs", tick=0.05, cpus=4, gpus=0)
+    info = client.ledger.get_pipeline(pipeline_id)
+    assert info.state == "completed", info.message
+    assert job_runs(client, pipeline_id) == 1
+    assert client.ledger.get_block("reviews", "b0").consumed[0] == pytest.approx(EPSILON)  # a user job: its grant
+    assert client.ledger.audit().ok
