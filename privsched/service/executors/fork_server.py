@@ -101,8 +101,11 @@ def serve(control: socket.socket, modules: list[str]) -> None:
     while True:
         readable, _, _ = select.select([control, wake_read], [], [])
         if wake_read in readable:
-            while os.read(wake_read, 512) == 512:
-                pass
+            try:
+                while os.read(wake_read, 512):
+                    pass
+            except BlockingIOError:
+                pass  # drained: each byte was one signal
         _reap(control)
         if control not in readable:
             continue
