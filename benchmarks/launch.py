@@ -5,7 +5,10 @@ Measured from the executor's ``start`` call (the moment a granted job is handed 
 
 - **statistic**: the first line of the job's code, the job confined by Landlock as always;
 - **DP-SGD**: the end of the first DP-SGD step (Opacus, a logistic regression on 256 synthetic
-  rows; see ``benchmarks/launch_jobs.py``), imports included.
+  rows; see ``benchmarks/launch_jobs.py``), imports included;
+- **statistic, grant → start**: from a pipeline's grant in the ledger to the first line of its
+  job's code, through a scheduler serving in a thread with the executor (FCFS, ticks of
+  10 ms), one pipeline at a time.
 
 Cold and warm launches alternate, ``--runs`` of each (default 7), one at a time; the table
 gives the median and the ratio cold / warm. The fork server is started, and waited for,
@@ -21,6 +24,7 @@ import json
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,11 +33,14 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from privsched import connect  # noqa: E402
 from privsched.budgets import Accounting  # noqa: E402
 from privsched.jobs.context import BlockGrant, JobContext  # noqa: E402
 from privsched.service.executors.base import Launch  # noqa: E402
 from privsched.service.executors.local import LocalExecutor  # noqa: E402
-from privsched.service.resources import Placement  # noqa: E402
+from privsched.policies import make_policy  # noqa: E402
+from privsched.service.resources import Placement, Pool  # noqa: E402
+from privsched.service.serve import serve  # noqa: E402
 
 JOBS = {"statistic": "launch_jobs:statistic", "DP-SGD": "launch_jobs:first_dpsgd_step"}
 
@@ -61,6 +68,36 @@ def time_to_start(executor: LocalExecutor, launch: Launch) -> float:
     if not results[0].completed:
         raise SystemExit(f"the job failed: {results[0].message} (log: {launch.log})")
     return float((launch.context.parent / "work" / "started").read_text()) - began
+
+
+def grant_to_start(folder: Path, executor: LocalExecutor, runs: int) -> list[float]:
+    """Seconds from each pipeline's grant to its job's first line, ``runs`` statistic
+    pipelines submitted one at a time to a scheduler serving with ``executor``."""
+    folder.mkdir()
+    np.savez(folder / "b0.npz", rating=np.arange(10.0))
+    client = connect(folder / "privsched.db")
+    client.create_dataset("d", epsilon=10, delta=1e-7, accounting="basic")
+    client.add_blocks("d", [("b0", str(folder / "b0.npz"))])
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(client.path, make_policy("fcfs"), executor,
+                                                  Pool((), cpus=2.0, memory=0)), kwargs={"tick": 0.01, "stop": stop})
+    thread.start()
+    job = {"function": JOBS["statistic"], "pythonpath": [str(REPO / "benchmarks")]}
+    times = []
+    try:
+        for i in range(runs):
+            run = client.submit({"name": f"s{i}", "dataset": "d", "blocks": ["b0"], "epsilon": 0.01, "job": job,
+                                 "resources": {"cpus": 1}})
+            while (info := client.status(run.id)).state in ("pending", "granted", "running"):
+                time.sleep(0.005)
+            if info.state != "completed":
+                raise SystemExit(f"the probe ended {info.state}: {info.message}")
+            times.append(float((client.runs.workdir(run.id) / "started").read_text()) - info.granted_at)
+    finally:
+        stop.set()
+        thread.join()
+        client.close()
+    return times
 
 
 def wait_ready(executor: LocalExecutor) -> float:
@@ -93,12 +130,14 @@ def main() -> None:
                     pipeline_id += 1
                     launch = launch_for(Path(folder) / str(pipeline_id), function, pipeline_id)
                     times.setdefault((job, mode), []).append(time_to_start(executor, launch))
+        for mode, executor in (("cold", cold), ("warm", warm)):
+            times[("statistic, grant → start", mode)] = grant_to_start(Path(folder) / mode, executor, args.runs)
     assert warm.launcher is not None
     warm.launcher.close()
     print(f"\nstart → job running (median of {args.runs}, sandbox {args.sandbox})\n")
     print("| job | cold (ms) | warm (ms) | cold / warm |")
     print("|---|---:|---:|---:|")
-    for job in JOBS:
+    for job in [*JOBS, "statistic, grant → start"]:
         c, w = statistics.median(times[(job, "cold")]), statistics.median(times[(job, "warm")])
         print(f"| {job} | {1000 * c:.0f} | {1000 * w:.0f} | {c / w:.1f} |")
 
