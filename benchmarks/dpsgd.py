@@ -9,20 +9,26 @@ gradient clipping elsewhere; "hooks": Opacus' per-sample gradients from hooks).
 The defaults are how the built-in jobs run: the demo's DP-SGD pipelines train with Adam at
 q = 0.05 on about ten daily blocks of 1,000 reviews (8,000 training reviews, batches of
 about 400), in a process the executor gives one CPU (``OMP_NUM_THREADS=1``). Prints a markdown table;
-the ratio is private / non-private seconds per epoch, best of the repeats with epochs
-interleaved (which discounts interference from other processes), in wall-clock and in
-process CPU time. Every mode of a model is timed against the same non-private epochs, and
-the default mode also with Opacus' plain (non-secure) noise sampling, a configuration the
-built-in jobs never use, to show the cost of secure noise alone.
+the ratio is private / non-private seconds per epoch, medians of the repeats with epochs
+interleaved (so that load from other processes hits every trainer alike), in wall-clock and
+in process CPU time. Every mode of a model is timed against the same non-private epochs, and
+the default mode also with one normal draw per noise coordinate instead of secure mode's
+four, a configuration the built-in jobs never use, to show the cost of secure noise alone;
+single-pass ghost clipping also with Opacus' own optimizer (secure noise drawn parameter by
+parameter, clipped sums copied), to show what drawing the noise at once saves. A second
+table splits a step of the single-pass ghost clipping models into its parts (median process
+CPU time per step): where the time of DP-SGD goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import tempfile
 import time
 
 import torch
+from opacus.optimizers import DPOptimizerFastGradientClipping
 
 from privsched.jobs.records import read_block_files
 from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
@@ -36,7 +42,7 @@ TRAINING = {"lr": 0.05, "optimizer": "adam"}
 
 
 def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dict[str, float]]:
-    """Best time of ``repeats`` epochs of ``steps`` steps of each trainer on each clock, the
+    """Median time of ``repeats`` epochs of ``steps`` steps of each trainer on each clock, the
     trainers' epochs interleaved (so that load from other processes hits all alike), after
     one warm-up epoch each."""
     for trainer in trainers:
@@ -48,7 +54,47 @@ def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dic
             fit(trainer, steps)
             for name, clock in CLOCKS.items():
                 measured[name].append(clock() - start[name])
-    return [{name: min(values) for name, values in measured.items()} for measured in times]
+    return [{name: statistics.median(values) for name, values in measured.items()} for measured in times]
+
+
+def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[str, dict[str, float]]:
+    """Median process CPU milliseconds of each part of a step, for a non-private trainer
+    and single-pass ghost clipping trainers: zeroing the gradients, drawing the batch (and
+    moving it to the device), forward and backward (the clipping pass, for DP-SGD), the DP
+    optimizer's pre-step (noise, scaling by q·n, the accountant) and the Adam update.
+    Trainers alternate step by step so that load from other processes hits all alike."""
+    parts: dict[str, dict[str, list[float]]] = {name: {} for name in trainers}
+    iterators = {name: iter(()) for name in trainers}
+    for _ in range(steps * repeats):
+        for name, trainer in trainers.items():
+            clock = time.process_time
+            times = parts[name]
+            start = clock()
+            trainer.optimizer.zero_grad(set_to_none=True)
+            marks = [("zero_grad", clock())]
+            try:
+                inputs, labels = next(iterators[name])
+            except StopIteration:
+                iterators[name] = iter(trainer.batches)
+                inputs, labels = next(iterators[name])
+            inputs, labels = inputs.to(trainer.device), labels.to(trainer.device)
+            marks.append(("batch", clock()))
+            if trainer.clipping is None:
+                trainer.criterion(trainer.module(inputs), labels).backward()
+                marks.append(("forward, backward", clock()))
+                trainer.optimizer.step()
+            else:
+                trainer.clipping.accumulate(inputs, labels)
+                marks.append(("forward, backward", clock()))
+                trainer.optimizer.pre_step()
+                marks.append(("noise, scaling, accountant", clock()))
+                trainer.optimizer.original_optimizer.step()
+            marks.append(("Adam", clock()))
+            for part, end in marks:
+                times.setdefault(part, []).append(end - start)
+                start = end
+    return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()}
+            for name, times in parts.items()}
 
 
 def main() -> None:
@@ -65,6 +111,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         records = read_block_files(write_blocks(tmp, days=1, per_day=args.records, seed=0))
     rows = []
+    parts: dict[str, dict[str, dict[str, float]]] = {}
     for model_name in args.models.split(","):
         job = parse_job({"kind": "dpsgd", "model": model_name, "sample_rate": args.sample_rate, "epochs": 1, **TRAINING})
         data, train, _ = train_heldout(records, job)
@@ -80,19 +127,38 @@ def main() -> None:
         trainers += [private_trainer(fresh(), train, job, 1.0, mode, device) for mode in modes]
         insecure = private_trainer(fresh(), train, job, 1.0, default, device)
         insecure.optimizer.secure_mode = False  # benchmark baseline only: one normal draw per noise entry
-        plain, *private, plain_noise = epoch_seconds(trainers + [insecure], steps, args.repeats)
-        for mode, times in zip(modes, private):
-            label = f"{mode} (default)" if mode == default else mode
-            rows.append((model_name, label, plain, times))
-        rows.append((model_name, f"{default}, non-secure noise", plain, plain_noise))
+        baselines = {f"{default}, non-secure noise": insecure}
+        if default == "ghost":
+            # the same trainer with Opacus' own optimizer class: secure noise drawn parameter by
+            # parameter and the clipped sums deep-copied (how jobs ran before the flat draw)
+            before = private_trainer(fresh(), train, job, 1.0, default, device)
+            before.optimizer.__class__ = DPOptimizerFastGradientClipping
+            baselines[f"{default}, Opacus' per-parameter noise"] = before
+        plain, *private = epoch_seconds(trainers + list(baselines.values()), steps, args.repeats)
+        labels = [f"{mode} (default)" if mode == default else mode for mode in modes] + list(baselines)
+        rows += [(model_name, label, plain, times) for label, times in zip(labels, private)]
+        if default == "ghost":
+            secure = trainers[1 + modes.index("ghost")]
+            steppers = {"non-private": trainers[0], "DP-SGD": secure, **baselines}
+            parts[model_name] = per_step_ms(steppers, steps, args.repeats)
     batch = args.sample_rate * len(train)
     print(f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
-          f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), best of {args.repeats}\n")
+          f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), median of {args.repeats}\n")
     print("| model | grad-sample mode | non-private s/epoch | DP-SGD s/epoch | ratio | CPU-time ratio |")
     print("|---|---|---:|---:|---:|---:|")
     for model_name, mode, plain, private in rows:
         print(f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
               f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |")
+    columns = ["zero_grad", "batch", "forward, backward", "noise, scaling, accountant", "Adam"]
+    print("\nCPU ms per step, median (single-pass ghost clipping; forward, backward is the clipping pass)\n")
+    print(f"| model | training | {' | '.join(columns)} | total | ratio |")
+    print("|---|---|" + "---:|" * (len(columns) + 2))
+    for model_name, trainers_parts in parts.items():
+        base = sum(trainers_parts["non-private"].values())
+        for name, times in trainers_parts.items():
+            cells = " | ".join(f"{times[c]:.3f}" if c in times else "" for c in columns)
+            total = sum(times.values())
+            print(f"| {model_name} | {name} | {cells} | {total:.3f} | {total / base:.2f}× |")
 
 
 if __name__ == "__main__":

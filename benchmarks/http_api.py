@@ -128,7 +128,7 @@ def main() -> None:
     local = build(db, args.blocks, args.pending)
     local.runs.record_pool(local.pool())
     keys = [f"free-{i:04d}" for i in range(2 * THREADS * args.probes)]
-    local.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+    local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
     with Identities(db) as identities:
         token = identities.add_user("bench", "submitter")
     print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)",

@@ -49,7 +49,7 @@ def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
     client = connect(path)
     dataset = client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
     keys = [f"block-{i:05d}" for i in range(blocks)]
-    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys])
+    client.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys])
     rng = np.random.default_rng(seed)
     requests = []
     for i in range(pending):
@@ -114,7 +114,7 @@ def wait_granted(client: Client, pipeline_id: int) -> float:
 def latencies(client: Client, env: dict, folder: Path, probes: int) -> tuple[list[float], list[float]]:
     """Submit-to-grant seconds of probes submitted through the CLI and through the API."""
     keys = [f"free-{i:03d}" for i in range(2 * probes)]
-    client.ledger.add_blocks("reviews", [BlockSpec(k, f"/data/{k}") for k in keys], unlocked_fraction=1.0)
+    client.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
     by_cli, by_api = [], []
     for i in range(probes):
         path = write_probe(folder, f"probe-cli-{i}", keys[2 * i])

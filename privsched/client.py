@@ -189,9 +189,14 @@ class Client:
         accounting: str = "rdp",
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
+        *,
+        actor: str | None = None,
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2)."""
-        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion)
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2).
+        ``actor`` (here and in every write): who the ledger records as causing it (default:
+        the operator, :class:`~privsched.ledger.Ledger`)."""
+        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion,
+                                          actor=actor)
 
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
@@ -199,15 +204,18 @@ class Client:
     def dataset(self, name: str) -> DatasetInfo:
         return self.ledger.get_dataset(name)
 
-    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0) -> list[BlockInfo]:
+    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0,
+                   actor: str | None = None) -> list[BlockInfo]:
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
-        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked)
+        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked,
+                                      actor=actor)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
 
-    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None) -> list[BlockInfo]:
+    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None, *,
+               actor: str | None = None) -> list[BlockInfo]:
         """Unlock ``fraction`` × capacity of the dataset's active blocks (only ``keys``, if
         given), capped at what each has locked; returns those blocks afterwards."""
         blocks = self.ledger.list_blocks(dataset, active_only=True)
@@ -216,7 +224,7 @@ class Client:
             if unknown:
                 raise LedgerError(f"no active block {unknown[0]!r} in dataset {dataset!r}")
             blocks = [b for b in blocks if b.key in set(keys)]
-        self.ledger.unlock({b.id: fraction for b in blocks})
+        self.ledger.unlock({b.id: fraction for b in blocks}, actor=actor)
         wanted = {b.key for b in blocks}
         return [b for b in self.ledger.list_blocks(dataset, active_only=True) if b.key in wanted]
 
@@ -240,16 +248,17 @@ class Client:
         return load_spec(spec)
 
     def submit(self, spec: SpecLike, *, owner: str | None = None,
-               claim: Callable[[list[int]], None] | None = None) -> Run:
+               claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> Run:
         """Submit a pipeline (a :class:`PipelineSpec`, a mapping, or a YAML/JSON file).
         Invalid input raises ``ValueError`` with one line and records nothing."""
-        return self.submit_many([spec], owner=owner, claim=claim)[0]
+        return self.submit_many([spec], owner=owner, claim=claim, actor=actor)[0]
 
     def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None,
-                    claim: Callable[[list[int]], None] | None = None) -> list[Run]:
+                    claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
-        return [Run(self, i) for i in self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim)]
+        ids = self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim, actor=actor)
+        return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
@@ -326,7 +335,7 @@ class Client:
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
 
-    def cancel(self, pipeline_id: int) -> str:
+    def cancel(self, pipeline_id: int, *, actor: str | None = None) -> str:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
         Running: the scheduler stops the job and fails the pipeline (its allocation is
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
@@ -338,7 +347,7 @@ class Client:
         if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
-            self.ledger.cancel(pipeline_id)
+            self.ledger.cancel(pipeline_id, actor=actor)
         except LedgerError:
             if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise

@@ -24,8 +24,8 @@ from urllib.parse import quote, urlencode, urlsplit
 from privsched.blocks import block_spec
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, PipelineInfo
-from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Event, PipelineInfo
+from privsched.server.models import BlockOut, DatasetOut, EventOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
 
@@ -208,6 +208,10 @@ class RemoteClient:
 
     def cancel(self, pipeline_id: int) -> str:
         return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]
+
+    def events(self, *, pipeline_id: int) -> list[Event]:
+        """A pipeline's events, oldest first, each with who caused it (the server's log)."""
+        return [EventOut.model_validate(e).event() for e in self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/events")]
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})

@@ -16,6 +16,7 @@ import pytest
 from privsched import connect
 from privsched.ledger.identities import Identities
 from privsched.server.runner import Listen, http_api
+from tests.support.blockdata import block_files
 
 
 @dataclass
@@ -46,7 +47,7 @@ def make_database(path: Path) -> dict[str, str]:
     with connect(path) as client:
         for name in ("reviews", "secret"):
             client.create_dataset(name, epsilon=1.0, delta=1e-6, accounting="basic")
-            client.add_blocks(name, [(f"b{i}", f"/data/b{i}") for i in range(4)], unlocked=1.0)
+            client.add_blocks(name, block_files(path.parent / name, [f"b{i}" for i in range(4)]), unlocked=1.0)
         secret = client.dataset("secret").id
     with Identities(path) as identities:
         identities.restrict(secret, ["red"])

@@ -10,6 +10,7 @@ import pytest
 
 from privsched.budgets.curves import rdp_to_epsilon
 from privsched.ledger import Ledger, PipelineRequest
+from tests.support.blockdata import block_file
 
 WIDE = {"COLUMNS": "200"}
 
@@ -24,10 +25,12 @@ def test_init_dataset_blocks_budget_and_audit_round_trip(run_cli, tmp_db):
     ok(run_cli("init", env=env))
     ok(run_cli("dataset", "create", "stats", "--epsilon", "1", "--delta", "1e-6", "--accounting", "basic", env=env))
     ok(run_cli("dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7", "--conversion", "tight", env=env))
-    ok(run_cli("blocks", "add", "stats", "d1", "d2", "--location", "d1=/data/one.npz", "--unlocked", "1", env=env))
+    one = block_file(tmp_db.parent, "one.npz")
+    block_file(tmp_db.parent, "2024-01-01.npz")
+    ok(run_cli("blocks", "add", "stats", "d1", "d2", "--location", f"d1={one}", "--unlocked", "1", env=env))
     ok(run_cli("blocks", "add", "reviews", "2024-01-01", "--location-template", "data/{key}.npz", env=env))
-    with Ledger(tmp_db) as ledger:
-        assert ledger.get_block("reviews", "2024-01-01").location == "data/2024-01-01.npz"
+    with Ledger(tmp_db) as ledger:  # relative to the folder the command ran in (run_cli's: tmp_db's)
+        assert ledger.get_block("reviews", "2024-01-01").location == str(tmp_db.parent / "data/2024-01-01.npz")
 
     datasets = ok(run_cli("dataset", "list", env=env))
     assert "stats" in datasets and "reviews" in datasets and "tight" in datasets

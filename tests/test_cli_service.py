@@ -15,6 +15,7 @@ import pytest
 from privsched import connect
 from privsched.ledger import Ledger
 from tests.conftest import REPO, dump_database
+from tests.support.blockdata import block_files
 
 
 def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "",
@@ -30,7 +31,7 @@ def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon:
 DATASET_COMMANDS = (
     ["init"],
     ["dataset", "create", "reviews", "--epsilon", "1", "--delta", "1e-6", "--accounting", "basic"],
-    ["blocks", "add", "reviews", "b0", "b1", "b2", "b3", "--location-template", "/data/{key}"],
+    ["blocks", "add", "reviews", "b0", "b1", "b2", "b3", "--location-template", "data/{key}"],  # from tmp_path
 )
 
 
@@ -50,7 +51,7 @@ def cli(run_cli, tmp_path: Path):
 def db(tmp_path: Path) -> Path:
     with connect(tmp_path / "p.db") as client:
         client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-        client.add_blocks("reviews", [(f"b{i}", f"/data/b{i}") for i in range(4)])
+        client.add_blocks("reviews", block_files(tmp_path, [f"b{i}" for i in range(4)]))
     return tmp_path / "p.db"
 
 
@@ -65,6 +66,7 @@ def states(path: Path) -> dict[str, str]:
 
 
 def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path):
+    block_files(tmp_path, ["b0", "b1", "b2", "b3"])
     for command in DATASET_COMMANDS:
         assert cli(*command).returncode == 0
     specs = [

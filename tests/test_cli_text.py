@@ -100,11 +100,14 @@ def test_location_templates_substitute_only_the_documented_fields(db, template, 
     assert dump_db(db) == before
 
 
-def test_location_template_fills_key_dataset_and_braces(db):
+def test_location_template_fills_key_dataset_and_braces(db, monkeypatch):
     invoke("dataset", "create", "d", "--epsilon", "1", "--delta", "1e-6", db=db)
+    monkeypatch.chdir(db.parent)
+    (db.parent / "d/{x}").mkdir(parents=True)
+    (db.parent / "d/{x}/k1.npz").touch()
     assert invoke("blocks", "add", "d", "k1", "--location-template", "{dataset}/{{x}}/{key}.npz", db=db).code == 0
     with Ledger(db) as ledger:
-        assert ledger.get_block("d", "k1").location == "d/{x}/k1.npz"
+        assert ledger.get_block("d", "k1").location == str(db.parent / "d/{x}/k1.npz")
     assert fill_template("{key}{key}", key="a") == "aa"
 
 

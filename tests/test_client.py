@@ -17,6 +17,7 @@ from privsched.service.resources import Pool
 from privsched.spec import SpecError
 from tests import test_service_jobs as jobs
 from tests.conftest import dump_database
+from tests.support.blockdata import block_file
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 def client(tmp_db: Path) -> Client:
     client = ps.connect(tmp_db)
     client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
-    client.add_blocks("reviews", [(f"2026-01-{d:02d}", f"/data/{d}") for d in range(1, 11)])
+    client.add_blocks("reviews", [(f"2026-01-{d:02d}", block_file(tmp_db.parent, str(d))) for d in range(1, 11)])
     client.runs.record_pool(Pool(("0",), cpus=4.0, memory=2**30))
     yield client
     client.close()

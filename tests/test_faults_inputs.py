@@ -20,9 +20,11 @@ from privsched.service.preflight import record_columns
 def client(tmp_path: Path) -> Client:
     np.savez(tmp_path / "b0.npz", rating=np.array([1.0, 4.0, 5.0, 3.0]), tokens=np.ones((4, 3), dtype=np.int64),
              vocab_size=np.array(7))
+    (tmp_path / "gone.npz").touch()
     client = connect(tmp_path / "privsched.db")
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
     client.add_blocks("reviews", [("b0", str(tmp_path / "b0.npz")), ("gone", str(tmp_path / "gone.npz"))])
+    (tmp_path / "gone.npz").unlink()  # its data disappears after the block was added
     yield client
     client.close()
 

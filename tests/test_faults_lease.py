@@ -23,6 +23,7 @@ from privsched.policies import make_policy
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Pool
 from privsched.service.serve import ServiceError, serve
+from tests.support.blockdata import block_file
 from tests.support.faults import EPSILON, HELPER, job_runs, submit
 
 
@@ -30,7 +31,7 @@ from tests.support.faults import EPSILON, HELPER, job_runs, submit
 def client(tmp_db: Path) -> Client:
     client = connect(tmp_db)
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.ledger.add_blocks("reviews", [BlockSpec("b0", "/data/b0")], unlocked_fraction=1.0)
+    client.ledger.add_blocks("reviews", [BlockSpec("b0", block_file(tmp_db.parent, "b0"))], unlocked_fraction=1.0)
     yield client
     client.close()
 

@@ -7,6 +7,7 @@ exactly as on a full disk), after filling the free space of its last pages."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -126,7 +127,8 @@ def reported(client: Client, server: RemoteClient, url: str, token: str, pipelin
         outcome = invoke(*args, "status", pipeline_id, db=None if args else client.path)
         assert outcome.code == 0, outcome.stderr
         words = unwrapped(outcome.stdout)
-        shown.append(words[words.index("scheduler"):] if "scheduler" in words else None)
+        row = re.search(r"(?<!by )scheduler", words)  # the row, not an event's actor ("… by scheduler")
+        shown.append(words[row.start():] if row else None)
     queue = server.request("GET", "/v1/dashboard/queue")
     return [client.scheduler_condition(), server.scheduler_condition(), queue["condition"], *shown]
 

@@ -14,12 +14,13 @@ from privsched.budgets.accounting import Accounting
 from privsched import connect
 from privsched.ledger.models import BlockInfo, PendingView
 from privsched.service.unsatisfiable import never_grantable
+from tests.support.blockdata import block_files
 
 
 def test_a_pipeline_that_can_no_longer_fit_fails_once_the_budget_is_consumed(tmp_db: Path):
     client = connect(tmp_db)
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [("b0", "/data/b0")])
+    client.add_blocks("reviews", block_files(tmp_db.parent, ["b0"]))
 
     def submit(name: str, epsilon: float) -> int:
         job = {"function": "tests.test_service_jobs:no_report"}

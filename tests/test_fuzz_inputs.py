@@ -152,7 +152,7 @@ def traces(draw: st.DrawFn) -> dict:
         part = draw(st.sampled_from(["blocks", "pipelines", "top"]))
         if part == "top":
             trace[draw(st.sampled_from(["accounting", "alphas", "blocks", "pipelines", "x"]))] = draw(HOSTILE)
-        elif isinstance(trace.get(part), list) and trace[part]:
+        elif isinstance(trace.get(part), list) and trace[part] and isinstance(trace[part][0], dict):
             trace[part][0][draw(st.sampled_from(TRACE_FIELDS[part]))] = draw(
                 MECHANISMS if part == "pipelines" and draw(st.booleans()) else HOSTILE)
     return trace

@@ -13,13 +13,15 @@ import pytest
 
 from privsched.ledger import BlockSpec, Ledger, LedgerError, PipelineRequest
 from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION
+from tests.support.blockdata import block_file
 
 
 @pytest.fixture
 def ledger(tmp_db):
     with Ledger.init(tmp_db) as ledger:
         ledger.create_dataset("stats", 1.0, 1e-6, accounting="basic", now=0)
-        ledger.add_blocks("stats", [BlockSpec("d1", "/data/d1"), BlockSpec("d2")], unlocked_fraction=1.0, now=0)
+        ledger.add_blocks("stats", [BlockSpec("d1", block_file(tmp_db.parent, "d1")), BlockSpec("d2")],
+                          unlocked_fraction=1.0, now=0)
         ledger.create_dataset("reviews", 10.0, 1e-7, now=0)
         ledger.add_blocks("reviews", ["r1", "r2"], now=0)
         yield ledger

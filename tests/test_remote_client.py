@@ -17,6 +17,7 @@ from privsched.ledger import Ledger
 from privsched.remote import RemoteClient, RemoteError
 from tests.conftest import REPO
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
+from tests.support.blockdata import block_files
 
 #: Client methods a remote client has too (the rest run a scheduler in-process or read files).
 SHARED_METHODS = ("create_dataset", "datasets", "dataset", "add_blocks", "blocks", "unlock", "submit", "submit_many",
@@ -42,7 +43,7 @@ def test_remote_answers_equal_the_local_clients(server: Server):
     remote = ps.connect(server.url, token=server.tokens["admin"])
     run = remote.submit(spec(blocks=["b0", "b1"]))
     remote.create_dataset("rdp", epsilon=10, delta=1e-7, teams=["red"])
-    remote.add_blocks("rdp", [("d1", "/data/d1.npz")], unlocked=0.5)
+    remote.add_blocks("rdp", block_files(server.db.parent, ["d1"], ".npz"), unlocked=0.5)
     with ps.connect(server.db) as local:
         for field in ("id", "name", "state", "owner", "block_keys", "demands", "job", "resources", "message"):
             assert same(getattr(local.status(run.id), field), getattr(remote.status(run.id), field)), field

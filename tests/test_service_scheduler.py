@@ -18,6 +18,7 @@ from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler
 from privsched.service.serve import ServiceError, serve_options
+from tests.support.blockdata import block_files
 
 POOL = Pool((), cpus=8.0, memory=0)
 
@@ -27,7 +28,7 @@ def client(tmp_db: Path) -> Client:
     """A basic-accounting dataset of blocks b0..b5, each with ε_G = 1, δ_G = 1e-6."""
     client = connect(tmp_db)
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [(f"b{i}", f"/data/b{i}") for i in range(6)])
+    client.add_blocks("reviews", block_files(tmp_db.parent, [f"b{i}" for i in range(6)]))
     client.runs.record_pool(Pool(("0", "1"), cpus=8.0, memory=0))
     yield client
     client.close()

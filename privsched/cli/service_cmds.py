@@ -24,7 +24,7 @@ from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
-    from privsched.ledger import PipelineInfo
+    from privsched.ledger import Event, PipelineInfo
     from privsched.remote import RemoteClient
 
 
@@ -32,6 +32,27 @@ def _client(db: Path) -> Client | RemoteClient:
     from privsched.cli.remote_option import open_client
 
     return open_client(db)
+
+
+#: The timing row of ``status`` that each state change of a pipeline sets.
+_TIMING_ROWS = {"submit": "submitted", "grant": "granted", "run": "started", "complete": "finished",
+                "fail": "finished", "cancel": "finished", "expire": "finished"}
+
+
+def _caused_by(events: list[Event]) -> tuple[dict[str, str], list[str]]:
+    """From a pipeline's events: " by <actor>" for each timing row of ``status``, and a
+    "<time> by <actor>" line per release of its budget (events recorded before actors
+    were name nobody)."""
+    by: dict[str, str] = {}
+    releases: list[str] = []
+    for event in events:
+        if event.amount is not None or event.actor is None:
+            continue
+        if event.kind == "release":
+            releases.append(f"{_when(event.at)} by {event.actor}")
+        elif event.kind in _TIMING_ROWS:
+            by[_TIMING_ROWS[event.kind]] = f" by {event.actor}"
+    return by, releases
 
 
 def _when(timestamp: float | None) -> str:
@@ -110,6 +131,7 @@ def status(
         dataset = client.dataset(info.dataset)
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
+        by, releases = _caused_by(client.events(pipeline_id=pipeline_id))
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
@@ -128,7 +150,9 @@ def status(
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
                       ("finished", info.finished_at)):
-        add_row(table, label, _when(at))
+        add_row(table, label, _when(at) + by.get(label, ""))
+    for released in releases:
+        add_row(table, "released", released)
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     console.print(table)

@@ -11,7 +11,14 @@ edits that were not followed by recomputing every later link.
 ``encode`` is a canonical byte string of every column of the row, the same under every
 Python and SQLite version: each field is a one-byte type tag followed by a fixed-width
 value (integers as signed 64-bit big-endian, floats as IEEE-754 binary64 big-endian) or by
-a 64-bit length and the bytes (text as UTF-8, BLOBs raw); NULL is the tag alone.
+a 64-bit length and the bytes (text as UTF-8, BLOBs raw); NULL is the tag alone. Fields are
+self-delimiting, so rows with different values or different numbers of fields never encode
+alike.
+
+The last column, ``actor`` (who caused the event), came with schema version 4. An event
+recorded before it has no actor (NULL) and its link covers the other columns exactly as it
+always did, so an older log stays verifiable; every later event has an actor, and its link
+covers it (:data:`LEGACY_COLUMNS`).
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 #: The columns a link covers, in the order they are encoded (the whole ``events`` row but its hash).
 COLUMNS = ("id", "at", "kind", "dataset_id", "block_id", "pipeline_id", "source", "target", "amount",
-           "reason", "detail")
+           "reason", "detail", "actor")
+#: How many leading columns an event recorded before schema version 4 (no actor) is linked over.
+LEGACY_COLUMNS = len(COLUMNS) - 1
 #: The link before the first event (a domain-separated constant, not all zeros).
 GENESIS = hashlib.sha256(b"privsched event log v2").digest()
 
@@ -50,10 +59,12 @@ def _field(value: object) -> bytes:
 
 
 def encode(row: Sequence[object]) -> bytes:
-    """The canonical bytes of one event row (values in :data:`COLUMNS` order)."""
+    """The canonical bytes of one event row (values in :data:`COLUMNS` order); a row whose
+    actor is NULL (recorded before actors were) is encoded without it, as it was linked."""
     if len(row) != len(COLUMNS):
         raise ValueError(f"an event row has {len(COLUMNS)} columns, got {len(row)}")
-    return b"".join(_field(value) for value in row)
+    fields = row if row[-1] is not None else row[:LEGACY_COLUMNS]
+    return b"".join(_field(value) for value in fields)
 
 
 def link(previous: bytes, row: Sequence[object]) -> bytes:

@@ -19,16 +19,17 @@ import random
 import sqlite3
 import stat
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 
 from privsched.ledger.errors import LedgerError, StorageFull
-from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION, create_schema
+from privsched.ledger.schema import APPLICATION_ID, MIGRATES_FROM, SCHEMA_VERSION, create_schema, migrate
 
 T = TypeVar("T")
 
@@ -91,6 +92,15 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
         raise LedgerError(f"database error: {exc}") from exc
 
 
+def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[..., T], *args: Any,
+           immediate: bool = True) -> T:
+    """``step(*args)`` as one transaction on ``db`` (``immediate``: a write), one at a time on
+    this connection (:func:`~privsched.ledger.connection.run_transaction` reruns it whole
+    while the database is busy)."""
+    with lock:
+        return run_transaction(db, lambda: step(*args), immediate=immediate)
+
+
 def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
     """Open (and with ``create``, initialise) a privsched database file.
 
@@ -130,7 +140,8 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
 def _probe(path: Path, create: bool) -> Path:
     """The absolute path of a database file that can be opened (or, with ``create``,
     created); otherwise a :class:`LedgerError` of one line naming why: missing, a folder or
-    another non-regular file, a symbolic-link loop, no permission, a read-only file system."""
+    another non-regular file, a symbolic-link loop, a folder or a file privsched may not
+    write, a read-only file system."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -151,6 +162,9 @@ def _probe(path: Path, create: bool) -> Path:
     if not os.access(folder, os.W_OK | os.X_OK):
         why = "a read-only file system" if _read_only(folder) else "a folder privsched cannot write to"
         raise LedgerError(f"cannot open {path}: {folder} is {why} (the ledger writes its journal next to it)")
+    if info is not None and not os.access(resolved, os.R_OK | os.W_OK):
+        raise LedgerError(f"cannot open {path}: the file is read-only for privsched (every command may write to "
+                          f"the ledger; mode {stat.S_IMODE(info.st_mode):04o})")
     return resolved
 
 
@@ -213,6 +227,9 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
     except sqlite3.DatabaseError as exc:
         raise LedgerError(f"{path} is not a privsched database ({exc})") from exc
     if app_id == APPLICATION_ID:
+        if MIGRATES_FROM <= version < SCHEMA_VERSION:
+            _upgrade(conn)
+            version = SCHEMA_VERSION
         if version < SCHEMA_VERSION:
             raise LedgerError(
                 f"{path} has the older ledger schema version {version} (no hash-chained event log); this "
@@ -230,6 +247,19 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
     if not create:
         raise LedgerError(f"{path} is an empty file, not a privsched database (run `privsched init`)")
     _initialise(conn)
+
+
+def _upgrade(conn: sqlite3.Connection) -> None:
+    """Migrate an older schema in place (:func:`~privsched.ledger.schema.migrate`); safe
+    against a concurrent upgrader."""
+    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+
+    def step() -> None:
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < SCHEMA_VERSION:  # another process may have upgraded it while we waited
+            migrate(db, version)
+
+    run_transaction(db, step)
 
 
 def _initialise(conn: sqlite3.Connection) -> None:

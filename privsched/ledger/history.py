@@ -33,13 +33,20 @@ class Chain:
 
 
 def verify_chain(rows: list[tuple]) -> Chain:
-    """Check every row's hash against its content and the previous row's stored hash, and
-    that ids have no gaps (a deleted row is named by the ids missing)."""
+    """Check every row's hash against its content and the previous row's stored hash, that
+    ids have no gaps (a deleted row is named by the ids missing), and that once an event
+    records its actor every later one does (only events older than schema 4 have none)."""
     out = Chain()
     previous, previous_id = chain.GENESIS, 0
+    first_actor: int | None = None  # the first event that records its actor
     for row in rows:
         *content, digest = row
         event_id = content[0]
+        if content[-1] is not None and first_actor is None:
+            first_actor = event_id
+        elif content[-1] is None and first_actor is not None:
+            out.violations.append(f"event {event_id}: records no actor, but event {first_actor} before it does "
+                                  "(an event inserted in the older format)")
         if event_id != previous_id + 1:
             missing = f"{previous_id + 1}" if event_id == previous_id + 2 else f"{previous_id + 1}–{event_id - 1}"
             out.violations.append(f"event log: event {missing} missing before event {event_id} (deleted)")

@@ -18,12 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlite_utils
 
-from privsched.ledger.connection import open_database, run_transaction
+from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
+from privsched.ledger.models import OPERATOR, SCHEDULER
 from privsched.ledger.quotas import TABLE as QUOTA_TABLE
 
 T = TypeVar("T")
@@ -99,7 +100,7 @@ class Identities:
         self.path = Path(path)
         self.db = open_database(self.path, create=False)
         self._lock = threading.RLock()
-        self._write(lambda: [self.db.execute(sql) for sql in _TABLES.split(";") if sql.strip()])
+        self._write(_create_tables)
 
     def close(self) -> None:
         with self._lock:
@@ -111,9 +112,9 @@ class Identities:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def _write(self, body: Callable[[], T]) -> T:
-        with self._lock:
-            return run_transaction(self.db, body)
+    def _write(self, step: Callable[..., T], *args: Any) -> T:
+        """``step(db, *args)`` as one write transaction."""
+        return locked(self._lock, self.db, step, self.db, *args)
 
     def _rows(self, sql: str, params: list | tuple = ()) -> list[tuple]:
         with self._lock:
@@ -121,21 +122,17 @@ class Identities:
 
     # ------------------------------------------------------------------------ users
     def add_user(self, name: str, role: str, team: str | None = None, now: float | None = None) -> str:
-        """Create a user and return its bearer token: shown once, only its hash is kept."""
+        """Create a user and return its bearer token: shown once, only its hash is kept. The
+        names the ledger records for the operator and the scheduler are not user names."""
         name = check_name(name, "user name")
+        if name in (OPERATOR, SCHEDULER):
+            raise LedgerError(f"user name {name!r} is reserved: the event log records the {name} under it")
         if role not in ROLES:
             raise LedgerError(f"unknown role {role!r} (expected one of {', '.join(ROLES)})")
         team = None if team is None else check_name(team, "team name")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         at = time.time() if now is None else now
-
-        def body() -> None:
-            if self.db.execute("SELECT 1 FROM users WHERE name = ?", [name]).fetchone():
-                raise LedgerError(f"user {name!r} already exists")
-            self.db.execute("INSERT INTO users (name, role, team, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-                            [name, role, team, token_hash(token), at])
-
-        self._write(body)
+        self._write(_insert_user, name, role, team, token_hash(token), at)
         return token
 
     def users(self) -> list[User]:
@@ -144,17 +141,7 @@ class Identities:
 
     def revoke(self, name: str, now: float | None = None) -> None:
         """Revoke a user's token for good (the user stays listed, with when)."""
-        at = time.time() if now is None else now
-
-        def body() -> None:
-            found = self.db.execute("SELECT revoked_at FROM users WHERE name = ?", [name]).fetchone()
-            if found is None:
-                raise LedgerError(f"unknown user {name!r}")
-            if found[0] is not None:
-                raise LedgerError(f"user {name!r} is already revoked")
-            self.db.execute("UPDATE users SET revoked_at = ? WHERE name = ?", [at, name])
-
-        self._write(body)
+        self._write(_revoke, name, time.time() if now is None else now)
 
     def authenticate(self, token: str) -> User | None:
         """The live user holding ``token``, or None (unknown or revoked)."""
@@ -168,13 +155,7 @@ class Identities:
     def restrict(self, dataset_id: int, teams: list[str]) -> None:
         """Let only ``teams`` (and admins) read and use a dataset; an empty list opens it to all."""
         names = [check_name(t, "team name") for t in teams]
-
-        def body() -> None:
-            self.db.execute("DELETE FROM dataset_teams WHERE dataset_id = ?", [dataset_id])
-            self.db.conn.executemany("INSERT INTO dataset_teams (dataset_id, team) VALUES (?, ?)",
-                                     [(dataset_id, t) for t in sorted(set(names))])
-
-        self._write(body)
+        self._write(_restrict, dataset_id, sorted(set(names)))
 
     def dataset_teams(self, dataset_id: int) -> list[str]:
         """Teams allowed on a dataset; empty when it is open to every user."""
@@ -191,14 +172,7 @@ class Identities:
         team = check_name(team, "team name")
         if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 1):
             raise LedgerError(f"a quota share must be a number in [0, 1], got {share!r}")
-
-        def body() -> None:
-            self.db.execute("DELETE FROM team_quotas WHERE dataset_id = ? AND team = ?", [dataset_id, team])
-            if share is not None:
-                self.db.execute("INSERT INTO team_quotas (dataset_id, team, share) VALUES (?, ?, ?)",
-                                [dataset_id, team, float(share)])
-
-        self._write(body)
+        self._write(_set_quota, dataset_id, team, None if share is None else float(share))
 
     def quotas(self, dataset_id: int) -> dict[str, float]:
         return dict(self._rows("SELECT team, share FROM team_quotas WHERE dataset_id = ? ORDER BY team", [dataset_id]))
@@ -237,3 +211,37 @@ class Identities:
                 [(i, user.name, user.team, submission_id) for i, (user, submission_id) in zip(ids, entries)])
 
         return record
+
+
+# Writes, each run by :meth:`Identities._write` as one transaction on its connection ``db``.
+def _create_tables(db: sqlite_utils.Database) -> None:
+    for sql in _TABLES.split(";"):
+        if sql.strip():
+            db.execute(sql)
+
+
+def _insert_user(db: sqlite_utils.Database, name: str, role: str, team: str | None, digest: str, at: float) -> None:
+    if db.execute("SELECT 1 FROM users WHERE name = ?", [name]).fetchone():
+        raise LedgerError(f"user {name!r} already exists")
+    db.execute("INSERT INTO users (name, role, team, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
+               [name, role, team, digest, at])
+
+
+def _revoke(db: sqlite_utils.Database, name: str, at: float) -> None:
+    found = db.execute("SELECT revoked_at FROM users WHERE name = ?", [name]).fetchone()
+    if found is None:
+        raise LedgerError(f"unknown user {name!r}")
+    if found[0] is not None:
+        raise LedgerError(f"user {name!r} is already revoked")
+    db.execute("UPDATE users SET revoked_at = ? WHERE name = ?", [at, name])
+
+
+def _restrict(db: sqlite_utils.Database, dataset_id: int, teams: list[str]) -> None:
+    db.execute("DELETE FROM dataset_teams WHERE dataset_id = ?", [dataset_id])
+    db.conn.executemany("INSERT INTO dataset_teams (dataset_id, team) VALUES (?, ?)", [(dataset_id, t) for t in teams])
+
+
+def _set_quota(db: sqlite_utils.Database, dataset_id: int, team: str, share: float | None) -> None:
+    db.execute("DELETE FROM team_quotas WHERE dataset_id = ? AND team = ?", [dataset_id, team])
+    if share is not None:
+        db.execute("INSERT INTO team_quotas (dataset_id, team, share) VALUES (?, ?, ?)", [dataset_id, team, share])

@@ -17,6 +17,10 @@ PIPELINE_STATES = tuple(state.value for state in PipelineState)
 HOLDING_STATES = tuple(state.value for state in PipelineState if state.holds_allocation())
 #: Balance buckets of a block; ``capacity = locked + unlocked + allocated + consumed``.
 BUCKETS = ("locked", "unlocked", "allocated", "consumed")
+#: The actor of an event caused through the database file itself (no server): its operator.
+OPERATOR = "operator"
+#: The actor of an event a scheduler caused (a ledger holding the scheduler lease).
+SCHEDULER = "scheduler"
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,17 +141,18 @@ class Event:
     it moves a pipeline or block from state ``source`` to state ``target``. ``detail`` is the
     canonical JSON a creation or submission recorded (definition, key, demands)."""
 
-    id: int
-    at: float
-    kind: str
+    id: int  # its place in the log, from 1
+    at: float  # seconds since the epoch
+    kind: str  # create, submit, unlock, grant, run, complete, fail, cancel, release, expire, retire
     dataset_id: int | None
     block_id: int | None
     pipeline_id: int | None
-    source: str | None
-    target: str | None
-    amount: np.ndarray | None
-    reason: str | None
+    source: str | None  # bucket (amount given) or state it leaves
+    target: str | None  # bucket (amount given) or state it enters
+    amount: np.ndarray | None  # (K,) budget moved, if any
+    reason: str | None  # why (a failure's message, a release's reason)
     detail: str | None = None
+    actor: str | None = None  # who caused it: a user's name, OPERATOR or SCHEDULER (None: recorded before actors were)
 
 
 @dataclass(frozen=True)

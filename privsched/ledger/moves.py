@@ -34,11 +34,13 @@ def _optional_int(value: int | None) -> int | None:
 
 
 class Moves:
-    """The working set of one transaction: balances by block id, and pending event rows."""
+    """The working set of one transaction: balances by block id, and pending event rows,
+    each recording who caused it (``actor``)."""
 
-    def __init__(self, db: sqlite_utils.Database, now: float) -> None:
+    def __init__(self, db: sqlite_utils.Database, now: float, actor: str) -> None:
         self.db = db
         self.now = now
+        self.actor = actor  # who causes the events appended from now on
         self.balances: dict[int, dict[str, np.ndarray]] = {}
         self.states: dict[int, str] = {}
         self.datasets: dict[int, int] = {}
@@ -116,7 +118,7 @@ class Moves:
                detail: str | None) -> None:
         # Values as SQLite returns them (float time, int ids), so the audit hashes the same bytes.
         self.events.append((float(self.now), kind, _optional_int(dataset_id), _optional_int(block_id),
-                            _optional_int(pipeline_id), source, target, amount, reason, detail))
+                            _optional_int(pipeline_id), source, target, amount, reason, detail, self.actor))
 
     def flush(self) -> None:
         """Write the touched balances and the new events."""

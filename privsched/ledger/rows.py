@@ -20,7 +20,7 @@ PIPELINE_COLUMNS = (
     "p.started_at, p.finished_at, p.mechanism, p.job, p.resources, p.placement, p.message"
 )
 PIPELINE_FROM = "pipelines p JOIN datasets d ON d.id = p.dataset_id"
-EVENT_COLUMNS = "id, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail"
+EVENT_COLUMNS = "id, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail, actor"
 
 
 def dataset(row: tuple) -> DatasetInfo:
@@ -56,9 +56,9 @@ def pipeline(row: tuple, edges: list[tuple[str, bytes, bytes | None]]) -> Pipeli
 
 
 def event(row: tuple) -> Event:
-    id_, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail = row
+    id_, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail, actor = row
     return Event(
         id=id_, at=at, kind=kind, dataset_id=dataset_id, block_id=block_id, pipeline_id=pipeline_id,
         source=source, target=target, amount=unpack(amount) if amount is not None else None, reason=reason,
-        detail=detail,
+        detail=detail, actor=actor,
     )

@@ -16,8 +16,11 @@ from privsched.ledger import launches
 
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
 #: the lease's generation and the launch records; version 3 the hash chain over the event
-#: log (``events.detail`` and ``events.hash``).
-SCHEMA_VERSION = 3
+#: log (``events.detail`` and ``events.hash``); version 4 who caused each event
+#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`).
+SCHEMA_VERSION = 4
+#: The oldest schema version :func:`migrate` brings up to date.
+MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
 
@@ -131,6 +134,7 @@ def create_schema(db: sqlite_utils.Database) -> None:
             "reason": str,
             "detail": str,  # canonical JSON of what a creation or submission recorded (chain.py)
             "hash": bytes,  # SHA-256 link over the previous row's hash and this row (chain.py)
+            "actor": str,  # who caused it: a user name, "operator" or "scheduler" (NULL before version 4)
         },
         pk="id",
         not_null=["at", "kind", "hash"],
@@ -157,4 +161,15 @@ def create_schema(db: sqlite_utils.Database) -> None:
     )
     db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def migrate(db: sqlite_utils.Database, version: int) -> None:
+    """Bring a database of schema ``version`` (at least :data:`MIGRATES_FROM`) up to
+    :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
+    ``events.actor`` column; the rows already there keep NULL, and their links (chain.py)
+    are unchanged."""
+    if version < 4:
+        db.execute("ALTER TABLE events ADD COLUMN actor TEXT")
+    db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

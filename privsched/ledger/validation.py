@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -25,6 +27,26 @@ def name(value: object, what: str) -> str:
         shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
         raise LedgerError(f"{what} {shown} {problem}")
     return value  # type: ignore[return-value]
+
+
+def location(text: str, key: str) -> str:
+    """A block's data location: an existing file, or a folder, that this process may read
+    (and list), as an absolute path (a relative one is taken from the current folder).
+    Through a server this process is the service that later hands the location to jobs."""
+    shown = repr(text) if len(text) <= 200 else repr(text[:197] + "...")
+    try:
+        info = os.stat(text)
+    except FileNotFoundError:
+        raise LedgerError(f"the data location of block {key!r} does not exist: {shown}") from None
+    except (OSError, ValueError) as exc:  # a symbolic-link loop, a name too long, a NUL byte
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise LedgerError(f"the data location of block {key!r} cannot be used: {shown} ({why})") from None
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        raise LedgerError(f"the data location of block {key!r} is neither a file nor a folder: {shown}")
+    needed = os.R_OK | (os.X_OK if stat.S_ISDIR(info.st_mode) else 0)
+    if not os.access(text, needed):
+        raise LedgerError(f"the data location of block {key!r} is not readable by privsched: {shown}")
+    return os.path.abspath(text)
 
 
 def unique(values: Iterable[str], what: str) -> list[str]:

@@ -39,6 +39,7 @@ from privsched.server.models import (
     DatasetOut,
     DryRunOut,
     ErrorOut,
+    EventOut,
     LogsOut,
     PipelineOut,
     QuotaIn,
@@ -130,7 +131,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.require_admin(caller, "create a dataset")
         for team in body.teams:  # check before writing: nothing is created on bad input
             access.check_team(team)
-        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion)
+        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion,
+                                     actor=caller.name)
         if body.teams:
             identities.restrict(info.id, body.teams)
         return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
@@ -150,13 +152,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
     def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
         access.require_admin(caller, "add blocks")
-        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked)
+        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked,
+                                  actor=caller.name)
         return reply([BlockOut.of(b) for b in added], 201)
 
     @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
     def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:
         access.require_admin(caller, "release budget")
-        return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys)])
+        return reply([BlockOut.of(b) for b in client.unlock(name, body.fraction, body.keys, actor=caller.name)])
 
     @app.put("/v1/datasets/{name}/quotas/{team}", response_model=QuotaOut, tags=["datasets"])
     def set_quota(name: str, team: str, body: QuotaIn, caller: Caller) -> Response:
@@ -215,7 +218,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         info = pipeline(pipeline_id, caller)
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
-        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id)))
+        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id, actor=caller.name)))
+
+    @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
+    def events(pipeline_id: int, caller: Caller) -> Response:
+        """A pipeline's events, oldest first, each with who caused it. A failure's message
+        is shown to admins only (the job that ended may have written it)."""
+        pipeline(pipeline_id, caller)
+        return reply([EventOut.of(e, caller.is_admin or e.kind != "fail") for e in client.events(pipeline_id=pipeline_id)])
 
     @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
     def logs(pipeline_id: int, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> Response:

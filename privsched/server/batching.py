@@ -66,7 +66,7 @@ class SubmitBatcher:
     def _record(self, batch: list[_Pending]) -> None:
         claim = Identities.claim(self.ledger.db, [(p.user, p.submission_id) for p in batch])
         try:
-            ids = self.ledger.submit_many([p.request for p in batch], claim=claim)
+            ids = self.ledger.submit_many([p.request for p in batch], claim=claim, actor=[p.user.name for p in batch])
         except BaseException as exc:  # noqa: BLE001 -- handed to the request that caused it
             if len(batch) == 1:
                 batch[0].done.set_exception(exc)

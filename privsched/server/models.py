@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
-from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, PipelineInfo
+from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
 
 #: Largest request body the server reads, in bytes.
@@ -138,6 +138,36 @@ class PipelineOut(Model):
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
         fields["state"] = PipelineState(self.state)
         return PipelineInfo(**fields)
+
+
+class EventOut(Model):
+    """One event of the ledger's log (docs/ledger.md): a budget movement or a state change,
+    and who caused it."""
+
+    id: int
+    at: float
+    kind: str
+    dataset_id: int | None
+    block_id: int | None
+    pipeline_id: int | None
+    source: str | None
+    target: str | None
+    amount: list[float] | None
+    reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
+    actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before "
+                                          "actors were).")
+
+    @classmethod
+    def of(cls, event: Event, show_reason: bool) -> EventOut:
+        return cls(id=event.id, at=event.at, kind=event.kind, dataset_id=event.dataset_id, block_id=event.block_id,
+                   pipeline_id=event.pipeline_id, source=event.source, target=event.target,
+                   amount=None if event.amount is None else event.amount.tolist(),
+                   reason=event.reason if show_reason else None, actor=event.actor)
+
+    def event(self) -> Event:
+        fields = self.model_dump()
+        fields["amount"] = None if self.amount is None else _vector(self.amount)
+        return Event(**fields)
 
 
 class CancelOut(Model):

@@ -11,7 +11,8 @@ c_i = min(1, C / (N_i + 10⁻⁶)), the clipped sum of per-example gradients is 
 product per layer, gᵀ diag(c) a, and Σ_i c_i g_i for the bias.
 
 Noise, the division by the expected batch size and the privacy accountant are left to the
-Opacus optimizer the clipped sum is handed to (``DPOptimizerFastGradientClipping``).
+Opacus optimizer the clipped sum is handed to (``DPOptimizerFastGradientClipping``, as
+:class:`privsched.trainers.optimizers.SinglePassGhostOptimizer`).
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ accountant that counted them, plus the accuracy release: the scheduler releases 
 (docs/design.md §4.4).
 
 Randomness: the Gaussian noise comes from Opacus' optimizer built with ``secure_mode=True``
-(each draw sums several normal samples, resisting floating-point attacks; Holohan & Braghin
-2021) on a generator seeded from OS entropy (:func:`secure_generator`); the Poisson batches
+(each coordinate sums four normal draws, resisting floating-point attacks; Holohan & Braghin
+2021), drawn for all parameters at once (:mod:`privsched.trainers.optimizers`, the same
+distribution) on a generator seeded from OS entropy (:func:`secure_generator`); the Poisson batches
 and the held-out split draw from OS entropy too. The job's ``seed`` fixes only the model's
 initial weights. What leaves the job (``model.pt``, ``metrics.json``, reported metrics) is
 the model, the public plan, and a held-out accuracy released as a noisy histogram
@@ -268,26 +269,27 @@ def private_trainer(
     record is exactly ``(σ, q, steps taken)``. The optimizer adds noise N(0, σ²C²) to the
     clipped sum and divides by the expected batch size q·n. Raises ``ValueError`` for an
     unknown mode, or "ghost" on a model with a non-linear trainable layer."""
-    from opacus.optimizers import DPOptimizerFastGradientClipping
-
     if mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {mode!r} (expected one of {', '.join(GRAD_SAMPLE_MODES)})")
     if mode in OPACUS_MODES:
         return opacus_trainer(model, train, job, sigma, mode, device)
     model.to(device)
     clipping = GhostClipping(model, job.max_grad_norm, nn.CrossEntropyLoss(reduction="sum"))
-    optimizer, accountant, batches = private_parts(DPOptimizerFastGradientClipping, model, train, job, sigma, device)
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device)
     return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
 
 
-def private_parts(optimizer_class: type, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float,
+def private_parts(mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float,
                   device: torch.device) -> tuple[Any, RDPAccountant, PoissonBatches]:
-    """What every clipping mode shares: Opacus' DP optimizer of ``optimizer_class`` built
-    directly with ``secure_mode=True`` and noise from an OS-seeded generator on ``device``,
-    the RDP accountant its steps feed, and Poisson batches drawn from OS entropy."""
+    """What every clipping mode shares: the Opacus DP optimizer of ``mode``
+    (:data:`privsched.trainers.optimizers.OPTIMIZERS`) built directly with
+    ``secure_mode=True`` and noise from an OS-seeded generator on ``device``, the RDP
+    accountant its steps feed, and Poisson batches drawn from OS entropy."""
     from opacus.accountants import RDPAccountant
 
-    optimizer = optimizer_class(
+    from privsched.trainers.optimizers import OPTIMIZERS
+
+    optimizer = OPTIMIZERS[mode](
         optimizer=make_optimizer(model, job),
         noise_multiplier=sigma,
         max_grad_norm=job.max_grad_norm,
@@ -308,15 +310,13 @@ def opacus_trainer(
     matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
     OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""
     from opacus.grad_sample.utils import prepare_module
-    from opacus.optimizers import get_optimizer_class
     from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 
     model.to(device)
     grad_sample_mode = OPACUS_MODES[mode]
     extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
     module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
-    optimizer_class = get_optimizer_class(clipping="flat", distributed=False, grad_sample_mode=grad_sample_mode)
-    optimizer, accountant, batches = private_parts(optimizer_class, model, train, job, sigma, device)
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device)
     criterion: nn.Module = nn.CrossEntropyLoss()
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")

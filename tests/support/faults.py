@@ -10,6 +10,7 @@ import pytest
 from privsched import connect
 from privsched.client import Client
 from privsched.service.rundirs import RunDirs
+from tests.support.blockdata import block_files
 
 HELPER = Path(__file__).resolve().parents[1] / "fault_scheduler.py"
 EPSILON = 0.4
@@ -19,7 +20,7 @@ EPSILON = 0.4
 def client(tmp_db: Path) -> Iterator[Client]:
     client = connect(tmp_db)
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
-    client.add_blocks("reviews", [("b0", "/data/b0")])
+    client.add_blocks("reviews", block_files(tmp_db.parent, ["b0"]))
     yield client
     client.close()
 
