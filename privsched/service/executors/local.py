@@ -88,6 +88,7 @@ class _Job:
     process: subprocess.Popen | None  # None for a job forked by a fork server or attached after a restart
     server: ForkServer | None = None  # the fork server it was forked from
     pipe: ResultPipe | None = None  # None for a job attached after a restart
+    sent_at: float | None = None  # when its result arrived through the result pipe
     stop_reason: str | None = None
     stopped_at: float = 0.0
 
@@ -107,6 +108,11 @@ class _Job:
             if not self.server.dead:
                 return None  # running, or just ended and about to be reported by its fork server
         return None if _alive(self.pid, self.ticks) else "ended"
+
+
+#: Seconds a supervisor that sent its result through the result pipe has to exit before it
+#: counts as waiting for room on a full disk, and its job as ended with that result.
+RESULT_FILE_GRACE = 1.0
 
 
 def _ending(job: _Job, note: str | None, sent: JobResult | None) -> JobResult:
@@ -218,6 +224,8 @@ class LocalExecutor(Executor):
             note = job.exit_note()
             cap_log(job.launch.log)
             sent = job.sent_result()
+            if sent is not None and job.sent_at is None:
+                job.sent_at = now
             if note is None and sent is None:
                 deadline = job.launch.deadline
                 if job.stop_reason is None and deadline is not None and now > deadline:
@@ -225,6 +233,8 @@ class LocalExecutor(Executor):
                 elif job.stop_reason is not None and now - job.stopped_at > self.grace:
                     self._signal(job, signal.SIGKILL)
                 continue
+            if note is None and now - (job.sent_at or now) < RESULT_FILE_GRACE:
+                continue  # its job ended: the supervisor is writing the result file and exiting
             del self._jobs[pipeline_id]
             if job.server is not None:
                 job.server.forget(job.pid)

@@ -23,14 +23,17 @@ from typing import Any, Callable
 from privsched.service.executors.base import LAUNCH_TOKEN_ENV
 from privsched.service.executors.fork_server import TOKEN_ROOM, receive, send
 
-#: What the fork server imports before it forks any job: the supervisor, the built-in jobs
-#: and their trainers (torch and Opacus included), what torch imports lazily on a job's first
-#: step (``torch._dynamo``, which every optimizer's constructor imports: about 1.5 s), and the
-#: thread-pool control.
+#: What the fork server imports before it forks any job: the supervisor (and what it imports
+#: lazily), the built-in jobs, their trainers and statistics (torch, Opacus and OpenDP
+#: included, with the parts of them the jobs import lazily), what torch imports on a job's
+#: first step (``torch._dynamo``, which every optimizer's constructor imports: about 1.5 s),
+#: and the thread-pool control.
 WARM_MODULES: tuple[str, ...] = (
-    "privsched.jobs.runner", "privsched.trainers.builtin", "privsched.trainers.statistics", "privsched.trainers.dpsgd",
-    "opacus", "opacus.accountants", "opacus.optimizers", "opacus.grad_sample", "torch._dynamo", "torch.optim",
-    "torch.utils.data", "threadpoolctl",
+    "argparse", "privsched.jobs.runner", "privsched.jobs.records", "privsched.trainers.builtin",
+    "privsched.trainers.statistics", "privsched.trainers.dpsgd", "privsched.trainers.optimizers",
+    "privsched.statistics.queries", "privsched.statistics.release", "opendp.prelude", "opacus", "opacus.accountants",
+    "opacus.optimizers", "opacus.grad_sample", "opacus.grad_sample.utils", "opacus.layers",
+    "opacus.utils.fast_gradient_clipping_utils", "torch._dynamo", "torch.optim", "torch.utils.data", "threadpoolctl",
 )
 #: Longest wait for the fork server's reply to a launch before starting the job cold.
 REPLY_SECONDS = 10.0
