@@ -8,7 +8,9 @@ Measured from the executor's ``start`` call (the moment a granted job is handed 
   rows; see ``benchmarks/launch_jobs.py``), imports included;
 - **statistic, grant → start**: from a pipeline's grant in the ledger to the first line of its
   job's code, through a scheduler serving in a thread with the executor (FCFS, ticks of
-  10 ms), one pipeline at a time.
+  10 ms), one pipeline at a time;
+- **built-in DP count, grant → settled**: the same, to the ledger's settlement of a built-in
+  ``statistic`` job (a count with OpenDP's Laplace noise).
 
 Cold and warm launches alternate, ``--runs`` of each (default 7), one at a time; the table
 gives the median and the ratio cold / warm. The fork server is started, and waited for,
@@ -70,9 +72,10 @@ def time_to_start(executor: LocalExecutor, launch: Launch) -> float:
     return float((launch.context.parent / "work" / "started").read_text()) - began
 
 
-def grant_to_start(folder: Path, executor: LocalExecutor, runs: int) -> list[float]:
-    """Seconds from each pipeline's grant to its job's first line, ``runs`` statistic
-    pipelines submitted one at a time to a scheduler serving with ``executor``."""
+def through_scheduler(folder: Path, executor: LocalExecutor, runs: int) -> tuple[list[float], list[float]]:
+    """Seconds from each pipeline's grant to its job's first line (a user statistic job), and
+    from the grant to the settled result of a built-in DP count; ``runs`` of each, submitted
+    one at a time to a scheduler serving with ``executor``."""
     folder.mkdir()
     np.savez(folder / "b0.npz", rating=np.arange(10.0))
     client = connect(folder / "privsched.db")
@@ -82,22 +85,26 @@ def grant_to_start(folder: Path, executor: LocalExecutor, runs: int) -> list[flo
     thread = threading.Thread(target=serve, args=(client.path, make_policy("fcfs"), executor,
                                                   Pool((), cpus=2.0, memory=0)), kwargs={"tick": 0.01, "stop": stop})
     thread.start()
-    job = {"function": JOBS["statistic"], "pythonpath": [str(REPO / "benchmarks")]}
-    times = []
+    user_job = {"function": JOBS["statistic"], "pythonpath": [str(REPO / "benchmarks")]}
+    count_job = {"kind": "statistic", "params": {"query": "count"}}
+    to_start, to_result = [], []
     try:
         for i in range(runs):
-            run = client.submit({"name": f"s{i}", "dataset": "d", "blocks": ["b0"], "epsilon": 0.01, "job": job,
-                                 "resources": {"cpus": 1}})
-            while (info := client.status(run.id)).state in ("pending", "granted", "running"):
-                time.sleep(0.005)
-            if info.state != "completed":
-                raise SystemExit(f"the probe ended {info.state}: {info.message}")
-            times.append(float((client.runs.workdir(run.id) / "started").read_text()) - info.granted_at)
+            for job, times in ((user_job, to_start), (count_job, to_result)):
+                run = client.submit({"name": f"s{i}", "dataset": "d", "blocks": ["b0"], "epsilon": 0.01, "job": job,
+                                     "resources": {"cpus": 1}})
+                while (info := client.status(run.id)).state in ("pending", "granted", "running"):
+                    time.sleep(0.005)
+                if info.state != "completed":
+                    raise SystemExit(f"the probe ended {info.state}: {info.message}")
+                ended = (float((client.runs.workdir(run.id) / "started").read_text()) if job is user_job
+                         else info.finished_at)
+                times.append(ended - info.granted_at)
     finally:
         stop.set()
         thread.join()
         client.close()
-    return times
+    return to_start, to_result
 
 
 def wait_ready(executor: LocalExecutor) -> float:
@@ -131,13 +138,15 @@ def main() -> None:
                     launch = launch_for(Path(folder) / str(pipeline_id), function, pipeline_id)
                     times.setdefault((job, mode), []).append(time_to_start(executor, launch))
         for mode, executor in (("cold", cold), ("warm", warm)):
-            times[("statistic, grant → start", mode)] = grant_to_start(Path(folder) / mode, executor, args.runs)
+            to_start, to_result = through_scheduler(Path(folder) / mode, executor, args.runs)
+            times[("statistic, grant → start", mode)] = to_start
+            times[("built-in DP count, grant → settled", mode)] = to_result
     assert warm.launcher is not None
     warm.launcher.close()
     print(f"\nstart → job running (median of {args.runs}, sandbox {args.sandbox})\n")
     print("| job | cold (ms) | warm (ms) | cold / warm |")
     print("|---|---:|---:|---:|")
-    for job in [*JOBS, "statistic, grant → start"]:
+    for job in [*JOBS, "statistic, grant → start", "built-in DP count, grant → settled"]:
         c, w = statistics.median(times[(job, "cold")]), statistics.median(times[(job, "warm")])
         print(f"| {job} | {1000 * c:.0f} | {1000 * w:.0f} | {c / w:.1f} |")
 
