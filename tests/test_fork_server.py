@@ -21,6 +21,7 @@ from privsched.jobs.sandbox import abi_version
 from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor, find_by_token
 from privsched.service.executors.fork_server import send
+from privsched.service.executors.result_pipe import ResultPipe
 from privsched.service.executors.warm_launcher import ForkServer
 from privsched.policies import make_policy
 from privsched.service.resources import Placement, Pool
@@ -145,6 +146,26 @@ def test_a_child_forked_for_a_launch_given_up_on_runs_nothing(executor: LocalExe
     assert os.read(result_read, 100) == b""
     os.close(result_read)
     assert not (tmp_path / "work").exists() and not launch.result.exists()
+
+
+def test_a_child_that_cannot_take_its_launch_over_is_refused_with_its_data_untouched(executor: LocalExecutor,
+                                                                                     tmp_path: Path):
+    server = warm_server(executor)
+    launch = launch_for(tmp_path, "draws")
+    spec = {"argv": [str(launch.context), str(launch.result)], "env": {}, "cwd": str(tmp_path / "gone"), "threads": 1}
+    pipe = ResultPipe()
+    with open(launch.log, "ab") as log:
+        pid = server.launch(spec, log.fileno(), pipe.write_fd)
+    pipe.handed_over()
+    assert pid is not None
+    while server.exit_code(pid) is None:
+        time.sleep(0.01)
+    result = pipe.result(launch.pipeline_id)
+    pipe.close()
+    assert result is not None and not result.completed and not result.touched_data
+    assert result.message.startswith("not started: the fork server's child could not be set up")
+    assert JobResult.from_json(launch.result.read_text()) == result
+    assert not (tmp_path / "work").exists()
 
 
 def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_path: Path):

@@ -373,6 +373,13 @@ def run_job(context_path: Path, mode: str = "landlock", network: bool = False,
     return supervise(json.loads(context_path.read_text()), mode, network, private_fds)
 
 
+def not_started(context_path: Path, reason: str) -> JobResult:
+    """The result of a job refused before any of its code ran: failed, its data untouched
+    (its grant is released)."""
+    pipeline_id = int(json.loads(context_path.read_text())["pipeline_id"])
+    return JobResult(pipeline_id, False, touched_data=False, message=f"not started: {reason}")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -389,8 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         require_sandbox(mode)
         result = run_job(args.context, mode, args.network, private)  # the job's own ask is read there
     except SandboxError as exc:
-        pipeline_id = int(json.loads(args.context.read_text())["pipeline_id"])
-        result = JobResult(pipeline_id, False, touched_data=False, message=f"not started: {exc}")
+        result = not_started(args.context, str(exc))
     deliver(result, args.result, args.result_fd)
     sys.stdout.flush()
     return 0 if result.completed else 1

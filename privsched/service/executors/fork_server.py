@@ -33,6 +33,7 @@ import select
 import signal
 import socket
 import sys
+from pathlib import Path
 from typing import Any
 
 from privsched.service.executors.base import LAUNCH_TOKEN_ENV
@@ -147,16 +148,17 @@ def _become_job(spec_fd: int, log_fd: int, result_fd: int, pools: Any) -> None:
         os.dup2(log_fd, 2)
         os.close(null)
         os.close(log_fd)
-        os.environ.clear()
-        os.environ.update(spec["env"])
-        _show_token(spec["env"].get(LAUNCH_TOKEN_ENV, TOKEN_ROOM))
-        os.chdir(spec["cwd"])
-        _reseed()
-        _limit_threads(int(spec["threads"]), pools)
+        from privsched.jobs.runner import deliver, main, not_started
+
+        try:
+            _take_over(spec, pools)
+        except Exception as exc:  # nothing of the job ran: refused, its grant released
+            deliver(not_started(Path(spec["argv"][0]), f"the fork server's child could not be set up: {exc}"),
+                    Path(spec["argv"][1]), result_fd)
+            code = 1
+            return
         argv = [*spec["argv"], "--result-fd", str(result_fd)]
         sys.argv = ["privsched.jobs.runner", *argv]
-        from privsched.jobs.runner import main
-
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -170,6 +172,17 @@ def _become_job(spec_fd: int, log_fd: int, result_fd: int, pools: Any) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _take_over(spec: dict[str, Any], pools: Any) -> None:
+    """Become the process a cold start of ``spec`` would be: its environment (and launch
+    token), its folder, fresh entropy, its thread pools."""
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    _show_token(spec["env"].get(LAUNCH_TOKEN_ENV, TOKEN_ROOM))
+    os.chdir(spec["cwd"])
+    _reseed()
+    _limit_threads(int(spec["threads"]), pools)
 
 
 def _show_token(token: str) -> None:
