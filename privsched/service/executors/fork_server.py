@@ -100,7 +100,7 @@ def serve(control: socket.socket, modules: list[str]) -> None:
     signal.set_wakeup_fd(wake_write)
     send(control, {"ready": True})
     while True:
-        readable, _, _ = select.select([control, wake_read], [], [])
+        readable, _, _ = select.select([control.fileno(), wake_read], [], [])
         if wake_read in readable:
             try:
                 while os.read(wake_read, 512):
@@ -108,7 +108,7 @@ def serve(control: socket.socket, modules: list[str]) -> None:
             except BlockingIOError:
                 pass  # drained: each byte was one signal
         _reap(control)
-        if control not in readable:
+        if control.fileno() not in readable:
             continue
         request, fds = receive(control, max_fds=3)
         if request is None:
@@ -125,7 +125,8 @@ def serve(control: socket.socket, modules: list[str]) -> None:
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
             os.close(wake_read)
             os.close(wake_write)
-            _become_job(*fds, pools)
+            spec_fd, log_fd, result_fd = fds
+            _become_job(spec_fd, log_fd, result_fd, pools)
         for fd in fds:
             os.close(fd)
         send(control, {"pid": pid})
