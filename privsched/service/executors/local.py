@@ -133,11 +133,12 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, python: str = sys.executable, grace: float = 3.0, *, warm: bool = True) -> None:
-        """``warm``: fork jobs from a fork server (started on the first launch), else start
-        every job cold."""
+        """``warm``: fork jobs from a fork server (started on the first launch; Linux only),
+        else start every job cold."""
         self.python = python
         self.grace = grace
         self._jobs: dict[int, _Job] = {}
+        warm = warm and sys.platform.startswith("linux")
         self.launcher = WarmLauncher(python, self._base_environment) if warm else None
 
     @staticmethod

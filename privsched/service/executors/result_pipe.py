@@ -23,7 +23,9 @@ class ResultPipe:
     """The read end of one job's result pipe (non-blocking)."""
 
     def __init__(self) -> None:
-        self.read_fd, self.write_fd = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.read_fd, self.write_fd = os.pipe()  # neither end inherited unless passed on purpose
+        for fd in (self.read_fd, self.write_fd):
+            os.set_blocking(fd, False)
         self._data = bytearray()
         self._ended = False
 
