@@ -19,6 +19,7 @@ Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.s
 
 from __future__ import annotations
 
+import builtins
 import os
 import sys
 import threading
@@ -26,36 +27,31 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 
 from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
-from privsched.jobs.runner import JobResult
-from privsched.ledger import (
-    AuditReport,
-    BlockInfo,
-    DatasetInfo,
-    Event,
-    Ledger,
-    LedgerError,
-    PipelineInfo,
-    PipelineRequest,
-)
+from privsched.ledger.errors import LedgerError
 from privsched.ledger.states import PipelineState
-from privsched.service.requests import build_request
-from privsched.service.resources import Pool, make_pool
+from privsched.readouts import BudgetReads
 from privsched.service.rundirs import RunDirs
-from privsched.service.waiting import WaitingReason
 
+# What a command that only reads (``privsched list``, ``status``) does not use is imported
+# where it is used: the job runner, the specification models (pydantic, YAML), the request
+# builder and the compute pool (issue 16: such a command answers within 0.3 s).
 if TYPE_CHECKING:
+    from privsched.jobs.runner import JobResult
+    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
+    from privsched.ledger.identities import Identities
     from privsched.service.dryrun import DryRun
-from privsched.spec import BlockSelector, JobSpec, PipelineSpec, Resources, load_spec
+    from privsched.service.resources import Pool
+    from privsched.service.serve import ServeOptions, ServeSummary
+    from privsched.service.waiting import WaitingReason
+    from privsched.spec import BlockSelector, PipelineSpec
 
-#: Where a pipeline's life ends.
-
-SpecLike = PipelineSpec | Mapping[str, Any] | str | os.PathLike
+    SpecLike: TypeAlias = "PipelineSpec | Mapping[str, Any] | str | os.PathLike"
 
 
 def open_client(path: str | os.PathLike | None = None, *, create: bool = True) -> Client:
@@ -115,6 +111,8 @@ class Run(PipelineHandle):
     @property
     def result(self) -> JobResult | None:
         """What the job process reported (metrics included), once it has ended."""
+        from privsched.jobs.runner import JobResult
+
         try:
             return JobResult.from_json(self.client.runs.result(self.id).read_text())
         except (OSError, ValueError, KeyError):
@@ -143,6 +141,8 @@ class PipelineFunction:
 
     def spec(self, **params: Any) -> PipelineSpec:
         """The pipeline specification, with ``params`` as the job's ``ctx.params``."""
+        from privsched.spec import JobSpec, PipelineSpec
+
         job = JobSpec(function=self.function, params=params, pythonpath=self.pythonpath)
         return PipelineSpec.parse({**self.fields, "job": job}, source=self.function)
 
@@ -150,7 +150,7 @@ class PipelineFunction:
         return self.client.submit(self.spec(**params))
 
 
-class Client:
+class Client(BudgetReads):
     """A connection to one privsched database. Thread-compatible: use one per thread."""
 
     def __init__(self, path: str | os.PathLike, *, create: bool = True) -> None:
@@ -164,6 +164,8 @@ class Client:
         """The database, opened on first use: a module that connects at import time and
         defines pipeline functions can be imported by job processes (locally or on a cluster
         node) without touching the database."""
+        from privsched.ledger.ledger import Ledger
+
         return Ledger(self.path, create=self._create)
 
     def close(self) -> None:
@@ -178,6 +180,11 @@ class Client:
 
     def __repr__(self) -> str:
         return f"Client({str(self.path)!r})"
+
+    def init(self) -> Path:
+        """Create the database if it does not exist yet (an existing one is left as it
+        is) and return its path."""
+        return self.ledger.path
 
     # -- datasets and blocks ----------------------------------------------------------------
 
@@ -237,15 +244,19 @@ class Client:
         if recorded is not None:
             return recorded
         if self._pool is None:
+            from privsched.service.resources import make_pool
+
             self._pool = make_pool()
         return self._pool
 
     def _spec(self, spec: SpecLike) -> PipelineSpec:
+        from privsched.spec import PipelineSpec, load_spec
+
         if isinstance(spec, PipelineSpec):
             return spec
         if isinstance(spec, Mapping):
             return PipelineSpec.parse(dict(spec))
-        return load_spec(spec)
+        return load_spec(os.fspath(spec))
 
     def submit(self, spec: SpecLike, *, owner: str | None = None,
                claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> Run:
@@ -265,6 +276,8 @@ class Client:
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
+        from privsched.service.requests import build_request
+
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
@@ -281,6 +294,7 @@ class Client:
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import dry_run
+        from privsched.service.requests import build_request
 
         parsed = self._spec(spec)
         dataset = self.ledger.get_dataset(parsed.dataset)
@@ -306,6 +320,8 @@ class Client:
         owner: str | None = None,
     ) -> Callable[[Callable], PipelineFunction]:
         """Decorate a job function ``fn(ctx)`` as a pipeline (see the module docstring)."""
+
+        from privsched.spec import Resources
 
         def decorate(fn: Callable) -> PipelineFunction:
             fields = {
@@ -338,7 +354,7 @@ class Client:
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
 
-    def cancel(self, pipeline_id: int, *, actor: str | None = None) -> str:
+    def cancel(self, pipeline_id: int, *, actor: str | None = None) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
         Running: the scheduler stops the job and fails the pipeline (its allocation is
         consumed: the job may have touched data); returns ``"cancelling"``. Finished or
@@ -421,7 +437,7 @@ class Client:
             return policy, None
         return (spec.policy if policy is None or policy is spec else policy), spec.unlock
 
-    def _unlock_state(self, dataset: str, view: Any, blocks: list[BlockInfo], rule: Any, now: float) -> Any:
+    def _unlock_state(self, dataset: str, view: Any, blocks: builtins.list[BlockInfo], rule: Any, now: float) -> Any:
         """What ``rule`` will still release on the view's blocks (:class:`~privsched.service.waiting.UnlockState`)."""
         from privsched.service.waiting import UnlockState
 
@@ -465,7 +481,7 @@ class Client:
         rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""
         return self.ledger.audit(expect=expect)
 
-    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> list[Event]:
+    def events(self, *, dataset: str | None = None, pipeline_id: int | None = None) -> builtins.list[Event]:
         """The ledger's event log, oldest first: all of it, one dataset's or one pipeline's."""
         found = self.ledger.events(pipeline_id=pipeline_id)
         if dataset is None:
@@ -473,43 +489,63 @@ class Client:
         dataset_id = self.ledger.get_dataset(dataset).id
         return [event for event in found if event.dataset_id == dataset_id]
 
+    # -- users and quotas -------------------------------------------------------------------
+
+    def _identities(self) -> Identities:
+        from privsched.ledger.identities import Identities
+
+        return Identities(self.path)
+
+    def add_user(self, name: str, role: str, team: str | None = None) -> str:
+        """Create a user of the HTTP API and return its bearer token (shown only this once)."""
+        with self._identities() as identities:
+            return identities.add_user(name, role, team)
+
+    def users(self) -> builtins.list[dict[str, Any]]:
+        """Every user: name, role, team, created_at and revoked_at (None while valid)."""
+        with self._identities() as identities:
+            return [vars(user) for user in identities.users()]
+
+    def revoke_user(self, name: str) -> None:
+        """Revoke a user's token: every request with it is refused from now on."""
+        with self._identities() as identities:
+            identities.revoke(name)
+
+    def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
+        """Cap what ``team`` may hold (allocated plus consumed) on each block of ``dataset``
+        at ``share`` × capacity (None lifts it); returns the dataset's quotas, team → share."""
+        dataset_id = self.ledger.get_dataset(dataset).id
+        with self._identities() as identities:
+            identities.set_quota(dataset_id, team, share)
+            return identities.quotas(dataset_id)
+
     # -- scheduling in-process --------------------------------------------------------------
 
     def serve(
         self,
-        policy: str = "fcfs",
+        options: ServeOptions | str = "fcfs",
         *,
-        n: int | None = None,
-        lifetime: float | None = None,
-        k: int = 50,
-        unlock: str | None = None,
-        tick: float = 1.0,
-        until_idle: bool = False,
-        gpus: int | None = None,
-        cpus: float | None = None,
-        memory: int | str | None = None,
-        executor: str = "local",
-        ray_address: str | None = None,
-        sandbox: str | None = None,
-        allow_network: bool = False,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
-    ):
+        **fields: Any,
+    ) -> ServeSummary:
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
 
-        ``gpus``/``cpus``/``memory`` declare the pool (default: this machine's); ``sandbox``
-        confines jobs (``landlock``, the default, or ``none``: see ``docs/sandbox.md``) and
-        ``allow_network`` lets jobs that ask for it keep TCP access. Returns a
-        :class:`~privsched.service.serve.ServeSummary` when ``stop`` is set or, with
-        ``until_idle``, when nothing more can happen without new submissions."""
-        from privsched.service.serve import serve_options
+        ``options``: a :class:`~privsched.service.serve.ServeOptions`, or a policy name with
+        the other options as keywords (``n``, ``lifetime``, ``tick``, ``until_idle``,
+        ``gpus``/``cpus``/``memory`` declaring the pool, default this machine's; ``sandbox``
+        confining jobs, ``landlock`` by default or ``none``: see ``docs/sandbox.md``;
+        ``allow_network`` letting jobs that ask for it keep TCP access). Returns a :class:`~privsched.service.serve.ServeSummary`
+        when ``stop`` is set or, with ``until_idle``, when nothing more can happen without
+        new submissions."""
+        from privsched.service.serve import ServeOptions, serve_with
 
-        return serve_options(
-            self.path, policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle,
-            gpus=gpus, cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
-            allow_network=allow_network, stop=stop, log=log,
-        )
+        if isinstance(options, str):
+            options = ServeOptions.parse(policy=options, **fields)
+        elif fields:
+            raise TypeError("give the serve options either as ServeOptions or as keywords, not both")
+        return serve_with(self.path, options, stop=stop, log=log)
 
-    def run_until_idle(self, policy: str = "fcfs", **options: Any):
+    def run_until_idle(self, policy: str = "fcfs", **options: Any) -> ServeSummary:
         """Serve until every pipeline that can progress has ended (notebooks, tests)."""
         return self.serve(policy, until_idle=True, **options)

@@ -12,7 +12,7 @@ the same to a caller.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -38,7 +38,7 @@ def validation_message(exc: ValidationError) -> str:
 class PrivschedError(Exception):
     """A request privsched refused; the message is one line."""
 
-    status: ClassVar[int] = 400
+    status: int = 400  # per class; a remote client's error keeps the status the server answered
 
     def __init__(self, message: object = "") -> None:
         super().__init__(one_line(message))

@@ -13,6 +13,7 @@ server's one-line error, like the local client's ``LedgerError``.
 
 from __future__ import annotations
 
+import builtins
 import http.client
 import json
 import os
@@ -24,7 +25,8 @@ from urllib.parse import quote, urlencode, urlsplit
 from privsched.blocks import block_spec
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.ledger.models import AuditReport, BlockInfo, BlockSpec, DatasetInfo, Event, PipelineInfo
+from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
+from privsched.readouts import BudgetReads
 from privsched.server.models import BlockOut, DatasetOut, EventOut, PipelineOut
 from privsched.service.dryrun import BlockFit, DryRun
 from privsched.service.waiting import WaitingReason
@@ -64,7 +66,7 @@ def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
     return data
 
 
-class RemoteClient:
+class RemoteClient(BudgetReads):
     """The methods of :class:`privsched.client.Client`, served by a privsched server."""
 
     def __init__(self, url: str, token: str | None = None, *, cafile: str | None = None,
@@ -97,7 +99,7 @@ class RemoteClient:
     # -- transport ------------------------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
         if self._conn is None:
-            host, port = self._parts.hostname, self._parts.port
+            host, port = self._parts.hostname or "", self._parts.port
             if self._context is not None:
                 self._conn = http.client.HTTPSConnection(host, port or 443, timeout=self._timeout,
                                                          context=self._context)
@@ -143,6 +145,10 @@ class RemoteClient:
             message = answer.get("error") if isinstance(answer, dict) else None
             raise RemoteError(message or f"server answered {response.status}", response.status)
         return answer
+
+    def init(self) -> str:
+        """The server's address: its database exists already (the server opened it)."""
+        return self.url
 
     # -- datasets and blocks ------------------------------------------------------------------
     def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
@@ -209,7 +215,7 @@ class RemoteClient:
     def cancel(self, pipeline_id: int) -> str:
         return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]
 
-    def events(self, *, pipeline_id: int) -> list[Event]:
+    def events(self, *, pipeline_id: int) -> builtins.list[Event]:
         """A pipeline's events, oldest first, each with who caused it (the server's log)."""
         return [EventOut.model_validate(e).event() for e in self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/events")]
 
@@ -244,54 +250,8 @@ class RemoteClient:
     def add_user(self, name: str, role: str, team: str | None = None) -> str:
         return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
 
-    def users(self) -> list[dict[str, Any]]:
+    def users(self) -> builtins.list[dict[str, Any]]:
         return self.request("GET", "/v1/users")
 
     def revoke_user(self, name: str) -> None:
         self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
-
-    @property
-    def ledger(self) -> RemoteLedger:
-        """The ledger's read and admin methods under the :class:`~privsched.ledger.Ledger`
-        names the ledger commands call."""
-        return RemoteLedger(self)
-
-
-class RemoteLedger:
-    """The :class:`~privsched.ledger.Ledger` methods a command line user calls, served remotely."""
-
-    def __init__(self, client: RemoteClient) -> None:
-        self.client = client
-        self.path = client.url
-
-    def __enter__(self) -> RemoteLedger:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.client.close()
-
-    def close(self) -> None:
-        self.client.close()
-
-    def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
-                       alphas: Sequence[float] | None = None, conversion: str = "paper") -> DatasetInfo:
-        return self.client.create_dataset(name, epsilon, delta, accounting, alphas, conversion)
-
-    def list_datasets(self) -> list[DatasetInfo]:
-        return self.client.datasets()
-
-    def get_dataset(self, name: str) -> DatasetInfo:
-        return self.client.dataset(name)
-
-    def add_blocks(self, dataset: str, blocks: Sequence[BlockSpec], unlocked_fraction: float = 0.0) -> list[BlockInfo]:
-        return self.client.add_blocks(dataset, blocks, unlocked=unlocked_fraction)
-
-    def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
-        return self.client.blocks(dataset, active_only=active_only)
-
-    def lease_holder(self) -> dict | None:
-        holder = self.client.scheduler()
-        return None if holder is None else {"holder": holder}
-
-    def audit(self, expect: str | None = None) -> AuditReport:
-        return self.client.audit(expect)

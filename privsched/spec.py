@@ -37,7 +37,8 @@ from pydantic import (
     model_validator,
 )
 
-from privsched.budgets.bounds import Delta, Epsilon, bounded, check_number, shown
+from privsched.budgets.bounds import check_number, shown
+from privsched.budgets.fields import Delta, Epsilon, bounded
 from privsched.documents import check_depth, parse_json, parse_yaml, read_text
 from privsched.errors import BadInput, validation_message
 from privsched.text import name_problem

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -65,8 +64,8 @@ def main() -> int:
         wrap(launching.LaunchFiles, "mark_spawning", sig, before=True)
     elif step == "after-marker":
         wrap(local.LocalExecutor, "start", sig, before=True)
-    elif step == "after-popen":
-        wrap(subprocess, "Popen", sig, before=False)
+    elif step == "after-popen":  # the job's process exists (started cold or forked), its pid file is not written
+        wrap(local, "_start_ticks", sig, before=False)
     elif step == "after-pid-file":
         wrap(Ledger, "record_started", sig, before=True)
     elif step == "after-started":

@@ -3,6 +3,7 @@ not use (torch, opacus, ray, matplotlib, scipy), checked in a fresh interpreter.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -74,3 +75,18 @@ def test_a_misspelt_command_is_a_usage_error_suggesting_the_right_one(tmp_path):
                             text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert result.returncode == 2
     assert result.stderr.strip() == "error: No such command 'sumbit'. Did you mean 'submit'?"
+
+
+#: What a command module may name from the ledger package: its data classes, never its machinery.
+LEDGER_DATA = {"PipelineInfo", "BlockInfo", "DatasetInfo", "AuditReport", "Event", "PipelineState"}
+
+
+def test_commands_reach_the_ledger_only_through_a_client():
+    """No command module opens a ledger or its identities: each calls a client method."""
+    for path in sorted((REPO / "privsched" / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("privsched.ledger"):
+                assert node.module == "privsched.ledger" and {a.name for a in node.names} <= LEDGER_DATA, \
+                    f"{path.name}:{node.lineno} imports {node.module}"
+            assert not (isinstance(node, ast.Name) and node.id in ("Ledger", "Identities")), \
+                f"{path.name}:{node.lineno} names {node.id}"

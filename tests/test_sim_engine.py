@@ -13,7 +13,7 @@ from privsched.budgets.accounting import RELATIVE_TOLERANCE
 from privsched.policies import Allocation, PolicySpec, Snapshot, UnlockAll, admit_in_order, make_policy
 from privsched.simulation import SimulationResult, parse_trace, resolve_policy, run, simulate
 from privsched.simulation.api import load_workload
-from privsched.simulation.engine import rank_everyone
+from privsched.simulation.skipping import rank_everyone
 from privsched.simulation.watch import fits
 
 

@@ -15,7 +15,8 @@ from privsched.policies import PolicySpec, make_policy
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler
-from privsched.simulation.engine import STATUS_NAMES, Simulator
+from privsched.simulation.engine import Simulator
+from privsched.simulation.status import STATUS_NAMES
 from privsched.simulation.instance import Instance
 from tests.support.executors import InstantExecutor
 from tests.support.traces import GLOBAL_BUDGET, random_trace

@@ -8,7 +8,7 @@ import pytest
 from opacus.accountants import RDPAccountant
 
 import workloads
-from privsched.trainers.plans import calibrate_noise
+from privsched.trainers.plans import ACCURACY_SHARE, calibrate_noise, training_epsilon
 from workloads.macrobenchmark import ELEPHANT_DELTA
 
 
@@ -55,14 +55,16 @@ def test_macrobenchmark_has_daily_blocks_and_elephant_curves_calibrated_to_their
     elephants = [p for p in document.pipelines if p.klass == "elephants"]
     assert elephants
     for p in elephants[:5]:
-        plan = p.mechanism  # the subsampled Gaussian a DP-SGD job at that epsilon would run
+        plan, accuracy = p.mechanism.parts  # the DP-SGD job's training and its noisy accuracy
         accountant = RDPAccountant()
         accountant.history = [(plan.noise_multiplier, plan.sample_rate, plan.steps)]
         epsilon = accountant.get_epsilon(delta=ELEPHANT_DELTA)
-        # Opacus' calibration stops within 1 % below its target
-        assert any(0.98 * target <= epsilon <= target for target in (0.5, 1.0, 5.0))
-        target = min((0.5, 1.0, 5.0), key=lambda t: abs(t - epsilon))
-        assert plan.noise_multiplier == calibrate_noise(plan.sample_rate, plan.steps, target, ELEPHANT_DELTA)
+        target = accuracy.epsilon / ACCURACY_SHARE
+        assert target in (0.5, 1.0, 5.0) and accuracy.delta == 0
+        # the training gets what the accuracy release leaves; Opacus' calibration stops within 1 % below it
+        assert 0.98 * training_epsilon(target) <= epsilon <= training_epsilon(target)
+        assert plan.noise_multiplier == calibrate_noise(plan.sample_rate, plan.steps, training_epsilon(target),
+                                                        ELEPHANT_DELTA)
 
 
 def test_unknown_workload_or_parameter_is_a_clear_error():

@@ -9,22 +9,30 @@ time out after 5 block periods.
   demand ε × blocks ≤ 0.1, what the paper saw basic composition still grant).
 - 25 % elephants: DP-SGD models (linear, feed-forward, LSTM, small BERT), (ε, δ = 1e-9)
   with ε ∈ {0.5, 1, 5}; bigger models need more data, and more at smaller ε:
-  ``ceil(base / ε)`` blocks, base 1, 2, 5, 50 (1 to 100 blocks, at most 500). Under RDP a
-  model's demand is the subsampled Gaussian of its training plan, its noise calibrated
-  under RDP to (ε, δ) as a DP-SGD job's plan is (docs/design.md §3.4).
+  ``ceil(base / ε)`` blocks, base 1, 2, 5, 50 (1 to 100 blocks, at most 500).
+
+Every pipeline's demand is what the live scheduler charges the built-in job it stands for
+(:func:`privsched.trainers.builtin.plan_mechanism`, docs/design.md §3.4): a mouse is a
+Laplace ``count`` statistic, pure ε-DP, charged ε under basic accounting and
+min(ε, αε²/2) under RDP (Bun & Steinke 2016, Prop. 3.3); an elephant is a ``dpsgd`` job,
+charged its training, calibrated to (0.9 ε, δ) (the subsampled Gaussian of its plan under
+RDP, Mironov et al. 2019), composed with its 0.1 ε-DP held-out accuracy release.
 Time is in seconds; a block period is one day by default.
 """
 
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Annotated
 
 import numpy as np
 
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.mechanisms import Mechanism
 from privsched.simulation.params import Between
 from privsched.simulation.trace import Trace, parse_trace
-from privsched.trainers.plans import calibrate_noise
+from privsched.trainers.builtin import plan_mechanism
 from workloads.microbenchmarks import MAX_BLOCKS as MAX_WORKLOAD_BLOCKS
 from workloads.microbenchmarks import MAX_PIPELINES
 from workloads.microbenchmarks import poisson_arrivals
@@ -37,13 +45,18 @@ ELEPHANT_EPSILONS = (0.5, 1.0, 5.0)
 ELEPHANT_DELTA = 1e-9
 MAX_BLOCKS = 500
 
-#: DP-SGD plans: (model, blocks needed at ε = 1, Poisson sampling rate, epochs).
+#: DP-SGD plans: (model, the built-in zoo model its job trains, blocks needed at ε = 1,
+#: Poisson sampling rate, epochs). A small BERT stands as the zoo's text model.
 MODELS = (
-    ("linear", 1, 0.01, 5),
-    ("feedforward", 2, 0.01, 10),
-    ("lstm", 5, 0.005, 10),
-    ("bert", 50, 0.002, 3),
+    ("linear", "logreg", 1, 0.01, 5),
+    ("feedforward", "mlp", 2, 0.01, 10),
+    ("lstm", "lstm", 5, 0.005, 10),
+    ("bert", "text", 50, 0.002, 3),
 )
+#: The built-in job a mouse runs: a Laplace count (its charge depends only on ε).
+MOUSE_JOB = {"kind": "statistic", "query": "count", "noise": "laplace"}
+#: Learning rate of an elephant's ``dpsgd`` job (its charge does not depend on it).
+ELEPHANT_LR = 0.05
 
 
 def blocks_needed(base: float, epsilon: float) -> int:
@@ -51,18 +64,28 @@ def blocks_needed(base: float, epsilon: float) -> int:
     return min(MAX_BLOCKS, math.ceil(round(base / epsilon, 9)))
 
 
+def elephant_job(model: str, sample_rate: float, epochs: float) -> dict:
+    """The built-in ``dpsgd`` job an elephant stands for."""
+    return {"kind": "dpsgd", "model": model, "sample_rate": sample_rate, "epochs": epochs, "lr": ELEPHANT_LR}
+
+
+@lru_cache(maxsize=64)
+def _live_charge(job: tuple, epsilon: float, delta: float, accounting: str) -> Mechanism:
+    mode = Accounting.rdp() if accounting == "rdp" else Accounting.basic()
+    return plan_mechanism(dict(job), epsilon, delta, mode)
+
+
+def live_charge(job: dict, epsilon: float, delta: float, accounting: str) -> dict:
+    """The mechanism the live scheduler charges a built-in ``job`` submitted at (ε, δ), as
+    a trace's mechanism description (computed once per distinct job)."""
+    return _live_charge(tuple(sorted(job.items())), epsilon, delta, accounting).model_dump()
+
+
 def _elephant(rng: np.random.Generator, accounting: str) -> tuple[dict, int]:
-    _, base, sample_rate, epochs = MODELS[rng.integers(len(MODELS))]
+    _, model, base, sample_rate, epochs = MODELS[rng.integers(len(MODELS))]
     epsilon = float(ELEPHANT_EPSILONS[rng.integers(len(ELEPHANT_EPSILONS))])
     blocks = blocks_needed(base, epsilon)
-    if accounting == "rdp":
-        steps = round(epochs / sample_rate)
-        noise = calibrate_noise(sample_rate, steps, epsilon, ELEPHANT_DELTA)
-        demand = {"mechanism": {"kind": "subsampled_gaussian", "sample_rate": sample_rate,
-                                "noise_multiplier": noise, "steps": steps}}
-    else:
-        demand = {"epsilon": epsilon, "delta": ELEPHANT_DELTA}
-    return demand, blocks
+    return {"mechanism": live_charge(elephant_job(model, sample_rate, epochs), epsilon, ELEPHANT_DELTA, accounting)}, blocks
 
 
 def macrobenchmark(
@@ -95,7 +118,8 @@ def macrobenchmark(
         if rng.random() < 0.75:
             epsilon = float(MICE_EPSILONS[rng.integers(len(MICE_EPSILONS))])
             target = MICE_TARGETS[rng.integers(len(MICE_TARGETS))]
-            demand, n_blocks, klass = {"epsilon": epsilon, "mechanism": "laplace"}, blocks_needed(target, epsilon), "mice"
+            demand = {"mechanism": live_charge(MOUSE_JOB, epsilon, 0.0, accounting)}
+            n_blocks, klass = blocks_needed(target, epsilon), "mice"
         else:
             (demand, n_blocks), klass = _elephant(rng, accounting), "elephants"
         pipelines.append(

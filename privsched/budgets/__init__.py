@@ -1,29 +1,31 @@
 """Privacy mathematics: accounting modes, capacities, demand curves (pure, no I/O)."""
 
-from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting, leq
-from privsched.budgets.capacity import block_capacity, rdp_capacity, validate_epsilon_delta
-from privsched.budgets.curves import (
-    analytic_gaussian_sigma,
-    gaussian_curve,
-    gaussian_delta,
-    gaussian_sigma,
-    laplace_curve,
-    pure_dp_curve,
-    rdp_to_epsilon,
-)
-from privsched.budgets.mechanisms import (
-    Composed,
-    EpsilonDelta,
-    Explicit,
-    Gaussian,
-    Laplace,
-    Mechanism,
-    SubsampledGaussian,
-    demand_vector,
-    mechanism_json,
-    parse_mechanism,
-)
-from privsched.budgets.sgm import calibrate_noise_multiplier, subsampled_gaussian_curve
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: Public name -> the module that defines it. Imported on first use, so that code that needs
+#: only accounting (the ledger's read path, ``privsched list``) never builds the mechanisms'
+#: pydantic models or loads the subsampled-Gaussian accountant (issue 16).
+_NAMES = {
+    "DEFAULT_ALPHAS": "accounting", "Accounting": "accounting", "leq": "accounting",
+    "block_capacity": "capacity", "rdp_capacity": "capacity", "validate_epsilon_delta": "capacity",
+    "analytic_gaussian_sigma": "curves", "gaussian_curve": "curves", "gaussian_delta": "curves",
+    "gaussian_sigma": "curves", "laplace_curve": "curves", "pure_dp_curve": "curves", "rdp_to_epsilon": "curves",
+    "Composed": "mechanisms", "EpsilonDelta": "mechanisms", "Explicit": "mechanisms", "Gaussian": "mechanisms",
+    "Laplace": "mechanisms", "Mechanism": "mechanisms", "SubsampledGaussian": "mechanisms",
+    "demand_vector": "mechanisms", "mechanism_json": "mechanisms", "parse_mechanism": "mechanisms",
+    "calibrate_noise_multiplier": "sgm", "subsampled_gaussian_curve": "sgm",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'privsched.budgets' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"privsched.budgets.{module}"), name)
+
 
 __all__ = [
     "DEFAULT_ALPHAS",

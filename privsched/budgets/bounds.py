@@ -1,4 +1,5 @@
-"""The ranges of numbers privsched accepts, and pydantic types that enforce them.
+"""The ranges of numbers privsched accepts, and the checks that enforce them (the pydantic
+field types built on these checks are in :mod:`privsched.budgets.fields`).
 
 Each bound keeps the arithmetic that follows it finite and its loops short, and an error
 names the bound that was crossed:
@@ -17,9 +18,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Annotated, Any
-
-from pydantic import BeforeValidator
+from typing import Any
 
 MIN_EPSILON, MAX_EPSILON = 1e-6, 1e6
 #: Smallest positive δ (a subnormal δ has no meaning and loses precision in ln(1/δ)).
@@ -66,25 +65,9 @@ def check_number(value: Any, what: str, low: float, high: float, *, low_open: bo
     return value if integer else float(value)
 
 
-def bounded(low: float, high: float, what: str = "", *, low_open: bool = False,
-            integer: bool = False) -> Any:
-    """An annotated pydantic type accepting only :func:`check_number`'s values."""
-    kind = int if integer else float
-    return Annotated[kind, BeforeValidator(
-        lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))]
-
-
 def check_delta(value: Any, what: str = "") -> float:
     """δ = 0, or MIN_DELTA ≤ δ < 1."""
     delta = check_number(value, what, 0.0, 1.0)
     if delta >= 1 or 0 < delta < MIN_DELTA:
         raise ValueError(f"{what + ' ' if what else ''}must be 0 or in [{MIN_DELTA:g}, 1), got {shown(value)}")
     return float(delta)
-
-
-Epsilon = bounded(MIN_EPSILON, MAX_EPSILON)
-Delta = Annotated[float, BeforeValidator(check_delta)]
-Noise = bounded(MIN_NOISE, MAX_NOISE)
-Sensitivity = bounded(MIN_SENSITIVITY, MAX_SENSITIVITY)
-SampleRate = bounded(MIN_SAMPLE_RATE, 1.0)
-Steps = bounded(0, MAX_STEPS, integer=True)

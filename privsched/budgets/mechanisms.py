@@ -14,7 +14,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import MAX_DEMAND, Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
+from privsched.budgets.bounds import MAX_DEMAND
+from privsched.budgets.fields import Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
 from privsched.budgets.curves import (
     gaussian_curve,
     laplace_curve,

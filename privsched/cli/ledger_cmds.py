@@ -1,8 +1,10 @@
 """Ledger commands: ``init``, ``dataset``, ``blocks``, ``budget show`` and ``audit``.
 
-Each command is a thin layer over the :class:`~privsched.ledger.Ledger` method of the same
-name and options. The ledger (numpy, SQLite) is imported inside command bodies so that
-``privsched --help`` stays fast.
+Each command is a thin layer over one method of the client (:class:`privsched.client.Client`,
+or with ``--server`` :class:`privsched.remote.RemoteClient`): ``init`` -> ``init``,
+``dataset create`` -> ``create_dataset``, ``blocks list`` -> ``blocks``, ``budget show`` ->
+``balances``, ``audit`` -> ``audit``. The client (numpy, SQLite) is imported inside command
+bodies so that ``privsched --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -12,20 +14,18 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from privsched.budgets.accounting import Accounting
-    from privsched.ledger import BlockInfo, Ledger
+    from privsched.client import Client
+    from privsched.readouts import Readout
+    from privsched.remote import RemoteClient
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
                           no_args_is_help=True)
@@ -38,29 +38,27 @@ app.add_typer(blocks_app, name="blocks")
 app.add_typer(budget_app, name="budget")
 
 
-def _open(db: Path, *, create: bool = False) -> Ledger:
-    from privsched.cli.remote_option import remote_client, server_url
-    from privsched.ledger import Ledger
+def _open(db: Path, *, create: bool = False) -> Client | RemoteClient:
+    from privsched.cli.remote_option import open_client
 
-    if server_url() is not None:
-        return remote_client().ledger
+    return open_client(db, create=create)
 
-    with errors():
-        return Ledger(db, create=create)
 
+T = TypeVar("T")
 
 #: Blocks that ``blocks list`` and ``budget show`` print unless ``--all`` is given.
 SHOWN_BLOCKS = 100
 AllOption = Annotated[bool, typer.Option("--all", help=f"Every block (default: the {SHOWN_BLOCKS} most recent).")]
 
 
-def _page(blocks: list[BlockInfo], every: bool) -> tuple[list[BlockInfo], str | None]:
-    """The blocks to print (the most recent ``SHOWN_BLOCKS`` unless ``every``), and a line
-    summarising the others, or None when every block is printed."""
+def _page(blocks: list[T], states: Sequence[str], every: bool) -> tuple[list[T], str | None]:
+    """The blocks to print (the most recent ``SHOWN_BLOCKS`` unless ``every``; ``states``:
+    theirs, in the same order), and a line summarising the others, or None when every
+    block is printed."""
     if every or len(blocks) <= SHOWN_BLOCKS:
         return blocks, None
-    states = Counter(block.state for block in blocks)
-    counts = ", ".join(f"{count} {state}" for state, count in sorted(states.items()))
+    counted = Counter(states)
+    counts = ", ".join(f"{count} {state}" for state, count in sorted(counted.items()))
     return blocks[-SHOWN_BLOCKS:], (f"showing the {SHOWN_BLOCKS} most recent of {len(blocks)} blocks ({counts}); "
                                     "--all shows every block")
 
@@ -72,8 +70,9 @@ def _when(timestamp: float) -> str:
 @app.command()
 def init(db: DbOption = DEFAULT_DB) -> None:
     """Create an empty privsched database (an existing one is left as it is)."""
-    with _open(db, create=True) as ledger:
-        say(f"privsched database ready at {ledger.path}")
+    with _open(db, create=True) as client, errors():
+        where = client.init()
+    say(f"privsched database ready at {where}")
 
 
 @dataset_app.command("create")
@@ -90,9 +89,8 @@ def dataset_create(
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""
     orders = _parse_alphas(alphas)
-    with _open(db) as ledger, errors():
-        info = ledger.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders,
-                                     conversion=conversion)
+    with _open(db) as client, errors():
+        info = client.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders, conversion=conversion)
     say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
 
 
@@ -108,15 +106,15 @@ def _parse_alphas(text: str | None) -> list[float] | None:
 @dataset_app.command("list")
 def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     """List datasets with their accounting mode and global budget."""
-    with _open(db) as ledger, errors():
-        datasets = ledger.list_datasets()
-    table = Table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
+    with _open(db) as client, errors():
+        datasets = client.datasets()
+    table = new_table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
         add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
                 _when(info.created_at))
-    console.print(table)
+    show(table)
 
 
 @blocks_app.command("add")
@@ -132,11 +130,9 @@ def blocks_add(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Add blocks to a dataset, each with the dataset's capacity."""
-    from privsched.ledger import BlockSpec
-
     locations = _parse_locations(location or [], keys, location_template, dataset)
-    with _open(db) as ledger, errors():
-        added = ledger.add_blocks(dataset, [BlockSpec(k, locations.get(k)) for k in keys], unlocked_fraction=unlocked)
+    with _open(db) as client, errors():
+        added = client.add_blocks(dataset, [(k, locations.get(k)) for k in keys], unlocked=unlocked)
     say(f"added {len(added)} block(s) to {dataset}")
 
 
@@ -163,13 +159,14 @@ def blocks_list(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """List blocks with their state and data location (the most recent ones, or --all)."""
-    with _open(db) as ledger, errors():
-        blocks, note = _page(ledger.list_blocks(dataset), every)
-    table = Table("id", "dataset", "key", "state", "location", "created", caption=note)
+    with _open(db) as client, errors():
+        listed = client.blocks(dataset)
+    blocks, note = _page(listed, [block.state for block in listed], every)
+    table = new_table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
         add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
                 _when(block.created_at))
-    console.print(table)
+    show(table)
 
 
 @budget_app.command("show")
@@ -188,44 +185,40 @@ def budget_show(
     tight conversion, over the live orders where the curve is positive)."""
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         fail(f"--plot {plot.name}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
-    with _open(db) as ledger, errors():
-        datasets = [ledger.get_dataset(dataset)] if dataset is not None else ledger.list_datasets()
-        blocks = {info.name: ledger.list_blocks(info.name) for info in datasets}
+    with _open(db) as client, errors():
+        balances = client.balances(dataset)
     if plot is not None:
         from privsched.dashboard.figure import plot_budgets
 
         try:
-            plot_budgets([(info, blocks[info.name]) for info in datasets], plot)
+            plot_budgets([(entry.dataset, [row.block for row in entry.blocks]) for entry in balances], plot)
         except OSError as error:
             fail(f"--plot {plot}: {error.strerror or error}")
-    for info in datasets:
+    for entry in balances:
+        info = entry.dataset
         rdp = info.accounting.is_rdp
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
-        shown, note = _page(blocks[info.name], every)
+        shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
-        table = Table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
+        table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
                       title=text(title), caption=text(caption))
-        for block in shown:
-            cells = [budget_text(getattr(block, bucket), info.accounting, block.capacity, info.delta)
-                     for bucket in ("locked", "unlocked", "allocated", "consumed")]
-            remaining = budget_text(block.remaining, info.accounting, block.capacity, info.delta)
+        for row in shown:
+            cells = [budget_text(amount, rdp) for amount in (row.locked, row.unlocked, row.allocated, row.consumed)]
+            remaining = budget_text(row.remaining, rdp)
             if rdp:
                 remaining = f"({remaining}, {info.delta:g})"
-            add_row(table, block.key, block.state, *cells, remaining)
-        console.print(table)
+            add_row(table, row.block.key, row.block.state, *cells, remaining)
+        show(table)
     if plot is not None:
         say(f"budget figure: {plot}")
 
 
-def budget_text(vector: np.ndarray, accounting: Accounting, capacity: np.ndarray, delta: float) -> str:
-    """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies at
-    δ (:func:`~privsched.budgets.readout.as_epsilon_delta`)."""
-    from privsched.budgets.readout import as_epsilon_delta
-
-    epsilon, spent_delta = as_epsilon_delta(vector, accounting, capacity, delta)
-    if not accounting.is_rdp:
-        return f"{epsilon:.4g}, {spent_delta:.3g}"
-    return "0" if epsilon == 0 else f"{epsilon:.4g}"
+def budget_text(amount: Readout, rdp: bool) -> str:
+    """A budget as text: "ε, δ" under basic accounting; under RDP the ε the curve implies
+    at the dataset's δ_G (:mod:`privsched.readouts`)."""
+    if not rdp:
+        return f"{amount.epsilon:.4g}, {amount.delta:.3g}"
+    return "0" if amount.epsilon == 0 else f"{amount.epsilon:.4g}"
 
 
 @app.command()
@@ -239,8 +232,8 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
-    with _open(db) as ledger, errors():
-        report = ledger.audit(expect=expect)
+    with _open(db) as client, errors():
+        report = client.audit(expect=expect)
     if not report.ok:
         for violation in report.violations:
             print(f"violation: {printable(violation)}", file=sys.stderr)

@@ -45,14 +45,20 @@ def remote_client() -> RemoteClient:
         return RemoteClient(server_url() or "", os.environ.get(TOKEN_ENV))
 
 
-def open_client(db: Path) -> Client | RemoteClient:
-    """The server's client with ``--server``, else a client of the database ``db``."""
+def open_client(db: Path, *, create: bool = False) -> Client | RemoteClient:
+    """The server's client with ``--server``, else a client of the database ``db`` (created
+    on first use only with ``create``)."""
     if server_url() is not None:
         return remote_client()
+    return local_client(db, create=create)
+
+
+def local_client(db: Path, *, create: bool = False) -> Client:
+    """A client of the database ``db`` (created on first use only with ``create``)."""
     from privsched.client import open_client
 
     with errors():
-        return open_client(db, create=False)
+        return open_client(db, create=create)
 
 
 def local_only(command: str) -> None:

@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, fail, say, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
 from privsched.cli.registry import app
 from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
+    from privsched.handles import PipelineHandle
     from privsched.ledger import Event, PipelineInfo
     from privsched.remote import RemoteClient
 
@@ -87,7 +87,13 @@ def submit(
             for line in client.dry_run(pipeline, owner=owner).lines():
                 say(line)
             return
-        run = client.submit(pipeline, owner=owner, **({"id": submission_id} if submission_id is not None else {}))
+        if submission_id is None:
+            run: PipelineHandle = client.submit(pipeline, owner=owner)
+        else:  # an idempotent submission, through a server only (checked above)
+            from privsched.remote import RemoteClient
+
+            assert isinstance(client, RemoteClient)
+            run = client.submit(pipeline, owner=owner, id=submission_id)
         if not wait:
             say(run.id)
             return
@@ -109,12 +115,12 @@ def list_pipelines(
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
         reasons = client.reasons(dataset) if any(p.state in ("pending", "granted") for p in pipelines) else {}
-    table = Table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
+    table = new_table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
         add_row(table, str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
                 _when(info.submitted_at), _when(info.finished_at), reason)
-    console.print(table)
+    show(table)
 
 
 @app.command()
@@ -127,14 +133,13 @@ def status(
     from privsched.cli.ledger_cmds import budget_text
 
     with _client(db) as client, errors():
-        info = client.status(pipeline_id)
-        dataset = client.dataset(info.dataset)
+        info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
         by, releases = _caused_by(client.events(pipeline_id=pipeline_id))
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
-    table = Table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
+    table = new_table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
     add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
     add_row(table, "dataset", f"{info.dataset} ({acc.name})")
     add_row(table, "owner", info.owner)
@@ -142,10 +147,9 @@ def status(
         add_row(table, "scheduler", f"{condition}; retrying")
     if reason is not None:
         add_row(table, "waiting", reason.text())
-    for key in info.block_keys:
-        grant = budget_text(info.demands[key], acc, dataset.capacity, delta)
-        consumed = "" if info.consumed is None else ", consumed " + budget_text(info.consumed[key], acc, dataset.capacity, delta)
-        add_row(table, f"block {key}", f"demand {grant}{consumed} ({unit})")
+    for grant in grants:
+        consumed = "" if grant.consumed is None else ", consumed " + budget_text(grant.consumed, acc.is_rdp)
+        add_row(table, f"block {grant.key}", f"demand {budget_text(grant.demand, acc.is_rdp)}{consumed} ({unit})")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
@@ -155,7 +159,7 @@ def status(
         add_row(table, "released", released)
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
-    console.print(table)
+    show(table)
 
 
 @app.command()
@@ -223,19 +227,17 @@ def serve(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Run the scheduler on the database (one per database) until interrupted."""
-    from privsched.cli.remote_option import local_only
-    from privsched.policies import make_policy
+    from privsched.cli.remote_option import local_client, local_only
     from privsched.server.runner import api_for_options
-    from privsched.service.serve import ServiceError
-    from privsched.service.resources import make_pool
-    from privsched.spec import parse_duration, parse_memory
+    from privsched.service.serve import ServeOptions
 
     local_only("serve")
     with errors():
-        period = parse_duration(tick)
-        life = None if lifetime is None else parse_duration(lifetime)
-        serving = make_policy(policy, n=n, lifetime=life, k=k, unlock=unlock)
-        make_pool(gpus, cpus, None if memory is None else parse_memory(memory))  # sizes checked before any start
+        options = ServeOptions.parse(
+            policy=policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle, gpus=gpus,
+            cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
+            allow_network=allow_network)
+        options.check()  # before the API or any job starts
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
@@ -244,13 +246,8 @@ def serve(
         if not quiet:
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
-    with _client(db) as client, errors(), \
-            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, serving):
-        try:
-            summary = client.serve(policy, n=n, lifetime=life, k=k, unlock=unlock, tick=period, until_idle=until_idle, gpus=gpus,
-                                   cpus=cpus, memory=memory, executor=executor, ray_address=ray_address,
-                                   sandbox=sandbox, allow_network=allow_network, stop=stop, log=log)
-        except ServiceError as exc:
-            fail(exc)
+    with local_client(db) as client, errors(), \
+            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec()):
+        summary = client.serve(options, stop=stop, log=log)
     say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
-          f"{summary.pending} still pending")
+        f"{summary.pending} still pending")

@@ -1,27 +1,20 @@
 """User and quota commands: ``user add``, ``user list``, ``user revoke`` and ``quota set``
-(on the local database, or through ``--server`` with an admin's token)."""
+(on the local database, or through ``--server`` with an admin's token): each is the client
+method ``add_user``, ``users``, ``revoke_user`` or ``set_quota``."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, console, errors, say
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
 from privsched.cli.registry import app
+from privsched.cli.remote_option import open_client
 
 user_app = typer.Typer(help="Users of the HTTP API: roles, teams and bearer tokens.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
-
-
-def _identities(db: Path):
-    from privsched.ledger.identities import Identities
-
-    with errors():
-        return Identities(db)
 
 
 @user_app.command("add")
@@ -32,34 +25,22 @@ def user_add(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Create a user and print its bearer token (shown only this once; only its hash is kept)."""
-    from privsched.cli.remote_option import remote_client, server_url
-
-    if server_url() is not None:
-        with remote_client() as client, errors():
-            token = client.add_user(name, role, team)
-    else:
-        with _identities(db) as identities, errors():
-            token = identities.add_user(name, role, team)
+    with open_client(db) as client, errors():
+        token = client.add_user(name, role, team)
     say(token)
 
 
 @user_app.command("list")
 def user_list(db: DbOption = DEFAULT_DB) -> None:
     """List users with their role, team and whether their token is revoked."""
-    from privsched.cli.remote_option import remote_client, server_url
-
-    if server_url() is not None:
-        with remote_client() as client, errors():
-            users = client.users()
-    else:
-        with _identities(db) as identities, errors():
-            users = [vars(u) for u in identities.users()]
-    table = Table("name", "role", "team", "created", "revoked")
+    with open_client(db) as client, errors():
+        users = client.users()
+    table = new_table("name", "role", "team", "created", "revoked")
     for user in users:
         revoked = user["revoked_at"]
         add_row(table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
                 "-" if revoked is None else _when(revoked))
-    console.print(table)
+    show(table)
 
 
 @user_app.command("revoke")
@@ -68,14 +49,8 @@ def user_revoke(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Revoke a user's token: every request with it is refused from now on."""
-    from privsched.cli.remote_option import remote_client, server_url
-
-    if server_url() is not None:
-        with remote_client() as client, errors():
-            client.revoke_user(name)
-    else:
-        with _identities(db) as identities, errors():
-            identities.revoke(name)
+    with open_client(db) as client, errors():
+        client.revoke_user(name)
     say(f"user {name} revoked")
 
 
@@ -95,21 +70,10 @@ def quota_set(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Cap what a team may hold (allocated plus consumed) on each block of a dataset."""
-    from privsched.cli.common import fail
-    from privsched.cli.remote_option import remote_client, server_url
-
     try:
         value = None if share == "none" else float(share)
     except ValueError:
         fail(f"share must be a number in [0, 1] or 'none', got {share!r}")
-    if server_url() is not None:
-        with remote_client() as client, errors():
-            client.set_quota(dataset, team, value)
-    else:
-        from privsched.ledger import Ledger
-
-        with errors(), Ledger(db) as ledger:
-            dataset_id = ledger.get_dataset(dataset).id
-        with _identities(db) as identities, errors():
-            identities.set_quota(dataset_id, team, value)
+    with open_client(db) as client, errors():
+        client.set_quota(dataset, team, value)
     say(f"quota of team {team} on {dataset}: {'none' if value is None else f'{value:g} of each block'}")

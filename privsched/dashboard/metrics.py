@@ -54,7 +54,7 @@ class LedgerCollector(Collector):
         names = {dataset.name for dataset in self.datasets}
         ids = {dataset.id for dataset in self.datasets}
         pipelines = [info for info in self.client.list() if info.dataset in names]
-        states = Counter(info.state for info in pipelines)
+        states = Counter(info.state.value for info in pipelines)
         by_state = GaugeMetricFamily("privsched_pipelines", "Pipelines by state.", labels=["state"])
         for state in PIPELINE_STATES:
             by_state.add_metric([state], states.get(state, 0))
@@ -74,7 +74,7 @@ class LedgerCollector(Collector):
                         [now - info.submitted_at for info in pipelines if info.state == "pending"])
 
         runs = CounterMetricFamily("privsched_job_runs", "Ended job runs by outcome.", labels=["outcome"])
-        outcomes = Counter(info.state for info in pipelines if info.started_at is not None and info.finished_at)
+        outcomes = Counter(info.state.value for info in pipelines if info.started_at is not None and info.finished_at)
         for outcome in RUN_OUTCOMES:
             runs.add_metric([outcome], outcomes.get(outcome, 0))
         yield runs

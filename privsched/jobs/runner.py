@@ -1,6 +1,7 @@
 """Runs one granted job under a trusted supervisor and writes how it ended to a result file.
 
     python -m privsched.jobs.runner CONTEXT.json RESULT.json [--sandbox landlock|none] [--network]
+                                    [--result-fd FD]
 
 The context file is a :class:`~privsched.jobs.context.JobContext` in JSON with one more key,
 ``job``: a built-in trainer (``{"kind": ...}``) or user code (``{"function":
@@ -17,11 +18,14 @@ kills every process it left behind, detached or not. The supervisor alone writes
 confined, it spent only through primitives (then exactly their sum). A job that started may
 have read its blocks, so a failure always counts as having touched data (its grant is
 consumed), and so does a job that ends without reporting. An executor that finds no result file after
-the process ended fails the pipeline conservatively.
+the process ended fails the pipeline conservatively. The result also goes to the executor
+through ``--result-fd`` (a pipe, which needs no disk), and the result file is retried while
+the disk is full (:func:`deliver`), so a job that ends on a full disk keeps its result.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import importlib.util
 import json
@@ -95,9 +99,44 @@ def write_atomic(path: Path, text: str) -> None:
     whole text."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as stream:
-        stream.write(text)
-    os.replace(tmp, path)
+    try:
+        with os.fdopen(fd, "w") as stream:
+            stream.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+#: Errors that say the file system has no room (now): retried until it has.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def deliver(result: JobResult, path: Path, result_fd: int | None = None, first_wait: float = 0.1,
+            longest_wait: float = 10.0) -> None:
+    """Hand the result to the scheduler: first through the executor's result pipe (which
+    needs no disk), then in the result file, retried (waits doubling from ``first_wait`` to
+    ``longest_wait`` seconds) for as long as the disk is full; any other error is raised."""
+    text = result.to_json()
+    if result_fd is not None:
+        try:
+            view = memoryview(text.encode() + b"\n")  # one line: the executor reads up to its end
+            while view:
+                view = view[os.write(result_fd, view) :]
+        except OSError:
+            pass  # the executor is gone (or stopped reading): the file alone will carry it
+        finally:
+            os.close(result_fd)
+    wait = first_wait
+    while True:
+        try:
+            write_atomic(path, text)
+            return
+        except OSError as exc:
+            if exc.errno not in NO_ROOM:
+                raise
+        time.sleep(wait)
+        wait = min(2 * wait, longest_wait)
 
 
 def load_function(entry: str, pythonpath: list[str] | tuple[str, ...] = ()) -> Callable[..., Any]:
@@ -209,11 +248,13 @@ def _prctl(option: int, value: int) -> None:
 
 
 def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket,
-               tmp: Path) -> None:
-    """The job's process: confine itself, then import and call the job; report to the
-    supervisor over ``sock``. Never returns."""
+               tmp: Path, private_fds: tuple[int, ...]) -> None:
+    """The job's process: close the supervisor's ``private_fds``, confine itself, then import
+    and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
     try:
+        for fd in private_fds:
+            os.close(fd)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         os.environ.pop("PRIVSCHED_LAUNCH_TOKEN", None)  # executors find the supervisor by it, never a job
         os.environ["TMPDIR"] = str(tmp)
@@ -241,10 +282,12 @@ def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | N
         os._exit(code)
 
 
-def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = False) -> JobResult:
+def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = False,
+              private_fds: tuple[int, ...] = ()) -> JobResult:
     """Run the job a context document describes in a confined child process and say how it
     ended; the child's own report is believed only where it cannot lie (module docstring).
-    ``network``: whether the operator lets a job that asks for it (``job.network``) keep TCP."""
+    ``network``: whether the operator lets a job that asks for it (``job.network``) keep TCP;
+    ``private_fds``: the supervisor's descriptors that the job's process closes first."""
     ctx = JobContext.from_json(json.dumps(document))
     builtin = bool(document["job"].get("kind"))
     network = network and bool(document["job"].get("network"))
@@ -268,7 +311,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
         pid = os.fork()
         if pid == 0:
             ours.close()
-            _run_child(document, ctx, rules, theirs, tmp)
+            _run_child(document, ctx, rules, theirs, tmp, private_fds)
         theirs.close()
         previous = signal.signal(signal.SIGTERM, _end_on_signal)
         status: list[int] = []
@@ -324,9 +367,17 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     return JobResult(ctx.pipeline_id, True, spent, True, "", metrics)
 
 
-def run_job(context_path: Path, mode: str = "landlock", network: bool = False) -> JobResult:
+def run_job(context_path: Path, mode: str = "landlock", network: bool = False,
+            private_fds: tuple[int, ...] = ()) -> JobResult:
     """Supervise the job of a context file (see :func:`supervise`)."""
-    return supervise(json.loads(context_path.read_text()), mode, network)
+    return supervise(json.loads(context_path.read_text()), mode, network, private_fds)
+
+
+def not_started(context_path: Path, reason: str) -> JobResult:
+    """The result of a job refused before any of its code ran: failed, its data untouched
+    (its grant is released)."""
+    pipeline_id = int(json.loads(context_path.read_text())["pipeline_id"])
+    return JobResult(pipeline_id, False, touched_data=False, message=f"not started: {reason}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,15 +388,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("result", type=Path)
     parser.add_argument("--sandbox", choices=SANDBOX_MODES, default=None)
     parser.add_argument("--network", action="store_true", help="let a job that asks for it keep TCP access")
+    parser.add_argument("--result-fd", type=int, default=None, help="a pipe to send the result to as well")
     args = parser.parse_args(argv)
     mode = sandbox_mode(args.sandbox)
+    private = () if args.result_fd is None else (args.result_fd,)
     try:
         require_sandbox(mode)
-        result = run_job(args.context, mode, args.network)  # the job's own ask is read there
+        result = run_job(args.context, mode, args.network, private)  # the job's own ask is read there
     except SandboxError as exc:
-        pipeline_id = int(json.loads(args.context.read_text())["pipeline_id"])
-        result = JobResult(pipeline_id, False, touched_data=False, message=f"not started: {exc}")
-    write_atomic(args.result, result.to_json())
+        result = not_started(args.context, str(exc))
+    deliver(result, args.result, args.result_fd)
     sys.stdout.flush()
     return 0 if result.completed else 1
 

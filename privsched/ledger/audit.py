@@ -45,8 +45,8 @@ class _Replay:
 
     def __init__(self) -> None:
         self.blocks: dict[int, dict[str, np.ndarray]] = {}
-        self.held: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: 0.0)
-        self.spent: dict[tuple[int, int], np.ndarray] = defaultdict(lambda: 0.0)
+        self.held: dict[tuple[int, int], np.ndarray | float] = defaultdict(lambda: 0.0)  # 0 until an event adds
+        self.spent: dict[tuple[int, int], np.ndarray | float] = defaultdict(lambda: 0.0)
 
     def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
         balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
@@ -138,10 +138,10 @@ def _check_block(
         bad = ~_close(stored[bucket], again, capacity)
         if bad.any():
             out.append(f"{label}: stored {bucket} differs from the event log at {_dims(labels, bad)}")
-    total = sum(stored[bucket] for bucket in BUCKETS)
+    total = np.sum([stored[bucket] for bucket in BUCKETS], axis=0)
     # Rounding scales with the terms summed: under RDP a dead order (capacity 0) can carry
     # negative unlocked budget that cancels its consumed budget.
-    magnitude = sum(np.abs(stored[bucket]) for bucket in BUCKETS)
+    magnitude = np.sum([np.abs(stored[bucket]) for bucket in BUCKETS], axis=0)
     bad = ~_close(capacity, total, magnitude)
     if bad.any():
         out.append(f"{label}: capacity != locked + unlocked + allocated + consumed at {_dims(labels, bad)}")

@@ -33,6 +33,10 @@ from privsched.ledger.schema import APPLICATION_ID, MIGRATES_FROM, SCHEMA_VERSIO
 
 T = TypeVar("T")
 
+#: SQLite's "database or disk is full" result code (``sqlite3.SQLITE_FULL`` exists only from
+#: Python 3.11 on, as does the error's ``sqlite_errorcode``; on 3.10 neither is there).
+SQLITE_FULL = 13
+
 #: SQLite's own wait for a lock, in seconds.
 BUSY_TIMEOUT = 30.0
 #: How long a transaction is retried after SQLite gave up waiting, in seconds.
@@ -87,7 +91,7 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
     except sqlite3.DatabaseError as exc:
         if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
             raise
-        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL:
             raise StorageFull(f"database error: {exc}") from exc
         raise LedgerError(f"database error: {exc}") from exc
 

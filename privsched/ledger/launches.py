@@ -28,7 +28,7 @@ class LaunchRecord:
 
 
 def create_table(db: sqlite_utils.Database) -> None:
-    db["launches"].create(
+    db.table("launches").create(
         {"pipeline_id": int, "token": str, "generation": int, "state": str, "pid": int, "start_ticks": str,
          "at": float},
         pk="pipeline_id",

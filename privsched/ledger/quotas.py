@@ -32,7 +32,7 @@ class QuotaCheck:
     def __init__(self, db: sqlite_utils.Database, shares: dict[tuple[int, str], float]) -> None:
         self.db = db
         self.shares = shares
-        self._held: dict[tuple[int, str], dict[int, np.ndarray]] = {}
+        self._held: dict[tuple[int, str], dict[int, np.ndarray | float]] = {}
 
     @classmethod
     def load(cls, db: sqlite_utils.Database) -> QuotaCheck | None:
@@ -46,11 +46,11 @@ class QuotaCheck:
         found = self.db.execute("SELECT team FROM submissions WHERE pipeline_id = ?", [pipeline_id]).fetchone()
         return found[0] if found else None
 
-    def held(self, dataset_id: int, team: str) -> dict[int, np.ndarray]:
+    def held(self, dataset_id: int, team: str) -> dict[int, np.ndarray | float]:
         """What the team holds on each block of the dataset (block id → vector)."""
         key = (dataset_id, team)
         if key not in self._held:
-            held: dict[int, np.ndarray] = defaultdict(lambda: 0.0)
+            held: dict[int, np.ndarray | float] = defaultdict(lambda: 0.0)  # 0 until a demand is added
             for block_id, demand, consumed, state in self.db.execute(
                 "SELECT e.block_id, e.demand, e.consumed, p.state FROM demands e "
                 "JOIN pipelines p ON p.id = e.pipeline_id JOIN submissions s ON s.pipeline_id = p.id "
@@ -68,7 +68,9 @@ class QuotaCheck:
                 capacity: np.ndarray, accounting: Accounting) -> tuple[str, int] | None:
         """(team, index of the first block over quota) if granting would exceed the team's quota."""
         team = self.team(pipeline_id)
-        share = None if team is None else self.shares.get((dataset_id, team))
+        if team is None:
+            return None
+        share = self.shares.get((dataset_id, team))
         if share is None:
             return None
         held = self.held(dataset_id, team)

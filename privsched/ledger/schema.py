@@ -46,8 +46,8 @@ def unpack_rows(blobs: list[bytes], dims: int) -> np.ndarray:
 
 def create_schema(db: sqlite_utils.Database) -> None:
     """Create every table, index and trigger (inside the caller's transaction)."""
-    db["meta"].create({"key": str, "value": str}, pk="key", strict=True)
-    db["datasets"].create(
+    db.table("meta").create({"key": str, "value": str}, pk="key", strict=True)
+    db.table("datasets").create(
         {
             "id": int,
             "name": str,
@@ -63,16 +63,16 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["name", "accounting", "alphas", "epsilon", "delta", "conversion", "capacity", "created_at"],
         strict=True,
     )
-    db["datasets"].create_index(["name"], unique=True)
-    db["blocks"].create(
+    db.table("datasets").create_index(["name"], unique=True)
+    db.table("blocks").create(
         {"id": int, "dataset_id": int, "key": str, "location": str, "state": str, "created_at": float},
         pk="id",
         foreign_keys=[("dataset_id", "datasets", "id")],
         not_null=["dataset_id", "key", "state", "created_at"],
         strict=True,
     )
-    db["blocks"].create_index(["dataset_id", "key"], unique=True)
-    db["balances"].create(
+    db.table("blocks").create_index(["dataset_id", "key"], unique=True)
+    db.table("balances").create(
         {
             "block_id": int,
             "capacity": bytes,
@@ -86,7 +86,7 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["capacity", "locked", "unlocked", "allocated", "consumed"],
         strict=True,
     )
-    db["pipelines"].create(
+    db.table("pipelines").create(
         {
             "id": int,
             "name": str,
@@ -110,17 +110,17 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["name", "dataset_id", "state", "owner", "weight", "submitted_at", "job", "resources"],
         strict=True,
     )
-    db["pipelines"].create_index(["dataset_id", "state"])
-    db["pipelines"].create_index(["state"])
-    db["demands"].create(
+    db.table("pipelines").create_index(["dataset_id", "state"])
+    db.table("pipelines").create_index(["state"])
+    db.table("demands").create(
         {"pipeline_id": int, "block_id": int, "position": int, "demand": bytes, "consumed": bytes},
         pk=("pipeline_id", "block_id"),
         foreign_keys=[("pipeline_id", "pipelines", "id"), ("block_id", "blocks", "id")],
         not_null=["position", "demand"],
         strict=True,
     )
-    db["demands"].create_index(["block_id"])
-    db["events"].create(
+    db.table("demands").create_index(["block_id"])
+    db.table("events").create(
         {
             "id": int,
             "at": float,
@@ -140,9 +140,9 @@ def create_schema(db: sqlite_utils.Database) -> None:
         not_null=["at", "kind", "hash"],
         strict=True,
     )
-    db["events"].create_index(["pipeline_id"])
-    db["events"].create_index(["block_id"])
-    db["lease"].create(
+    db.table("events").create_index(["pipeline_id"])
+    db.table("events").create_index(["block_id"])
+    db.table("lease").create(
         {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float,
          "generation": int},
         pk="name",
@@ -159,7 +159,7 @@ def create_schema(db: sqlite_utils.Database) -> None:
         BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
         """
     )
-    db["meta"].insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+    db.table("meta").insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 

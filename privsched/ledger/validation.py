@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import PipelineRequest
 from privsched.text import name_problem
@@ -186,7 +185,7 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
             demand = vector(request.demand, accounting.dims, "demand")
         elif request.mechanism is not None:
             try:
-                demand = demand_vector(parse_mechanism(request.mechanism), accounting)
+                demand = mechanism_demand(request.mechanism, accounting)
             except ValueError as exc:
                 raise LedgerError(f"invalid mechanism: {exc}") from exc
             demand = vector(demand, accounting.dims, "mechanism demand")
@@ -204,11 +203,19 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
     return vectors
 
 
+def mechanism_demand(mechanism: str, accounting: Accounting) -> np.ndarray:
+    """The curve of a mechanism's JSON description (``ValueError`` if it is invalid). The
+    mechanisms' models are imported here, on a write, not by a command that only reads."""
+    from privsched.budgets.mechanisms import demand_vector, parse_mechanism
+
+    return demand_vector(parse_mechanism(mechanism), accounting)
+
+
 def mechanism_curve(mechanism: str, accounting: Accounting) -> np.ndarray:
     """The demand vector of a stored mechanism description: a stored demand must be at
     least this, or what the ledger charges is not what the job releases."""
     try:
-        return vector(demand_vector(parse_mechanism(mechanism), accounting), accounting.dims, "mechanism demand")
+        return vector(mechanism_demand(mechanism, accounting), accounting.dims, "mechanism demand")
     except ValueError as exc:
         raise LedgerError(f"invalid mechanism: {exc}") from exc
 

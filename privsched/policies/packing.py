@@ -3,16 +3,19 @@ pending demands are granted (DPack, Tholoniat et al., EuroSys'25; docs/design.md
 
 For block j and live order α, ``count_j(α)`` is how many of the block's pending demands at
 α fit in ``unlocked_j(α)`` when packed smallest first: the longest prefix of those demands,
-sorted ascending, whose sum fits (up to the budgets' relative tolerance). The block's best
-order α*_j has the largest count (ties: the smallest α).
+sorted ascending, whose running sum fits. The block's best order α*_j has the largest
+count (ties: the smallest α).
 
-The demands of each (block, order) are sorted once and held in two Fenwick trees (binary
-indexed trees, Fenwick 1994): one of demand sums, one of pending counts. Granting a demand
-zeroes its leaf in O(log n), and the longest fitting prefix is one descent of the tree in
-O(log n). So after a round of grants only the blocks those grants touched are recounted, at
-O(orders × log n) each rather than O(orders × n). All trees live side by side in one
-(edges, orders) array: the tree of block j uses rows ``first_j + i − 1`` for tree indices
-``i = 1..n_j``, the same rows at every order.
+The demands of each (block, order) are sorted once, and each keeps its prefix: where it
+ends, its pending sum and its count. Within a pass the prefix never grows. Granting a
+demand d takes d from the block's budget too: if d lies inside the prefix, the rest of the
+prefix still fits (sum − d ≤ budget − d) and the next demand still does not (it did not
+fit with d counted), so the count falls by one and the prefix keeps its end; if d lies
+beyond, the budget shrank under an unchanged prefix. Either way only shortening can
+follow: a recount drops demands from the end until the sum fits again. Each demand
+leaves a prefix at most once, so all the recounts of a pass cost O(edges × orders) in
+all, and a grant O(orders) (exact arithmetic; in floating point the sums are those of
+the grants' subtractions).
 """
 
 from __future__ import annotations
@@ -20,10 +23,6 @@ from __future__ import annotations
 import numpy as np
 
 from privsched.policies.admission import EdgeTable
-
-
-def _lowest_bit(index: np.ndarray) -> np.ndarray:
-    return index & -index
 
 
 def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarray, first: np.ndarray) -> np.ndarray:
@@ -53,94 +52,57 @@ def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarra
 
 
 class Packing:
-    """Packing counts of every (block, live order) and the best order of every block."""
+    """Packing counts of every (block, live order) and the best order of every block.
+
+    The loops that lay the demands out, remove granted ones and shorten the prefixes are
+    compiled (:mod:`privsched.policies.dpack_kernels`); they take :attr:`state`."""
 
     def __init__(self, table: EdgeTable, available: np.ndarray) -> None:
-        #: Orders live on at least one block; counts and trees cover these columns only.
-        self.columns = np.flatnonzero(table.live.any(axis=0))
-        self.live = table.live[:, self.columns]
-        self.table = table
-        self.size = np.bincount(table.block, minlength=table.n_blocks)
-        self.first = np.cumsum(self.size) - self.size
-        #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
-        self.best = np.zeros(table.n_blocks, dtype=np.intp)
-        demand = table.demand[:, self.columns]
-        n_edges = len(demand)
-        sorted_edges = _sorted_within_blocks(table.block, demand, self.size, self.first)
-        #: Row of each edge's demand in the trees, per column.
-        self.row_of = np.empty_like(sorted_edges)
-        np.put_along_axis(self.row_of, sorted_edges, np.arange(n_edges)[:, None], axis=0)
-        block_of_row = np.repeat(np.arange(table.n_blocks), self.size)
-        #: Tree index (1-based, within its block) of each row.
-        self.index = np.arange(n_edges) - self.first[block_of_row] + 1
-        self.sums = np.take_along_axis(demand, sorted_edges, axis=0)
-        self.pending = np.ones(demand.shape)  # float: counts stay exact, updates take the fast path
-        self._build(self.size[block_of_row])
-        self.refresh(np.flatnonzero(self.size), available)
+        from privsched.policies import dpack_kernels
 
-    def _build(self, block_size: np.ndarray) -> None:
-        """Turn the sorted leaves into trees: every node adds itself to its parent, level by
-        level (nodes of one level have distinct parents)."""
-        step = _lowest_bit(self.index)
-        has_parent = self.index + step <= block_size
-        bit = 1
-        while bit <= block_size.max(initial=0):
-            rows = np.flatnonzero(has_parent & (step == bit))
-            self.sums[rows + bit] += self.sums[rows]
-            self.pending[rows + bit] += self.pending[rows]
-            bit <<= 1
+        self.block = np.ascontiguousarray(table.block, dtype=np.intp)
+        self.demand = np.ascontiguousarray(table.demand, dtype=float)
+        self.live = np.ascontiguousarray(table.live, dtype=bool)
+        #: Orders live on at least one block; counts cover these columns only.
+        self.columns = np.flatnonzero(table.live.any(axis=0)).astype(np.intp)
+        n_blocks, n_edges, width = table.n_blocks, len(self.block), len(self.columns)
+        self.size = np.bincount(self.block, minlength=n_blocks).astype(np.intp)
+        self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
+        every_column = width == self.demand.shape[1]  # then no copy of the demands
+        sorted_edges = _sorted_within_blocks(self.block, self.demand if every_column else self.demand[:, self.columns],
+                                             self.size, self.first)
+        #: Edges grouped by block (any order within a block).
+        self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
+        #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
+        self.best = np.zeros(n_blocks, dtype=np.intp)
+        #: The state the compiled loops work on: the columns; each block's first row and
+        #: size; per column, the demands in sorted order (rows ``first_j ..``) and whether
+        #: each has been granted; each edge's row per column; per block and column, the
+        #: prefix (rows counted from ``first_j``), its pending sum and count; the best orders.
+        self.state = (
+            self.columns, self.first, self.size, np.empty((width, n_edges)), np.empty((width, n_edges), dtype=bool),
+            np.empty((n_edges, width), dtype=np.intp), np.zeros((n_blocks, width), dtype=np.intp),
+            np.zeros((n_blocks, width)), np.zeros((n_blocks, width), dtype=np.intp), self.best,
+        )
+        dpack_kernels.build_packing(np.ascontiguousarray(sorted_edges, dtype=np.intp), self.demand,
+                                    np.ascontiguousarray(available, dtype=float), self.live, self.state)
 
     def remove(self, edges: np.ndarray) -> None:
-        """Granted edges stop counting as pending: subtract them along their tree paths."""
-        if not edges.size or not self.columns.size:
-            return
-        width = len(self.columns)
-        blocks = self.table.block[edges]
-        index = self.index[self.row_of[edges]].ravel()
-        first, size = np.repeat(self.first[blocks], width), np.repeat(self.size[blocks], width)
-        column = np.tile(np.arange(width), len(edges))
-        demand = self.table.demand[edges][:, self.columns].ravel()
-        flat_sums, flat_pending = self.sums.reshape(-1), self.pending.reshape(-1)
-        while index.size:
-            flat = (first + index - 1) * width + column
-            np.subtract.at(flat_sums, flat, demand)
-            np.subtract.at(flat_pending, flat, np.ones(flat.size))
-            index = index + _lowest_bit(index)
-            active = index <= size
-            index, first, size, column, demand = (a[active] for a in (index, first, size, column, demand))
+        """Granted edges stop counting as pending (their demand must already be charged to
+        the budget that the next :meth:`refresh` is given)."""
+        from privsched.policies import dpack_kernels
 
-    def counts(self, blocks: np.ndarray, available: np.ndarray) -> np.ndarray:
-        """Packing counts (len(blocks), columns) of ``blocks`` (each with ≥ 1 edge) against
-        ``available`` (B, K): one descent of each tree to its longest fitting prefix."""
-        width = len(self.columns)
-        size = self.size[blocks][:, None]
-        base = (self.first[blocks][:, None] - 1) * width + np.arange(width)
-        # A sum s ≥ 0 passes ``leq(s, budget)`` (exact) iff s ≤ budget.
-        limit = available[blocks][:, self.columns]
-        position = np.zeros(limit.shape, dtype=np.intp)
-        total = np.zeros(limit.shape)
-        count = np.zeros(limit.shape)
-        flat_sums, flat_pending = self.sums.reshape(-1), self.pending.reshape(-1)
-        step = 1 << (int(size.max(initial=1)).bit_length() - 1)
-        while step:
-            ahead = position + step
-            flat = base + np.minimum(ahead, size) * width
-            extended = total + flat_sums[flat]
-            take = (ahead <= size) & (extended <= limit)
-            position += take * step
-            total = np.where(take, extended, total)
-            count += take * flat_pending[flat]
-            step >>= 1
-        return count
+        dpack_kernels.remove_edges(np.asarray(edges, dtype=np.intp), self.block, self.demand, self.state)
 
     def refresh(self, blocks: np.ndarray, available: np.ndarray) -> np.ndarray:
-        """Recount ``blocks`` (each with ≥ 1 edge) against ``available``; update their α*.
-        Returns the blocks whose best order changed."""
+        """Recount ``blocks`` (distinct, each with ≥ 1 edge) against ``available``; update
+        their α*. Returns the blocks whose best order changed."""
+        from privsched.policies import dpack_kernels
+
+        blocks = np.asarray(blocks, dtype=np.intp)
         if not blocks.size or not self.columns.size:
             return blocks[:0]  # without a live order nothing fits anywhere: α* is irrelevant
-        counts = self.counts(blocks, available)
-        counts[~self.live[blocks]] = -1
-        best = self.columns[np.argmax(counts, axis=1)]
-        changed = blocks[best != self.best[blocks]]
-        self.best[blocks] = best
-        return changed
+        changed = np.empty(len(blocks), dtype=np.intp)
+        n_changed = dpack_kernels.refresh_best(blocks, np.ascontiguousarray(available, dtype=float), self.live,
+                                               self.state, changed)
+        return changed[:n_changed]

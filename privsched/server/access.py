@@ -83,7 +83,7 @@ def check_submission_id(text: str) -> None:
         raise BadInput("a submission id must be 1-128 printable characters")
 
 
-def check_same_submitter(user: User, submission: Submission | None, submission_id: str) -> None:
+def check_same_submitter(user: User, submission: Submission | None, submission_id: str | None) -> None:
     """A submission id names one user's pipeline: another user may not reuse it (nor see it)."""
     if submission is not None and submission.submitter != user.name:
         raise Conflict(f"submission id {submission_id!r} is already used by another user")

@@ -116,7 +116,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.readable_dataset(client, identities, caller, info.dataset)
         return info
 
-    def resubmitted(pipeline_id: int, submission_id: str, caller: User) -> Response:
+    def resubmitted(pipeline_id: int, submission_id: str | None, caller: User) -> Response:
         access.check_same_submitter(caller, identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
         return reply(pipeline_out(client.status(pipeline_id), caller))
 

@@ -27,7 +27,7 @@ METRICS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _asset(name: str) -> str:
-    return resources.files("privsched.dashboard").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("privsched.dashboard").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
 def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., User],

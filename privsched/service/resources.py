@@ -14,9 +14,12 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from privsched.budgets.bounds import check_number
-from privsched.spec import MAX_CPUS, MAX_GPUS, MAX_MEMORY, MIN_CPUS, Resources
+
+if TYPE_CHECKING:  # the specification models (pydantic) load only where a pool is sized
+    from privsched.spec import Resources
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,8 @@ def detect_memory() -> int:
 
 def make_pool(gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
     """The machine's pool, with any of its sizes overridden (declared GPUs are named 0..N-1)."""
+    from privsched.spec import MAX_CPUS, MAX_GPUS, MAX_MEMORY, MIN_CPUS
+
     if gpus is not None:
         check_number(gpus, "the pool's GPU count", 0, MAX_GPUS, integer=True)
     if cpus is not None:

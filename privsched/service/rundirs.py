@@ -22,9 +22,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from privsched.jobs.runner import write_atomic
-from privsched.service.resources import Pool
+# The job runner and the pool (the specification models) are imported where they are used:
+# a command that only reads a pipeline's state opens this folder and no more.
+if TYPE_CHECKING:
+    from privsched.service.resources import Pool
 
 #: Longest condition text read back from the runs folder, in characters.
 CONDITION_LENGTH = 1000
@@ -70,9 +73,13 @@ class RunDirs:
 
     def request_cancel(self, pipeline_id: int) -> None:
         """Ask the scheduler to stop a running job (it kills it, then fails the pipeline)."""
+        from privsched.jobs.runner import write_atomic
+
         write_atomic(self.folder(pipeline_id, create=True) / "cancel", "cancelled by user\n")
 
     def record_pool(self, pool: Pool) -> None:
+        from privsched.jobs.runner import write_atomic
+
         _private_folder(self.root)
         write_atomic(self.root / "pool.json", json.dumps(pool.to_dict()))
 
@@ -95,6 +102,8 @@ class RunDirs:
     def record_policy(self, name: str, params: dict) -> None:
         """Record the serving policy as :func:`~privsched.policies.make_policy`'s name and
         options, so that waiting reasons rank and estimate unlocks as the scheduler does."""
+        from privsched.jobs.runner import write_atomic
+
         _private_folder(self.root)
         write_atomic(self.root / "policy.json", json.dumps({"name": name, "params": params}))
 
@@ -108,6 +117,8 @@ class RunDirs:
 
     def recorded_pool(self) -> Pool | None:
         """The pool the last scheduler served this database with, if any."""
+        from privsched.service.resources import Pool
+
         try:
             return Pool.from_dict(json.loads((self.root / "pool.json").read_text()))
         except (OSError, ValueError, KeyError):

@@ -21,9 +21,9 @@ import sqlite3
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from privsched.errors import Conflict
 from privsched.ledger import Ledger
@@ -144,7 +144,8 @@ def serve(
             where = f" (pid {current.get('pid')} on {current.get('host')})" if current else ""
             raise ServiceError(f"another scheduler is already serving {path}{where}")
         try:
-            return _loop(ledger, path, holder, ttl, policy, executor, pool, tick, until_idle, poll_interval, stop, log, clock)
+            loop = _Loop(ledger, path, holder, ttl, tick, until_idle, poll_interval, stop, log, clock)
+            return loop.run(policy, executor, pool)
         except LeaseLost as exc:  # paused past the lease: a successor has adopted its jobs
             raise ServiceError(f"lost the scheduler lease of {path} to another scheduler ({exc})") from exc
         finally:
@@ -154,82 +155,97 @@ def serve(
             ledger.close()
 
 
-def _loop(
-    ledger: Ledger,
-    path: Path,
-    holder: str,
-    ttl: float,
-    policy: PolicySpec,
-    executor: Executor,
-    pool: Pool,
-    tick: float,
-    until_idle: bool,
-    poll_interval: float,
-    stop: threading.Event,
-    log: Callable[[str], None],
-    clock: Callable[[], float],
-) -> ServeSummary:
-    runs = RunDirs(path)
-    runs.record_pool(pool)
-    runs.record_policy(policy.name, policy.params)
-    scheduler = Scheduler(ledger, policy, executor, pool, runs, log)
-    scheduler.recover(clock())
-    watcher = ChangeWatcher(path)
-    woken = wakeup.listen(path)
-    condition = Condition(runs, log)
-    summary = ServeSummary()
-    renewed = clock()
-    try:
-        while not stop.is_set():
-            now = clock()
-            try:
-                if now - renewed > ttl / 3:
-                    if not ledger.renew_lease(holder, ttl, now=now):
-                        raise ServiceError(f"lost the scheduler lease of {path} to another scheduler")
-                    renewed = now
-                report: TickReport | None = scheduler.tick(now)
-                condition.clear()
-            except (StorageFull, OSError) as exc:
-                if not _is_full(exc):
-                    raise
-                condition.full(exc)
-                summary.storage_full += 1
-                report = None
-            watcher.reset()
-            # What committed during the tick, before the reset, is read now: another tick at once.
-            fresh = report is not None and scheduler.news()
-            summary.ticks += 1
-            if report is not None:
-                summary.granted += len(report.granted)
-                summary.settled += len(report.settled)
-                summary.pending = report.pending
-                if until_idle and report.idle and not fresh and not (report.pending and scheduler.awaits_timeouts()):
-                    break
-            if fresh:
-                continue
-            next_tick = now + tick
-            while _wait(stop, None if condition.current else (woken, watcher), poll_interval):
-                now = clock()
-                settled = []
-                if condition.current is None:  # while storage is full, only the tick retries
-                    try:
-                        settled = scheduler.collect(now)
-                    except (StorageFull, OSError) as exc:
-                        if not _is_full(exc):
-                            raise
-                        summary.storage_full += 1
-                        condition.full(exc)
-                summary.settled += len(settled)
-                if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
-                    break
-            woken.clear()
-    finally:
-        wakeup.unlisten(path, woken)
-        watcher.close()
-    return summary
+@dataclass
+class _Loop:
+    """One scheduler serving one database: its lease, its scheduler and its pacing."""
+
+    ledger: Ledger
+    path: Path
+    holder: str  # the lease holder's name
+    ttl: float  # seconds the lease lasts past each renewal
+    tick: float
+    until_idle: bool
+    poll_interval: float
+    stop: threading.Event
+    log: Callable[[str], None]
+    clock: Callable[[], float]
+    renewed: float = 0.0  # when the lease was last renewed
+
+    def run(self, policy: PolicySpec, executor: Executor, pool: Pool) -> ServeSummary:
+        """Tick until stopped (or idle), waking early on a finished job or a change."""
+        runs = RunDirs(self.path)
+        runs.record_pool(pool)
+        runs.record_policy(policy.name, policy.params)
+        scheduler = Scheduler(self.ledger, policy, executor, pool, runs, self.log)
+        scheduler.recover(self.clock())
+        watcher = ChangeWatcher(self.path)
+        woken = wakeup.listen(self.path)
+        condition = Condition(runs, self.log)
+        summary = ServeSummary()
+        self.renewed = self.clock()
+        try:
+            while not self.stop.is_set():
+                now = self.clock()
+                report = self._tick(scheduler, condition, summary, now)
+                watcher.reset()
+                # What committed during the tick, before the reset, is read now: another tick at once.
+                fresh = report is not None and scheduler.news()
+                summary.ticks += 1
+                if report is not None:
+                    summary.granted += len(report.granted)
+                    summary.settled += len(report.settled)
+                    summary.pending = report.pending
+                    if (self.until_idle and report.idle and not fresh
+                            and not (report.pending and scheduler.awaits_timeouts())):
+                        break
+                if not fresh:
+                    self._wait(scheduler, condition, (woken, watcher), summary, now + self.tick)
+                    woken.clear()
+        finally:
+            wakeup.unlisten(self.path, woken)
+            watcher.close()
+        return summary
+
+    def _tick(self, scheduler: Scheduler, condition: Condition, summary: ServeSummary, now: float) -> TickReport | None:
+        """Renew the lease when a third of it has passed, and run one scheduler tick; None
+        when the database or disk is full (retried next tick)."""
+        try:
+            if now - self.renewed > self.ttl / 3:
+                if not self.ledger.renew_lease(self.holder, self.ttl, now=now):
+                    raise ServiceError(f"lost the scheduler lease of {self.path} to another scheduler")
+                self.renewed = now
+            report = scheduler.tick(now)
+        except (StorageFull, OSError) as exc:
+            if not _is_full(exc):
+                raise
+            condition.full(exc)
+            summary.storage_full += 1
+            return None
+        condition.clear()
+        return report
+
+    def _wait(self, scheduler: Scheduler, condition: Condition, wake: tuple[threading.Event, ChangeWatcher],
+              summary: ServeSummary, next_tick: float) -> None:
+        """Collect finished jobs until the next tick is due, a job settled, another process
+        committed (a submission, a cancellation) or the loop is stopped."""
+        woken, watcher = wake
+        while _sleep(self.stop, None if condition.current else wake, self.poll_interval):
+            now = self.clock()
+            settled = []
+            if condition.current is None:  # while storage is full, only the tick retries
+                try:
+                    settled = scheduler.collect(now)
+                except (StorageFull, OSError) as exc:
+                    if not _is_full(exc):
+                        raise
+                    summary.storage_full += 1
+                    condition.full(exc)
+            summary.settled += len(settled)
+            if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
+                return
 
 
-def _wait(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | None, seconds: float) -> bool:
+def _sleep(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | None, seconds: float) -> bool:
     """Sleep ``seconds``, or less when ``wake`` says a submission came (woken, or another
     process committed); False once ``stop`` is set."""
     if wake is None:
@@ -243,47 +259,97 @@ def _wait(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | N
     return False
 
 
-def serve_options(
+@dataclass(frozen=True)
+class ServeOptions:
+    """How a scheduler serves a database: the options of ``privsched serve``, of
+    :meth:`privsched.client.Client.serve` and of :func:`serve_options`, named once.
+    :meth:`parse` also takes durations and sizes as text (``"500ms"``, ``"2h"``, ``"64G"``)."""
+
+    policy: str = "fcfs"  # a make_policy name: fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal
+    n: int | None = None  # per-arrival unlocking: each pipeline unlocks 1/N
+    lifetime: float | None = None  # per-time unlocking: the data's lifetime, seconds
+    k: int = 50  # DPack: grants between efficiency refreshes
+    unlock: str | None = None  # overrides the policy's unlock rule: all, n or t
+    tick: float = 1.0  # scheduling period, seconds
+    until_idle: bool = False  # return once nothing more can happen without new submissions
+    gpus: int | None = None  # GPUs jobs may use (default: detected, or the cluster's)
+    cpus: float | None = None  # CPUs jobs may use (default: the machine's or the cluster's)
+    memory: int | None = None  # bytes jobs may use (default: the machine's or the cluster's)
+    executor: str = "local"  # where jobs run: local, or ray
+    ray_address: str | None = None  # the Ray dashboard's address (default: $RAY_ADDRESS, else this machine)
+    sandbox: str | None = None  # job confinement: landlock or none (default: $PRIVSCHED_SANDBOX, else landlock)
+    allow_network: bool = False  # let jobs that ask for it (job.network) open TCP connections
+
+    @classmethod
+    def parse(cls, **options: Any) -> ServeOptions:
+        """Options with ``tick`` and ``lifetime`` as seconds or durations (``"1s"``, ``"2h"``)
+        and ``memory`` as bytes or a size (``"16GiB"``); ``ValueError`` with one line for a
+        bad value or an unknown option."""
+        from privsched.spec import parse_duration, parse_memory
+
+        unknown = sorted(set(options) - {field.name for field in fields(cls)})
+        if unknown:
+            raise ValueError(f"unknown serve option {unknown[0]!r}")
+        for name in ("tick", "lifetime"):
+            if options.get(name) is not None:
+                options[name] = parse_duration(options[name])
+        if options.get("memory") is not None:
+            options["memory"] = parse_memory(options["memory"])
+        return cls(**options)
+
+    def policy_spec(self) -> PolicySpec:
+        """The policy and unlock rule (:func:`~privsched.policies.make_policy`)."""
+        from privsched.policies import make_policy
+
+        return make_policy(self.policy, n=self.n, lifetime=self.lifetime, k=self.k, unlock=self.unlock)
+
+    def check(self) -> None:
+        """Refuse bad options before anything starts: ``ValueError`` with one line."""
+        from privsched.service.resources import make_pool
+
+        if not self.tick > 0:
+            raise ValueError(f"the tick must be a positive duration, got {self.tick!r}")
+        self.policy_spec()
+        make_pool(self.gpus, self.cpus, self.memory)
+
+
+def serve_with(
     db_path: str | os.PathLike,
-    policy: str = "fcfs",
+    options: ServeOptions,
     *,
-    n: int | None = None,
-    lifetime: float | None = None,
-    k: int = 50,
-    unlock: str | None = None,
-    tick: float = 1.0,
-    until_idle: bool = False,
-    gpus: int | None = None,
-    cpus: float | None = None,
-    memory: int | str | None = None,
-    executor: str = "local",
-    ray_address: str | None = None,
-    sandbox: str | None = None,
-    allow_network: bool = False,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
 ) -> ServeSummary:
-    """:func:`serve` with the policy (:func:`~privsched.policies.make_policy`'s names and
-    options, as ``privsched simulate`` takes them), executor and pool given by name and
-    sizes (the options of ``privsched serve``). Bad options raise ``ValueError`` with one
-    line; ``sandbox="landlock"`` (the default) where the kernel has no Landlock raises
-    :class:`ServiceError`."""
+    """:func:`serve` with the policy, executor and pool that ``options`` name. Bad options
+    raise ``ValueError`` with one line; ``sandbox="landlock"`` (the default) where the
+    kernel has no Landlock raises :class:`ServiceError`."""
     from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
-
-    from privsched.policies import make_policy
     from privsched.service.executors import make_executor
-    from privsched.spec import parse_memory
 
-    spec = make_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
-    mode = sandbox_mode(sandbox)
-    if executor == "local":  # Ray workers check their own kernel when a job starts
+    spec = options.policy_spec()
+    mode = sandbox_mode(options.sandbox)
+    if options.executor == "local":  # Ray workers check their own kernel when a job starts
         try:
             require_sandbox(mode)
         except SandboxError as exc:
             raise ServiceError(str(exc)) from None
-    runner = make_executor(executor, ray_address, sandbox=mode, allow_network=allow_network)
-    pool = runner.pool(gpus, cpus, None if memory is None else parse_memory(memory))
+    runner = make_executor(options.executor, options.ray_address, sandbox=mode, allow_network=options.allow_network)
+    pool = runner.pool(options.gpus, options.cpus, options.memory)
     return serve(
-        db_path, spec, runner, pool, tick=tick, until_idle=until_idle, stop=stop,
+        db_path, spec, runner, pool, tick=options.tick, until_idle=options.until_idle, stop=stop,
         log=log or (lambda message: None),
     )
+
+
+def serve_options(
+    db_path: str | os.PathLike,
+    policy: str = "fcfs",
+    *,
+    stop: threading.Event | None = None,
+    log: Callable[[str], None] | None = None,
+    **options: Any,
+) -> ServeSummary:
+    """:func:`serve_with` the :class:`ServeOptions` given as keywords (``policy`` first):
+    the policy by :func:`~privsched.policies.make_policy`'s names and options, as
+    ``privsched simulate`` takes them, the executor by name and the pool by its sizes."""
+    return serve_with(db_path, ServeOptions.parse(policy=policy, **options), stop=stop, log=log)

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from privsched.policies.base import PolicySpec
-from privsched.simulation.engine import STATUS_NAMES, Simulator
+from privsched.simulation.engine import Simulator
 from privsched.simulation.instance import Instance
 from privsched.simulation.registry import generate_workload, workload_generators
 from privsched.simulation.results import SimulationResult, used_share
+from privsched.simulation.status import STATUS_NAMES
 from privsched.simulation.trace import Trace, load_trace
 
 def resolve_policy(

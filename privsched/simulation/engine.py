@@ -9,26 +9,11 @@ Unlocking raises each block to the fraction the live scheduler computes too
 blocks are raised one by one in Python floats with the same bits (the ``block_*`` twins in
 :mod:`privsched.policies.unlock`), skipping blocks with nothing left locked.
 
-Every admission is a best-effort pass (docs/design.md §4.2), and budget only comes back at the
-next unlock, so the loop skips work that cannot change any decision:
-- After a pass no pending pipeline fits. A pipeline can fit at a later instant only if it
-  arrived, or if one of its blocks gained budget (an unlock step above 0); watch lists (:mod:`.watch`) find those
-  among the pending ones without looking at the others. When none fits, the pass would
-  grant nothing and is skipped.
-- Policies whose order is a key of each pipeline alone (FCFS, DPF: ``PerPipelineOrder``)
-  rank every pipeline of the workload once, with their own ``order``. A pass then sorts the
-  pipelines that fit by that rank (the others cannot be granted in this pass and do not
-  change the order of the rest) and walks them best-effort: grant the first, re-check the
-  rest against what is left, and again; after a few grants the rest is one vectorised
-  walk (:func:`~privsched.policies.admission.admit_in_order`).
-- Other policies (DPack) see every pending pipeline, except that when the pipelines that
-  fit also fit all together, any best-effort pass grants them all, whatever its order:
-  they are granted without calling the policy (still counted as a pass).
-- Timeouts are applied before each pass rather than at instants of their own: a timeout
-  alone never enables a grant.
-Policies that set budget aside between passes (round robin, ``Allocation.reserved``) get a
-full pass at every instant. ``shortcuts=False`` turns all of this off (one full pass at
-every instant); the tests check that both give the same grants at the same times.
+Which passes run, and over which pipelines, is the job of :mod:`.skipping`: with
+``shortcuts`` (the default) a pass that provably grants nothing is skipped and others look
+only at the pipelines that fit; ``shortcuts=False`` runs one full pass at every instant.
+Timeouts are applied before each pass rather than at instants of their own: a timeout
+alone never enables a grant.
 """
 
 from __future__ import annotations
@@ -40,8 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from privsched.policies.admission import admit_in_order
-from privsched.policies.base import Allocation, PerPipelineOrder, PolicySpec, orders_per_pipeline
+from privsched.policies.base import Allocation, PolicySpec
 from privsched.policies.unlock import (
     UnlockGrid,
     block_unlock_amounts,
@@ -52,29 +36,13 @@ from privsched.policies.unlock import (
     unlocked_fraction,
 )
 from privsched.simulation.instance import Instance
-from privsched.simulation.watch import BlockMembers, WatchLists, fits
-
-NOT_ARRIVED, PENDING, GRANTED, TIMED_OUT = 0, 1, 2, 3
-STATUS_NAMES = ("not_arrived", "pending", "granted", "timed_out")
+from privsched.simulation.skipping import EveryInstant, PassSkipping
+from privsched.simulation.status import GRANTED, PENDING, TIMED_OUT
 
 #: Default per-time unlock period: 1 s, clipped so that a block unlocks in 10 to 100 ticks.
 DEFAULT_TICK, MIN_TICKS, MAX_TICKS = 1.0, 10, 100
 
-#: A per-pipeline-order pass grants this many pipelines one at a time, re-checking the rest
-#: after each, then walks what still fits at once (:func:`~privsched.policies.admission.admit_in_order`).
-GREEDY_GRANTS = 4
-
 _NO_BLOCKS = np.zeros(0, dtype=np.int64)
-
-
-def rank_everyone(instance: Instance, policy: PerPipelineOrder) -> np.ndarray:
-    """Each pipeline's position in the policy's order over the whole workload: sorting any
-    subset by it gives the policy's order of that subset (DPF's dominant share and its
-    tie-breaks, FCFS's arrival, depend on each pipeline alone)."""
-    everyone, _ = instance.snapshot(np.arange(instance.n_pipelines), np.zeros_like(instance.capacity))
-    rank = np.empty(instance.n_pipelines, dtype=np.int64)
-    rank[policy.order(everyone)] = np.arange(instance.n_pipelines)
-    return rank
 
 
 @dataclass
@@ -113,7 +81,6 @@ class Simulator:
             raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
         self.tick = tick if per_time else None
         self.samples = samples
-        self.shortcuts = shortcuts
         self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
         #: The instants of per-time unlocking (None for the other rules).
         self.grid = UnlockGrid(float(instance.block_arrival[0]), tick) if self.tick and instance.n_blocks else None
@@ -145,18 +112,13 @@ class Simulator:
         self.sorted_deadline = self.deadline[self.by_deadline].tolist()
         self.reserved: np.ndarray | None = None  # (E, K), once the policy sets budget aside
         self.reserving: bool | None = None  # unknown until the first pass
-        self.rank: np.ndarray | None = None  # (P,) position in the policy's order, if per pipeline
-        if shortcuts and orders_per_pipeline(spec.policy):
-            self.rank = rank_everyone(instance, spec.policy)
-            self.reserving = False  # a best-effort pass sets nothing aside
-        self.watch = WatchLists(B, K, self.acc.is_rdp, self.live, self.status, PENDING)
-        self.members: BlockMembers | None = None  # for policies that set budget aside
-        self.carry = np.zeros(0, dtype=np.int64)
-        self.pending = np.zeros(0, dtype=np.int64)  # pending pipelines, compacted lazily
+        self.pending_list = np.zeros(0, dtype=np.int64)  # pending pipelines, compacted lazily
         self.pending_upto = 0  # pipelines from here on are not yet in ``pending``
         self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
         self.n_pending = 0
         self.passes = 0
+        #: Decides which passes run and over which pipelines.
+        self.allocation = PassSkipping(self) if shortcuts else EveryInstant(self)
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -204,54 +166,6 @@ class Simulator:
         """The clock the unlock rule counts at ``now``: the latest grid instant, if per time."""
         return self.grid.floor(now) if self.grid is not None else now
 
-    # -- candidates ----------------------------------------------------------------------------
-
-    def _fitting(self, arrived: np.ndarray, dirty: list[np.ndarray]) -> np.ndarray:
-        """Pending pipelines that fit now: among those that arrived, the watchers of blocks
-        that gained budget, and those that still fitted after the last pass."""
-        found = [a for a in (arrived, self.carry) if a.size]
-        if dirty:
-            blocks = self.watch.worth_scanning(_distinct(dirty), self.unlocked)
-            for j in blocks.tolist():
-                watchers = self.watch.may_fit(j, self.unlocked[j])
-                if watchers.size:
-                    found.append(watchers)
-        if not found:
-            return np.zeros(0, dtype=np.int64)
-        candidates = found[0] if len(found) == 1 else np.unique(np.concatenate(found))
-        return self._check(candidates[self.status[candidates] == PENDING])
-
-    def _check(self, pipelines: np.ndarray) -> np.ndarray:
-        """The pipelines whose whole demand fits the unlocked budget; each of the others
-        watches the first of its blocks where it does not fit."""
-        if len(pipelines) == 1:
-            i = int(pipelines[0])
-            edges, blocks = self.edge_span[i], self.block_span[i]
-            demand = self.inst.edge_demand[edges]
-            ok = fits(self.acc, demand, self.unlocked[blocks], self.live[blocks])
-            if ok.all():
-                return pipelines
-            first = edges.start + int(np.argmin(ok))  # the first block where it does not fit
-            witness = slice(first, first + 1)
-            self.watch.watch(pipelines, self.inst.edge_block[witness], self.inst.edge_demand[witness])
-            return pipelines[:0]
-        if not len(pipelines):
-            return pipelines
-        edges, owner = self.inst.edges_of(pipelines)
-        blocks = self.inst.edge_block[edges]
-        demand = self.inst.edge_demand[edges]
-        ok = fits(self.acc, demand, self.unlocked[blocks], self.live[blocks])
-        if ok.all():
-            return pipelines
-        failing = np.flatnonzero(~ok)
-        failing_owner = owner[failing]  # ascending: edges are grouped by pipeline
-        first = np.flatnonzero(np.concatenate(([True], failing_owner[1:] != failing_owner[:-1])))
-        losers, witness = failing_owner[first], failing[first]
-        self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
-        keep = np.ones(len(pipelines), dtype=bool)
-        keep[losers] = False
-        return pipelines[keep]
-
     # -- events ---------------------------------------------------------------------------------
 
     def _arrive(self, first: int, last: int, now: float) -> np.ndarray | None:
@@ -290,16 +204,16 @@ class Simulator:
             np.add.at(self.wasted, self.inst.edge_block[edges], self.reserved[edges])
             self.reserved[edges] = 0.0
 
-    def _pending(self, upto: int) -> np.ndarray:
+    def pending(self, upto: int) -> np.ndarray:
         """Every pending pipeline (all arrived before ``upto``), in arrival order."""
-        pending = np.concatenate([self.pending, np.arange(self.pending_upto, upto)])
-        self.pending = pending[self.status[pending] == PENDING]
+        pending = np.concatenate([self.pending_list, np.arange(self.pending_upto, upto)])
+        self.pending_list = pending[self.status[pending] == PENDING]
         self.pending_upto = upto
-        return self.pending
+        return self.pending_list
 
     # -- the allocation pass ---------------------------------------------------------------------
 
-    def _pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
+    def full_pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
         """One call of the policy on ``pipelines`` (ascending); applies and returns the grants."""
         inst = self.inst
         snapshot, edges = inst.snapshot(pipelines, self.unlocked.copy(), now, self.reserved)
@@ -318,10 +232,10 @@ class Simulator:
             self.reserved[edges] = new
         granted = pipelines[np.asarray(allocation.granted, dtype=np.intp)]
         if granted.size:
-            self._grant(now, granted)
+            self.grant(now, granted)
         return granted
 
-    def _grant(self, now: float, granted: np.ndarray, checked: bool = False) -> None:
+    def grant(self, now: float, granted: np.ndarray, checked: bool = False) -> None:
         """Charge the granted pipelines' demands and mark them granted. Grants that do not
         come ``checked`` (from the policy) are verified: pending, and within capacity."""
         if not checked and (self.status[granted].min() != PENDING or np.unique(granted).size != granted.size):
@@ -347,81 +261,6 @@ class Simulator:
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
         self.n_pending -= granted.size
-
-    def _allocate(self, now: float, arrived: np.ndarray, dirty: list[np.ndarray], upto: int) -> None:
-        """The allocation pass of one instant (see the module docstring for what is skipped)."""
-        if self.shortcuts and self.reserving:
-            self._water_fill_pass(now, arrived, dirty)
-            return
-        if not self.shortcuts or self.reserving is None:
-            if self.n_pending:
-                self._pass(now, self._pending(upto))
-                if self.shortcuts and self.reserving is False:  # the first pass told: start watching
-                    self.carry = self._check(self._pending(upto))
-                elif self.shortcuts:  # the policy sets budget aside: track who asks for each block
-                    self.members = BlockMembers(self.inst.n_blocks, self.status, PENDING)
-                    self._members_add(self._pending(upto))
-            return
-        fitting = self._fitting(arrived, dirty)
-        self.carry = fitting[:0]
-        if fitting.size == 0:
-            return
-        if self.rank is not None:
-            self._ranked_pass(now, fitting)
-            return
-        if self._fit_together(fitting):
-            # A best-effort pass in any order grants every pipeline that fits when the
-            # fitting ones fit all together (in particular a lone one).
-            self.passes += 1
-            self._grant(now, fitting, checked=True)
-            return
-        granted = self._pass(now, self._pending(upto))
-        self.carry = self._check(np.setdiff1d(fitting, granted, assume_unique=True))
-
-    def _ranked_pass(self, now: float, fitting: np.ndarray) -> None:
-        """The best-effort pass of a policy whose order is per pipeline, over the pipelines
-        that fit (the others cannot be granted and do not change the order of the rest), in
-        its order: the first one is granted, the rest are checked against what is left
-        (those that no longer fit never will in this pass, and start watching), and so on.
-        After a few grants the rest is walked at once."""
-        self.passes += 1
-        order = fitting[np.argsort(self.rank[fitting])] if len(fitting) > 1 else fitting
-        for _ in range(GREEDY_GRANTS):
-            self._grant(now, order[:1], checked=True)
-            order = self._check(order[1:])
-            if not order.size:
-                return
-        snapshot, _ = self.inst.snapshot(order, self.unlocked, now)
-        walked = np.zeros(len(order), dtype=bool)
-        walked[admit_in_order(snapshot, np.arange(len(order)))] = True
-        self._grant(now, order[walked], checked=True)
-        self._check(order[~walked])
-
-    def _members_add(self, pipelines: np.ndarray) -> None:
-        edges, owner = self.inst.edges_of(pipelines)
-        self.members.add(pipelines[owner], self.inst.edge_block[edges])
-
-    def _water_fill_pass(self, now: float, arrived: np.ndarray, dirty: list[np.ndarray]) -> None:
-        """A pass of a policy that sets budget aside, over the pipelines it can change: those
-        that arrived and those asking for a block that gained budget. After a water-filling
-        pass every other block has nothing left to give, or nobody left to fill."""
-        self._members_add(arrived)
-        found = [arrived] + [self.members.of(j) for j in (_distinct(dirty).tolist() if dirty else [])]
-        pipelines = np.unique(np.concatenate(found))
-        pipelines = pipelines[self.status[pipelines] == PENDING]
-        if pipelines.size:
-            self._pass(now, pipelines)
-
-    def _fit_together(self, pipelines: np.ndarray) -> bool:
-        """Whether the pipelines' summed demands fit the unlocked budget on every block."""
-        if len(pipelines) == 1:
-            return True
-        edges, _ = self.inst.edges_of(pipelines)
-        blocks = self.inst.edge_block[edges]
-        total = np.zeros_like(self.unlocked)
-        np.add.at(total, blocks, self.inst.edge_demand[edges])
-        touched = np.unique(blocks)
-        return bool(np.all(fits(self.acc, total[touched], self.unlocked[touched], self.live[touched])))
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -477,7 +316,7 @@ class Simulator:
             # 4. timeouts
             self._expire(now)
             # 5. one allocation pass
-            self._allocate(now, arrived, dirty, p_next)
+            self.allocation.allocate(now, arrived, dirty, p_next)
         self._expire(sys.float_info.max)  # every finite deadline passes; no timeout: still pending
         while len(sampled) < len(sample_times):
             sampled.append(self.consumed.copy())
@@ -497,11 +336,6 @@ class Simulator:
         finite = self.deadline[np.isfinite(self.deadline)]
         ends.append(finite.max(initial=0.0))
         return float(max(ends))
-
-
-def _distinct(arrays: list[np.ndarray]) -> np.ndarray:
-    """The distinct entries of a non-empty list of arrays that each hold distinct entries."""
-    return arrays[0] if len(arrays) == 1 else np.unique(np.concatenate(arrays))
 
 
 def _spans(instance: Instance) -> tuple[list[slice], list[slice | np.ndarray]]:

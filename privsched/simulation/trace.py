@@ -33,7 +33,8 @@ from pydantic import (
     field_validator,
 )
 
-from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON, Delta, Epsilon, bounded
+from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON
+from privsched.budgets.fields import Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
 from privsched.errors import BadInput

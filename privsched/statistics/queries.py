@@ -15,7 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import bounded
+from privsched.budgets.fields import bounded
 from privsched.budgets.curves import gaussian_sigma
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Gaussian, Mechanism
 

@@ -21,7 +21,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import MAX_STEPS, SampleRate, bounded
+from privsched.budgets.bounds import MAX_STEPS
+from privsched.budgets.fields import SampleRate, bounded
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Mechanism, SubsampledGaussian
 from privsched.budgets.sgm import calibrate_noise_multiplier
 from privsched.statistics.queries import StatisticJob
