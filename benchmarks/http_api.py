@@ -10,12 +10,15 @@ process runs the scheduler and the API, as deployed: ``privsched serve --listen 
 - submissions per second: 8 threads, each with its own client, submit pipelines that stay
   pending (remote clients over keep-alive HTTP; local clients, one SQLite connection each);
 - submit → grant: 8 threads each submit probes that fit a free block of their own, one at
-  a time, and wait for the grant; latency = the ledger's grant time − the time before the
-  submit call;
+  a time, and wait for the grant; latency = when the client sees the grant (polling every
+  2 ms) − the time before the submit call;
 - one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
   server plans the demand) and locally (the command plans it: torch and opacus load).
 
-Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick]``.
+With ``--baseline DIR`` (a copy of other privsched code), the rates and latencies are
+measured against that code's server too, in the same run.
+
+Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick] [--baseline DIR]``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -40,6 +45,7 @@ sys.path.insert(0, str(REPO))
 from service import build, probe_spec  # noqa: E402 -- benchmarks/service.py, beside this script
 from privsched.ledger import BlockSpec  # noqa: E402
 from privsched import connect  # noqa: E402
+from privsched.client import Client  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
@@ -88,9 +94,9 @@ def latencies(make_client: Callable[[], object], keys: list[str], probes: int) -
         for n in range(probes):
             started = time.time()
             run = client.submit(probe_spec(f"probe-{i}-{n}", keys[i * probes + n]))
-            while (info := client.status(run.id)).granted_at is None:
+            while client.status(run.id).granted_at is None:
                 time.sleep(0.002)
-            found.append(info.granted_at - started)
+            found.append(time.time() - started)
 
     in_threads(work)
     return found
@@ -118,6 +124,8 @@ def main() -> None:
     parser.add_argument("--probes", type=int, default=5, help="per thread and API")
     parser.add_argument("--repeats", type=int, default=5, help="whole-process submits per way")
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
+    parser.add_argument("--baseline", type=Path, help="a copy of other privsched code (e.g. `git archive main | "
+                        "tar -x -C DIR`) whose server is measured too, after this code's")
     args = parser.parse_args()
     if args.quick:
         args.blocks, args.pending, args.submissions, args.probes, args.repeats = 100, 1000, 160, 2, 2
@@ -127,53 +135,96 @@ def main() -> None:
     started = time.perf_counter()
     local = build(db, args.blocks, args.pending)
     local.runs.record_pool(local.pool())
-    keys = [f"free-{i:04d}" for i in range(2 * THREADS * args.probes)]
-    local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
     with Identities(db) as identities:
         token = identities.add_user("bench", "submitter")
     print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)",
           file=sys.stderr)
 
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
+    spec = folder / "dpsgd.yaml"
+    spec.write_text(DPSGD)
+    sources = {"this code": REPO, **({"baseline": args.baseline} if args.baseline else {})}
+    found: dict[str, Measures] = {}
+    for name, source in sources.items():
+        keys = [f"free-{name[:4]}-{i:04d}" for i in range(2 * THREADS * args.probes)]
+        local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
+        with api_server(env, source, local) as url:
+            found[name] = measure(url, token, db, keys, args.submissions, args.probes)
+            if name == "this code":
+                remote_cmd = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec,
+                                             args.repeats)
+                local_cmd = command_seconds(env, spec, args.repeats)
+
+    mine = found["this code"]
+    print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders), {THREADS} concurrent clients\n")
+    print("| measure | HTTP API | local Python API | HTTP/local |")
+    print("|---|---:|---:|---:|")
+    print(f"| submissions per second | {mine.remote_rate:.0f} | {mine.local_rate:.0f} | "
+          f"{mine.remote_rate / mine.local_rate:.2f} |")
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        print(f"| submit → grant {label} (ms) | {pct(mine.remote_latency, q):.0f} | {pct(mine.local_latency, q):.0f} | "
+              f"{pct(mine.remote_latency, q) / pct(mine.local_latency, q):.2f} |")
+    for i, clock in enumerate(("wall", "CPU")):
+        print(f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
+              f"{local_cmd[i]:.2f} | {remote_cmd[i] / local_cmd[i]:.2f} |")
+    if "baseline" in found:
+        base = found["baseline"]
+        print("\n| measure | this code | baseline | this code/baseline |")
+        print("|---|---:|---:|---:|")
+        for label, ours, theirs in (("HTTP submissions per second", mine.remote_rate, base.remote_rate),
+                                    ("local submissions per second", mine.local_rate, base.local_rate)):
+            print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
+        for way in ("remote", "local"):
+            for label, q in (("p50", 0.5), ("p99", 0.99)):
+                ours, theirs = (pct(getattr(m, f"{way}_latency"), q) for m in (mine, base))
+                print(f"| {'HTTP' if way == 'remote' else 'local'} submit → grant {label} (ms) | {ours:.0f} | "
+                      f"{theirs:.0f} | {ours / theirs:.2f} |")
+    local.close()
+
+
+@dataclass
+class Measures:
+    remote_rate: float  # submissions per second through the HTTP API
+    local_rate: float  # through the local Python API
+    remote_latency: list[float]  # submit → grant seconds
+    local_latency: list[float]
+
+
+def measure(url: str, token: str, db: Path, keys: list[str], submissions: int, probes: int) -> Measures:
+    """Rates and latencies, remote and local, against the server at ``url``."""
+    remote_rate = rate(lambda: RemoteClient(url, token), submissions)
+    local_rate = rate(lambda: connect(db), submissions)
+    half = THREADS * probes
+    remote_latency = latencies(lambda: RemoteClient(url, token), keys[:half], probes)
+    local_latency = latencies(lambda: connect(db), keys[half:], probes)
+    return Measures(remote_rate, local_rate, remote_latency, local_latency)
+
+
+@contextmanager
+def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
+    """``privsched serve --listen`` (the scheduler and the API in one process) of the code
+    in ``source``; yields its address."""
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--policy", "dpf-n",
-         "--n", "1000000000", "--tick", "1s"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+         "--n", "1000000000", "--tick", "1s"], env={**env, "PYTHONPATH": str(source)}, cwd=source,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # in ``source``: ``-m`` looks there first
     try:
         line = server.stdout.readline()
         if "HTTP API on" not in line:
             raise RuntimeError(f"the server did not start: {line}{server.stdout.read()}")
         while local.ledger.lease_holder() is None:
             time.sleep(0.05)
-        remote_rate = rate(lambda: RemoteClient(url, token), args.submissions)
-        local_rate = rate(lambda: connect(db), args.submissions)
-        half = THREADS * args.probes
-        remote_lat = latencies(lambda: RemoteClient(url, token), keys[:half], args.probes)
-        local_lat = latencies(lambda: connect(db), keys[half:], args.probes)
-        spec = folder / "dpsgd.yaml"
-        spec.write_text(DPSGD)
-        remote_cmd = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats)
-        local_cmd = command_seconds(env, spec, args.repeats)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()
         server.wait()
 
-    def pct(values: list[float], q: float) -> float:
-        ordered = sorted(values)
-        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
-    print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders), {THREADS} concurrent clients\n")
-    print("| measure | HTTP API | local Python API | HTTP/local |")
-    print("|---|---:|---:|---:|")
-    print(f"| submissions per second | {remote_rate:.0f} | {local_rate:.0f} | {remote_rate / local_rate:.2f} |")
-    for name, q in (("p50", 0.5), ("p99", 0.99)):
-        print(f"| submit → grant {name} (ms) | {pct(remote_lat, q):.0f} | {pct(local_lat, q):.0f} | "
-              f"{pct(remote_lat, q) / pct(local_lat, q):.2f} |")
-    for i, clock in enumerate(("wall", "CPU")):
-        print(f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
-              f"{local_cmd[i]:.2f} | {remote_cmd[i] / local_cmd[i]:.2f} |")
-    local.close()
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile of ``values`` in milliseconds (nearest rank)."""
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 if __name__ == "__main__":

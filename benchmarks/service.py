@@ -7,11 +7,14 @@ Measured:
 
 - submissions per second through ``privsched submit`` (one process per submission, as a
   user's shell loop would) and through ``Client.submit`` (one transaction per pipeline);
-- latency from the submit call to the grant when budget is free: a scheduler
+- latency from the submit call to the grant, as the submitter sees it (polling its
+  status every 2 ms), when budget is free: a scheduler
   (``privsched serve --policy dpf-n --n 1e9 --tick 1s``) serves the database, the backlog
   stays pending (its blocks unlock 1/10^9 per arrival), and each probe pipeline asks for a
-  fully unlocked block of its own, so each allocation pass orders all 10,000 pending
-  pipelines and grants the probe.
+  fully unlocked block of its own; probes go one at a time, the next half a second after
+  the previous one's job has ended and been settled. With ``--baseline DIR`` (a copy of other code of privsched, e.g.
+  ``git archive main | tar -x -C DIR``) the Python API's probes run against the scheduler of
+  that code too, the two serving in turns (``--rounds``) in the same run.
 
 - the cost of confinement on job start (``--confinement``): from a pipeline's grant to the
   first line of its job's code, with the job run under Landlock and under ``--sandbox none``
@@ -29,6 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -104,27 +109,81 @@ def rate_api(client: Client, count: int) -> float:
 
 
 def wait_granted(client: Client, pipeline_id: int) -> float:
+    """The time the client first sees the probe granted (the ledger's ``granted_at`` is the
+    start of the scheduler's tick, before the pass and its commit)."""
+    give_up = time.monotonic() + 60
     while (info := client.status(pipeline_id)).granted_at is None:
-        if info.state not in ("pending", "granted", "running"):
-            raise RuntimeError(f"probe {pipeline_id} ended {info.state}: {info.message}")
-        time.sleep(0.005)
-    return info.granted_at
+        if info.state not in ("pending", "granted", "running") or time.monotonic() > give_up:
+            raise RuntimeError(f"probe {pipeline_id} not granted: {info.state} {info.message or ''}")
+        time.sleep(0.002)
+    return time.time()
 
 
-def latencies(client: Client, env: dict, folder: Path, probes: int) -> tuple[list[float], list[float]]:
-    """Submit-to-grant seconds of probes submitted through the CLI and through the API."""
-    keys = [f"free-{i:03d}" for i in range(2 * probes)]
+def wait_ended(client: Client, pipeline_id: int) -> None:
+    """Wait until the probe's job has ended and been settled, and half a second more (the
+    scheduler's tick after the settling is over, as far as it can tell)."""
+    while client.status(pipeline_id).state in ("granted", "running"):
+        time.sleep(0.01)
+    time.sleep(0.5)
+
+
+def free_blocks(client: Client, prefix: str, count: int) -> list[str]:
+    keys = [f"{prefix}-{i:04d}" for i in range(count)]
     client.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
-    by_cli, by_api = [], []
-    for i in range(probes):
-        path = write_probe(folder, f"probe-cli-{i}", keys[2 * i])
+    return keys
+
+
+def cli_latencies(client: Client, env: dict, folder: Path, probes: int) -> list[float]:
+    """Submit-to-grant seconds of probes submitted through the CLI, one process each."""
+    found = []
+    for i, key in enumerate(free_blocks(client, "free-cli", probes)):
         started = time.time()
-        pipeline_id = int(cli(env, "submit", path))
-        by_cli.append(wait_granted(client, pipeline_id) - started)
+        pipeline_id = int(cli(env, "submit", write_probe(folder, f"probe-cli-{i}", key)))
+        found.append(wait_granted(client, pipeline_id) - started)
+        wait_ended(client, pipeline_id)
+    return found
+
+
+def api_latencies(client: Client, keys: list[str]) -> list[float]:
+    """Submit-to-grant seconds of probes submitted through the Python API."""
+    found = []
+    for key in keys:
         started = time.time()
-        run = client.submit(probe_spec(f"probe-api-{i}", keys[2 * i + 1]))
-        by_api.append(wait_granted(client, run.id) - started)
-    return by_cli, by_api
+        run = client.submit(probe_spec(f"probe-{key}", key))
+        found.append(wait_granted(client, run.id) - started)
+        wait_ended(client, run.id)
+    return found
+
+
+@contextmanager
+def serving(client: Client, env: dict, source: Path) -> Iterator[None]:
+    """``privsched serve`` (dpf-n, n = 10^9, 1 s ticks) of the code in ``source`` on the database."""
+    warm_up = free_blocks(client, f"warm-up-{time.time_ns()}", 1)  # added before it starts: not while it recovers
+    server = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
+        env={**env, "PYTHONPATH": str(source)}, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,  # in ``source``: ``python -m`` looks in the working directory first
+    )
+    ok = False
+    try:
+        while client.ledger.lease_holder() is None:
+            if server.poll() is not None:
+                raise RuntimeError(f"the scheduler did not start: {server.stderr.read()}")
+            time.sleep(0.05)
+        api_latencies(client, warm_up)  # its first pass sees the backlog
+        yield
+        ok = True
+    finally:
+        server.terminate()
+        _, errors = server.communicate()
+        if not ok:
+            print(f"the scheduler of {source} said: {errors}", file=sys.stderr)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile of ``values`` in milliseconds (nearest rank)."""
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def start_probe(client: Client, mode: str, i: int) -> float:
@@ -167,15 +226,19 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=10_000)
     parser.add_argument("--cli-submissions", type=int, default=20)
     parser.add_argument("--api-submissions", type=int, default=200)
-    parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--probes", type=int, default=50, help="Python API probes per scheduler and round")
+    parser.add_argument("--cli-probes", type=int, default=10, help="CLI probes (with --confinement: probes per mode)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--baseline", type=Path, help="a copy of other privsched code to compare the scheduler with")
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
     parser.add_argument("--confinement", action="store_true", help="measure only the sandbox's cost on job start")
     args = parser.parse_args()
     if args.confinement:
-        confinement(args.probes)
+        confinement(args.cli_probes)
         return
     if args.quick:
-        args.blocks, args.pending, args.cli_submissions, args.api_submissions, args.probes = 100, 1000, 5, 50, 3
+        args.blocks, args.pending, args.cli_submissions, args.api_submissions = 100, 1000, 5, 50
+        args.probes, args.cli_probes, args.rounds = 5, 3, 1
 
     folder = Path(tempfile.mkdtemp(prefix="privsched-bench-"))
     db = folder / "bench.db"
@@ -188,29 +251,32 @@ def main() -> None:
     cli_rate = rate_cli(env, folder, args.cli_submissions)
     api_rate = rate_api(client, args.api_submissions)
 
-    server = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        while client.ledger.lease_holder() is None:
-            if server.poll() is not None:
-                raise RuntimeError(f"the scheduler did not start: {server.stderr.read()}")
-            time.sleep(0.05)
-        by_cli, by_api = latencies(client, env, folder, args.probes)
-    finally:
-        server.terminate()
-        server.wait()
+    sources = {"this code": REPO, **({"baseline": args.baseline} if args.baseline else {})}
+    by_api: dict[str, list[float]] = {name: [] for name in sources}
+    with serving(client, env, REPO):
+        by_cli = cli_latencies(client, env, folder, args.cli_probes)
+    for round_ in range(args.rounds):  # in turns, so that the machine's load weighs on both alike
+        for name, source in sources.items():
+            with serving(client, env, source):
+                by_api[name] += api_latencies(client, free_blocks(client, f"free-{round_}-{name[:4]}", args.probes))
 
     def ms(values: list[float]) -> str:
-        return f"{1000 * statistics.median(values):.0f} / {1000 * max(values):.0f}"
+        return f"{percentile(values, 0.5):.0f} / {1000 * max(values):.0f}"
 
     print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders)\n")
     print("| measure | CLI | Python API | CLI/API |")
     print("|---|---|---|---|")
     print(f"| submissions per second | {cli_rate:.2f} | {api_rate:.1f} | {cli_rate / api_rate:.3f} |")
-    print(f"| submit → grant, median / max (ms) | {ms(by_cli)} | {ms(by_api)} | "
-          f"{statistics.median(by_cli) / statistics.median(by_api):.2f} |")
+    mine = by_api["this code"]
+    print(f"| submit → grant, median / max (ms) | {ms(by_cli)} | {ms(mine)} | "
+          f"{statistics.median(by_cli) / statistics.median(mine):.2f} |")
+    print(f"\nsubmit → grant through the Python API, {len(mine)} probes per scheduler\n")
+    print("| scheduler | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) | p50 ratio to this code |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, values in by_api.items():
+        print(f"| {name} | {percentile(values, 0.5):.1f} | {percentile(values, 0.9):.1f} | "
+              f"{percentile(values, 0.99):.1f} | {1000 * max(values):.1f} | "
+              f"{percentile(values, 0.5) / percentile(mine, 0.5):.2f} |")
     client.close()
 
 

@@ -268,7 +268,10 @@ class Client(BudgetReads):
                     claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
+        from privsched.service import wakeup
+
         ids = self.ledger.submit_many(self.requests(specs, owner=owner), claim=claim, actor=actor)
+        wakeup.notify(self.path)  # a scheduler of this process passes at once
         return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:

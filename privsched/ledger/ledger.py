@@ -28,6 +28,7 @@ from privsched.ledger import catalog, launches, lease, lifecycle, transaction
 from privsched.ledger import validation as check
 from privsched.ledger.audit import audit_database
 from privsched.ledger.chain import parse_head
+from privsched.ledger.changes import Changes, read_changes
 from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -359,6 +360,12 @@ class Ledger:
             except ValueError as exc:
                 raise LedgerError(str(exc)) from exc
         return self._read(audit_database, self.db, expect)
+
+    # ---------------------------------------------------------------------- changes
+    def changes(self, since: int | None = None) -> Changes | None:
+        """What changed after event ``since`` (None: everything), or None when the event log
+        shows a gap there (:mod:`privsched.ledger.changes`)."""
+        return self._read(read_changes, self.db, since)
 
 
 def _take_lease(db: sqlite_utils.Database, holder: str, ttl: float, at: float) -> int | None:

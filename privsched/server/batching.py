@@ -3,7 +3,8 @@ transaction, and so one disk sync, instead of one each.
 
 Each request thread builds its own claim (parsing, demand, compute check), then hands it to
 one writer thread, which records everything waiting in one :meth:`Ledger.submit_many`
-(all or none). If that transaction fails, the writer records the batch one by one, so each
+(all or none) on a connection of its own, then wakes the scheduler of this process
+(:mod:`privsched.service.wakeup`). If that transaction fails, the writer records the batch one by one, so each
 request gets its own outcome: its pipeline id, or its own error (a duplicate submission
 id, a demand that can never be granted) with nothing written for it.
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from privsched.ledger import Ledger, PipelineRequest
 from privsched.ledger.identities import Identities, User
+from privsched.service import wakeup
 
 #: Most submissions one transaction records.
 MAX_BATCH = 256
@@ -34,7 +36,9 @@ class SubmitBatcher:
     """Records submissions for many request threads through one writer thread."""
 
     def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
+        # A connection of its own: the request threads' reads on ``ledger`` do not wait
+        # behind the writer's transactions and their disk syncs (WAL readers never block).
+        self.ledger = Ledger(ledger.path)
         self._queue: queue.Queue[_Pending | None] = queue.Queue()
         self._thread = threading.Thread(target=self._run, name="privsched-submit", daemon=True)
         self._thread.start()
@@ -48,6 +52,7 @@ class SubmitBatcher:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join(timeout=10)
+        self.ledger.close()
 
     def _run(self) -> None:
         while (first := self._queue.get()) is not None:
@@ -74,5 +79,6 @@ class SubmitBatcher:
                 for pending in batch:
                     self._record([pending])
             return
+        wakeup.notify(self.ledger.path)
         for pending, pipeline_id in zip(batch, ids):
             pending.done.set_result(pipeline_id)

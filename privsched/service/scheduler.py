@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import secrets
 import socket
-from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
 from pydantic import ValidationError
 
+from privsched.budgets.accounting import leq
 from privsched.budgets.mechanisms import parse_mechanism
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
@@ -39,10 +39,11 @@ from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.errors import validation_message
-from privsched.policies.base import PolicySpec, Snapshot
-from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlock_step, unlocked_fraction
+from privsched.policies.base import PolicySpec, Snapshot, orders_per_pipeline
+from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
+from privsched.service.pending import Marks, PendingSet
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
@@ -96,8 +97,11 @@ class Scheduler:
         self.runs = runs
         self.launches = LaunchFiles(runs.root)
         self.log = log
-        self._arrivals: Counter[int] = Counter()  # block id -> pipelines that asked for it
-        self._last_seen = 0  # highest pipeline id counted in _arrivals
+        self.pending = PendingSet(ledger)  # pending pipelines and block balances, read incrementally
+        self._unchecked = Marks(everything=True)  # changes not yet looked at for hopeless pipelines
+        self._unadmitted = Marks(everything=True)  # changes not yet looked at by an allocation pass
+        self._unretired = Marks(everything=True)  # changes not yet looked at for exhausted blocks
+        self._reread = False  # the ledger refused a grant: the next tick reads everything again
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
@@ -111,10 +115,8 @@ class Scheduler:
         watched (or settled); one left ``launching`` is resolved by :meth:`resolve_launches`
         at the start of every tick.
         Granted jobs not started yet are placed by the next tick like any other."""
-        block_ids = {(b.dataset, b.key): b.id for b in self.ledger.list_blocks()}
-        for info in self.ledger.list_pipelines():
-            self._arrivals.update(block_ids[(info.dataset, key)] for key in info.block_keys)
-            self._last_seen = max(self._last_seen, info.id)
+        self.pending.rebuild()
+        self._refresh()
         running = self.ledger.list_pipelines(states=["running"])
         records = self.ledger.launch_records([info.id for info in running])
         for info in running:
@@ -160,110 +162,164 @@ class Scheduler:
     # -- the tick ---------------------------------------------------------------------------
 
     def tick(self, now: float) -> TickReport:
-        """One scheduling cycle at clock ``now`` (docs/design.md §4.3): count the pipelines
-        that arrived, unlock, expire timed-out pipelines, admit (the policy orders each
+        """One scheduling cycle at clock ``now`` (docs/design.md §4.3): read the ledger's
+        changes (:class:`~privsched.service.pending.PendingSet`), unlock, expire timed-out
+        pipelines, end those that can never be granted, admit (the policy orders each
         dataset's pending pipelines; the ledger commits the grants in one transaction),
         place granted jobs on free compute, collect ended jobs and settle them. Returns
         what it did and what is left (:class:`TickReport`)."""
         report = TickReport()
         self.resolve_launches(now)
-        views = self._pending_views()
-        self._count_arrivals(views)
+        if self._reread:
+            self.pending.rebuild()
+            self._reread = False
+        self._refresh()
         unlocked, report.more_to_unlock = self.unlock(now)
         report.unlocked = len(unlocked)
-        report.expired = self.ledger.expire(now=now)
+        report.expired = self.ledger.expire(now=now) if self.pending.next_deadline() <= now else []
         if report.expired:
             self.log(f"timed out waiting for budget: pipelines {', '.join(map(str, report.expired))}")
-            views = self._pending_views()
-        hopeless = self.end_never_grantable(views, now)
-        if hopeless:
-            report.expired += hopeless
-            views = self._pending_views()
-        elif unlocked and not report.expired:
-            views = {name: _add_unlocked(view, unlocked) for name, view in views.items()}
-        report.granted, report.reserved_changed = self.admit(views, now)
+        if unlocked or report.expired:
+            self._refresh()
+        report.expired += self.end_never_grantable(now)
+        report.granted, report.reserved_changed = self.admit(now)
+        report.pending = self.pending.count
         report.started, report.waiting = self.place(now)
         report.settled = self.collect(now)
         if report.settled:
-            self.ledger.retire_exhausted(now=now)
-        report.pending = sum(len(v.pipeline_ids) for v in views.values()) - len(report.granted)
+            self.retire_exhausted(now)
         report.running = len(self.executor.running()) + len(self._unresolved) + len(self._unsettled)
         return report
 
-    def end_never_grantable(self, views: dict[str, PendingView], now: float) -> list[int]:
+    def news(self) -> bool:
+        """Whether pipelines arrived, or blocks gained unlocked budget, that no allocation
+        pass has looked at yet (reading the ledger's changes now)."""
+        self._refresh()
+        marks = self._unadmitted
+        return bool(marks.arrived or marks.gained)
+
+    def _refresh(self) -> None:
+        """Read the ledger's changes into :attr:`pending`, and note them for the next checks."""
+        marks = self.pending.refresh()
+        for pending in (self._unchecked, self._unadmitted, self._unretired):
+            pending.add(marks)
+
+    def _changed(self, dataset_id: int, marks: Marks, blocks: set[int]) -> np.ndarray | None:
+        """Ids of the dataset's pending pipelines that arrived or ask for one of ``blocks``
+        since ``marks`` were taken; None: all of them (after a full read)."""
+        if marks.everything:
+            return None
+        return np.union1d(self.pending.among(dataset_id, marks.arrived), self.pending.touching(dataset_id, blocks))
+
+    def end_never_grantable(self, now: float) -> list[int]:
         """Fail the pending pipelines that no future unlock can satisfy, with the reason
-        (nothing was allocated to them); returns their ids."""
-        if not any(len(view.pipeline_ids) for view in views.values()):
-            return []
-        blocks = {block.id: block for block in self.ledger.list_blocks()}
+        (nothing was allocated to them); returns their ids. Only pipelines that arrived, or
+        whose blocks lost unconsumed budget, since the last check are looked at: for the
+        others nothing changed."""
+        marks = self._unchecked.take()
         ended = []
-        for view in views.values():
-            for pipeline_id, reason in never_grantable(view, blocks).items():
-                try:
-                    self._fail(pipeline_id, reason, touched=False, now=now)
-                except LedgerError as exc:  # cancelled since it was listed
-                    self.log(f"pipeline {pipeline_id}: {exc}")
+        try:
+            for dataset_id, table in self.pending.tables.items():
+                pipelines = self._changed(dataset_id, marks, marks.worsened)
+                if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
-                ended.append(pipeline_id)
+                for pipeline_id, reason in never_grantable(self.pending.view(dataset_id, pipelines),
+                                                           self.pending.blocks).items():
+                    try:
+                        self._fail(pipeline_id, reason, touched=False, now=now)
+                    except LedgerError as exc:  # cancelled since it was read
+                        self.log(f"pipeline {pipeline_id}: {exc}")
+                        continue
+                    ended.append(pipeline_id)
+        except BaseException:
+            self._unchecked.add(marks)
+            raise
+        if ended:
+            self._refresh()
         return ended
 
     def awaits_timeouts(self) -> bool:
         """Whether some pending pipeline will still time out: time alone will change its state."""
-        return any(p.timeout is not None for p in self.ledger.list_pipelines(states=["pending"]))
+        return self.pending.next_deadline() < np.inf
 
-    def _pending_views(self) -> dict[str, PendingView]:
-        return {d.name: self.ledger.pending_view(d.name) for d in self.ledger.list_datasets()}
+    def retire_exhausted(self, now: float) -> None:
+        """Retire the blocks consumed up to capacity (the ledger checks every active block),
+        if a block whose consumption grew since the last look may have reached it."""
+        self._refresh()
+        marks = self._unretired.take()
+        blocks = self.pending.blocks.values() if marks.everything else (
+            self.pending.blocks[b] for b in marks.worsened if b in self.pending.blocks)
+        accounting = {d.name: d.accounting for d in self.pending.datasets.values()}
+        for block in blocks:
+            live = accounting[block.dataset].live(block.capacity)
+            if block.state == "active" and np.all(leq(block.capacity, block.consumed) | ~live):
+                self.ledger.retire_exhausted(now=now)
+                return
 
-    def _count_arrivals(self, views: dict[str, PendingView]) -> None:
-        for view in views.values():
-            new = view.pipeline_ids[view.edge_pipeline] > self._last_seen
-            self._arrivals.update(int(b) for b in view.block_ids[view.edge_block[new]])
-            if len(view.pipeline_ids):
-                self._last_seen = max(self._last_seen, int(view.pipeline_ids.max()))
-
-    def unlock(self, now: float) -> tuple[dict[int, np.ndarray], bool]:
+    def unlock(self, now: float) -> tuple[list[int], bool]:
         """Raise each active block's unlocked fraction to the rule's target with the same
         functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
         :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
         the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
-        Returns the budget unlocked per block id, and whether time will unlock more."""
+        Returns the ids of the blocks unlocked, and whether time will unlock more."""
         rule = self.policy.unlock
-        blocks = self.ledger.list_blocks(active_only=True)
-        if not blocks:
-            return {}, False
         counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
-        arrivals = np.array([self._arrivals[b.id] for b in blocks])
-        elapsed = np.array([counted - b.created_at for b in blocks])
-        target = unlocked_fraction(rule, arrivals, elapsed)
-        capacity = np.array([b.capacity for b in blocks])
-        locked = np.array([b.locked for b in blocks])
-        step = unlock_step(capacity, locked, target)
-        moved = unlock_amounts(capacity, locked, step)
-        changed = np.flatnonzero(step > 0).tolist()
-        if changed:
-            self.ledger.unlock({blocks[i].id: float(step[i]) for i in changed}, now=now)
-        more = bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
-        return {blocks[i].id: moved[i] for i in changed}, more
+        fractions: dict[int, float] = {}
+        more = False
+        for dataset in sorted(self.pending.datasets.values(), key=lambda d: d.name):
+            blocks = self.pending.blocks_of(dataset)
+            active = np.flatnonzero(blocks.active)
+            if not active.size:
+                continue
+            ids = blocks.ids[active]
+            arrivals = np.fromiter((self.pending.arrivals[i] for i in ids.tolist()), dtype=float, count=len(ids))
+            target = unlocked_fraction(rule, arrivals, counted - blocks.created_at[active])
+            step = unlock_step(blocks.capacity[active], blocks.locked[active], target)
+            fractions.update((int(ids[i]), float(step[i])) for i in np.flatnonzero(step > 0).tolist())
+            more = more or bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
+        if fractions:
+            self.ledger.unlock(fractions, now=now)
+        return list(fractions), more
 
-    def admit(self, views: dict[str, PendingView], now: float) -> tuple[list[int], bool]:
+    def admit(self, now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
-        the grants of the pass in one ledger transaction."""
+        the grants of the pass in one ledger transaction.
+
+        A policy that orders pipelines one by one and admits best-effort
+        (:class:`~privsched.policies.base.PerPipelineOrder`) is shown only the pipelines
+        that arrived, or whose blocks gained unlocked budget, since its last pass: after a
+        pass that the ledger committed as chosen, no pending pipeline fits (the budget only
+        shrinks within a pass), and a fit only depends on the pipeline's own blocks, so the
+        others cannot fit now either, and the pass over the shown pipelines grants what a
+        pass over all of them would. A grant the ledger refused (a quota, a change from
+        another process) makes the scheduler read everything again and show everyone."""
+        marks = self._unadmitted.take()
         order: list[int] = []
         reserved: dict[tuple[int, int], np.ndarray] = {}
-        for view in views.values():
-            if len(view.pipeline_ids) == 0:
-                continue
-            snapshot = self._snapshot(view, now)
-            allocation = self.policy.policy.allocate(snapshot)
-            granted = [int(i) for i in view.pipeline_ids[allocation.granted]]
-            if allocation.reserved is not None:
-                reserved.update(_waiting_reservations(self._edge_keys(view), allocation.reserved, set(granted)))
-            order.extend(granted)
+        every = marks.everything or not orders_per_pipeline(self.policy.policy)
+        try:
+            for dataset_id, table in sorted(self.pending.tables.items(),
+                                            key=lambda item: self.pending.datasets[item[0]].name):
+                pipelines = None if every else self._changed(dataset_id, marks, marks.gained)
+                if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
+                    continue
+                view = self.pending.view(dataset_id, pipelines)
+                allocation = self.policy.policy.allocate(self._snapshot(view, now))
+                granted = [int(i) for i in view.pipeline_ids[allocation.granted]]
+                if allocation.reserved is not None:
+                    reserved.update(_waiting_reservations(self._edge_keys(view), allocation.reserved, set(granted)))
+                order.extend(granted)
+            granted = self.ledger.grant(order, now=now) if order else []
+        except BaseException:
+            self._unadmitted.add(marks)
+            raise
         changed = reserved.keys() != self._reserved.keys() or any(
             not np.array_equal(amount, self._reserved[key]) for key, amount in reserved.items()
         )
         self._reserved = reserved  # pipelines no longer pending drop theirs
-        granted = self.ledger.grant(order, now=now) if order else []
+        self._reread = granted != order  # a quota, or a change the pass did not see: read everything next tick
+        if order:
+            self._refresh()
         if granted:
             self.log(f"granted pipelines {', '.join(map(str, granted))}")
         return granted, changed
@@ -299,8 +355,9 @@ class Scheduler:
 
     def place(self, now: float) -> tuple[list[int], int]:
         """Start granted jobs on free compute in grant order, letting smaller jobs behind a
-        job that does not fit yet go first (backfilling). Returns started ids and how many
-        still wait."""
+        job that does not fit yet go first (backfilling). Stops after a start when new
+        pipelines have arrived (:meth:`news`): their pass comes first, the rest are placed by
+        the next tick. Returns started ids and how many still wait."""
         waiting = sorted(self.ledger.list_pipelines(states=["granted"]), key=lambda p: (p.granted_at or 0, p.id))
         started = []
         for info in waiting:
@@ -320,6 +377,8 @@ class Scheduler:
             placement = self.compute.place(info.id, need)
             if placement is not None and self._start(info, placement, now):
                 started.append(info.id)
+                if self.news():
+                    break
         return started, len(waiting) - len(started)
 
     def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:
@@ -374,7 +433,9 @@ class Scheduler:
     def _protected(self, info: PipelineInfo) -> list[str]:
         """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
         granted = {(info.dataset, key) for key in info.block_keys}
-        others = [b.location for b in self.ledger.list_blocks() if b.location and (b.dataset, b.key) not in granted]
+        self._refresh()  # every block recorded so far, read incrementally
+        others = [b.location for b in self.pending.blocks.values()
+                  if b.location and (b.dataset, b.key) not in granted]
         return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
@@ -449,18 +510,6 @@ def _waiting_reservations(
     (a granted pipeline's reservation becomes its allocation)."""
     return {key: np.array(amount, dtype=float) for key, amount in zip(keys, reserved)
             if key[0] not in granted and np.any(amount != 0)}
-
-
-def _add_unlocked(view: PendingView, amounts: dict[int, np.ndarray]) -> PendingView:
-    """The view after an unlock, without reading the ledger again (the ledger rechecks
-    every grant against its own balances)."""
-    rows = [i for i, block_id in enumerate(view.block_ids.tolist()) if block_id in amounts]
-    if not rows:
-        return view
-    unlocked = view.unlocked.copy()
-    for row in rows:
-        unlocked[row] += amounts[int(view.block_ids[row])]
-    return replace(view, unlocked=unlocked)
 
 
 def _placement(info: PipelineInfo) -> Placement:

@@ -7,8 +7,9 @@ while it runs. Every ledger write it makes is fenced with the lease's generation
 that resumes after losing its lease stops at its first write, leaving its jobs running for
 its successor (which adopts them), and fails with :class:`ServiceError`. Between ticks it sleeps in short steps,
 collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
-its own, so that a submission (or cancellation) from another process is scheduled at once
-rather than at the next tick.
+its own every :data:`WATCH_INTERVAL`, so that a submission (or cancellation) from another
+process is scheduled at once rather than at the next tick; a submission made in this
+process (the local client, the HTTP API) wakes it directly (:mod:`privsched.service.wakeup`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,12 @@ from privsched.policies.base import PolicySpec
 from privsched.service.executors.base import Executor
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
+from privsched.service import wakeup
 from privsched.service.scheduler import Scheduler, TickReport
+
+#: How often the loop looks for commits of other processes between ticks, in seconds.
+WATCH_INTERVAL = 0.002
+
 
 class ServiceError(Conflict, RuntimeError):
     """The scheduler cannot serve (another one holds the database, or it lost its lease)."""
@@ -173,6 +179,7 @@ class _Loop:
         scheduler = Scheduler(self.ledger, policy, executor, pool, runs, self.log)
         scheduler.recover(self.clock())
         watcher = ChangeWatcher(self.path)
+        woken = wakeup.listen(self.path)
         condition = Condition(runs, self.log)
         summary = ServeSummary()
         self.renewed = self.clock()
@@ -181,15 +188,21 @@ class _Loop:
                 now = self.clock()
                 report = self._tick(scheduler, condition, summary, now)
                 watcher.reset()
+                # What committed during the tick, before the reset, is read now: another tick at once.
+                fresh = report is not None and scheduler.news()
                 summary.ticks += 1
                 if report is not None:
                     summary.granted += len(report.granted)
                     summary.settled += len(report.settled)
                     summary.pending = report.pending
-                    if self.until_idle and report.idle and not (report.pending and scheduler.awaits_timeouts()):
+                    if (self.until_idle and report.idle and not fresh
+                            and not (report.pending and scheduler.awaits_timeouts())):
                         break
-                self._wait(scheduler, condition, watcher, summary, now + self.tick)
+                if not fresh:
+                    self._wait(scheduler, condition, (woken, watcher), summary, now + self.tick)
+                    woken.clear()
         finally:
+            wakeup.unlisten(self.path, woken)
             watcher.close()
         return summary
 
@@ -211,11 +224,12 @@ class _Loop:
         condition.clear()
         return report
 
-    def _wait(self, scheduler: Scheduler, condition: Condition, watcher: ChangeWatcher, summary: ServeSummary,
-              next_tick: float) -> None:
+    def _wait(self, scheduler: Scheduler, condition: Condition, wake: tuple[threading.Event, ChangeWatcher],
+              summary: ServeSummary, next_tick: float) -> None:
         """Collect finished jobs until the next tick is due, a job settled, another process
         committed (a submission, a cancellation) or the loop is stopped."""
-        while not self.stop.wait(self.poll_interval):
+        woken, watcher = wake
+        while _sleep(self.stop, None if condition.current else wake, self.poll_interval):
             now = self.clock()
             settled = []
             if condition.current is None:  # while storage is full, only the tick retries
@@ -227,8 +241,22 @@ class _Loop:
                     summary.storage_full += 1
                     condition.full(exc)
             summary.settled += len(settled)
-            if settled or now >= next_tick or (condition.current is None and watcher.changed()):
+            if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
                 return
+
+
+def _sleep(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | None, seconds: float) -> bool:
+    """Sleep ``seconds``, or less when ``wake`` says a submission came (woken, or another
+    process committed); False once ``stop`` is set."""
+    if wake is None:
+        return not stop.wait(seconds)
+    woken, watcher = wake
+    deadline = time.monotonic() + seconds
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0 or woken.wait(min(WATCH_INTERVAL, left)) or watcher.changed():
+            return True
+    return False
 
 
 @dataclass(frozen=True)
