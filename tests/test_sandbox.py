@@ -7,7 +7,9 @@ where the kernel offers no Landlock (the supervisor's own tests are in test_supe
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +170,36 @@ def test_protected_paths_under_a_readable_folder_are_found(tmp_path: Path):
     inside, outside = tmp_path / "env" / "ledger.db", tmp_path / "data" / "b1.npz"
     rules = Confinement(read=(str(tmp_path / "env"),), write=())
     assert exposed(rules.read, [str(inside), str(outside)]) == [str(inside)]
+
+
+@pytest.fixture
+def client_in_checkout(tmp_path: Path) -> Client:
+    """Like ``client``, but the ledger and the data live inside this source checkout, beside
+    the privsched package, as ``./dev demo`` keeps them (``runs/demo``)."""
+    folder = Path(tempfile.mkdtemp(prefix=".sandbox-test-", dir=REPO))
+    try:
+        data = folder / "data"
+        data.mkdir()
+        for key in ("b0", "b1"):
+            np.savez(data / f"{key}.npz", rating=np.arange(10.0))
+        client = connect(folder / "ledger.db")
+        client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
+        client.add_blocks("reviews", [(k, str(data / f"{k}.npz")) for k in ("b0", "b1")])
+        yield client
+        client.close()
+    finally:
+        shutil.rmtree(folder)
+
+
+@needs_landlock
+def test_a_ledger_inside_the_source_checkout_stays_out_of_reach_and_jobs_still_run(client_in_checkout: Client):
+    """Jobs import privsched as installed, reading its package folder only: neither the
+    checkout's folder (where the ledger lies) nor anything beside the package is readable,
+    so jobs start, and cannot open the ledger."""
+    client = client_in_checkout
+    count = client.submit({"name": "count", "dataset": "reviews", "blocks": ["b0"], "epsilon": GRANT,
+                           "job": {"kind": "statistic", "params": {"query": "count"}}})
+    client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
+    assert client.status(count.id).state == "completed", client.status(count.id).message
+    info = run(client, "reads_file", blocks=("b1",), path=str(client.path))
+    assert info.state == "failed" and "Permission" in (info.message or "")

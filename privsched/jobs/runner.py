@@ -178,14 +178,28 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     they may read but not write."""
     job = document["job"]
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
-    read = python_roots() + [str(Path(__file__).resolve().parents[2])]
+    package = Path(__file__).resolve().parents[1]
+    checkout = _source_checkout(package)
+    read = [root for root in python_roots() if root != checkout] + [str(package)]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     if job.get("kind"):
         read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
     else:
         read.append(str(private / "blocks"))
-    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=tuple(pythonpath),
+    listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
+    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable,
                        network=network)
+
+
+def _source_checkout(package: Path) -> str | None:
+    """The folder holding the privsched package when it is a source checkout rather than the
+    interpreter's own site-packages: jobs may list it (imports search it) but not read what
+    lies beside the package there (a ledger, data, other runs)."""
+    folder = package.parent
+    prefixes = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+    if any(folder == prefix or prefix in folder.parents for prefix in prefixes):
+        return None
+    return str(folder)
 
 
 def _code_roots(entry: str, pythonpath: list[str]) -> list[str]:
