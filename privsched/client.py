@@ -401,7 +401,7 @@ class Client(BudgetReads):
             quotas = QuotaCheck.load(db)
             for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
                 view = self.ledger.pending_view(name)
-                if not len(view.pipeline_ids):
+                if not len(view.pipelines.pipeline_ids):
                     continue
                 info = self.ledger.get_dataset(name)
                 blocks = self.ledger.list_blocks(name)
