@@ -276,7 +276,7 @@ class Client(BudgetReads):
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
-        from privsched.service.requests import build_request
+        from privsched.service.submissions import build_request
 
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
@@ -294,7 +294,7 @@ class Client(BudgetReads):
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import dry_run
-        from privsched.service.requests import build_request
+        from privsched.service.submissions import build_request
 
         parsed = self._spec(spec)
         dataset = self.ledger.get_dataset(parsed.dataset)
