@@ -120,7 +120,8 @@ class Reader:
         return state, dataset_id, edges
 
     def pending_view(self, dataset: str) -> PendingView:
-        """The pending pipelines of a dataset and the blocks a policy may see (two reads)."""
+        """The pending pipelines of a dataset and the blocks a policy may see: its active blocks
+        and any retired block a pending pipeline still asks for."""
         info = self.dataset(dataset)
         dims = info.accounting.dims
         pipelines = pending_batches(self.db, "p.dataset_id = ?", [info.id]).get(info.id) or PendingBatch.empty(dims)
