@@ -6,9 +6,12 @@ ledger's folder is bound over itself and remounted read-only (``mount -o remount
 outside, the folder stays writable, so the test reads the files back unchanged. Skipped
 where unprivileged namespaces are not allowed.
 
-A file system that turns read-only under a running ``serve`` is not tested: Linux refuses to
-remount a file system read-only while a process holds a file on it open for writing (EBUSY),
-as ``serve`` holds its database; only the kernel itself does so, after an I/O error."""
+Under a running ``serve``, the ledger's folder is mounted read-only over itself once the
+scheduler has opened its database: every file the scheduler opens from then on (a job's run
+folder) is refused with EROFS, and ``serve`` waits it out as it waits out a full disk,
+without charging the job, until the folder is writable again. (Linux refuses to remount a
+file system read-only while a file on it is open for writing, as the database is: only the
+kernel itself does so, after an I/O error, so writes to the open database are not refused.)"""
 
 from __future__ import annotations
 
@@ -17,8 +20,11 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from privsched import connect
@@ -48,7 +54,7 @@ def on_read_only(folder: Path, *argv: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("PRIVSCHED_DB", None)
     return subprocess.run([*UNSHARE, "sh", "-c", READ_ONLY, "sh", str(folder), *argv],
-                          capture_output=True, text=True, env=env, cwd=folder.parent, timeout=120)
+                          capture_output=True, text=True, env=env, cwd=folder.parent)
 
 
 def privsched_on_read_only(folder: Path, db: Path, *args: str) -> subprocess.CompletedProcess:
@@ -86,13 +92,16 @@ COMMANDS = [
     ["submit", "{spec}"],
     ["cancel", "1"],
     ["serve", "--until-idle", "--tick", "100ms"],
+    ["serve", "--until-idle", "--tick", "100ms", "--listen", "127.0.0.1:0"],
+    ["user", "add", "alice", "--role", "submitter"],
     ["list"],
+    ["status", "1"],
     ["budget", "show", "d"],
     ["audit"],
 ]
 
 
-@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(args[:2]))
+@pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(args))
 def test_every_command_refuses_a_ledger_on_a_read_only_file_system_and_changes_no_byte(
         ledger: Path, tmp_path: Path, args: list[str]):
     spec = tmp_path / "spec.json"
@@ -133,3 +142,58 @@ def test_a_database_file_mounted_read_only_in_a_writable_folder_is_named_as_such
     outcome = on_read_only(ledger, sys.executable, "-m", "privsched", "list", "--db", str(ledger))
     refused_in_one_line(outcome, "the file is on a read-only file system")
     assert contents(ledger.parent) == before
+
+
+#: Runs ``serve`` on ``$1/p.db``; mounts ``$1`` read-only once ``$2/ro`` exists, writable
+#: again once ``$2/rw`` exists, and stops ``serve`` (SIGTERM) once ``$2/stop`` exists (at
+#: any step).
+SERVE_THEN_READ_ONLY = """
+ledger=$1 signals=$2
+until_exists() { while [ ! -e "$signals/$1" ] && [ ! -e "$signals/stop" ]; do sleep 0.05; done; }
+"$3" -m privsched serve --tick 100ms --cpus 1 --listen 127.0.0.1:0 --db "$ledger/p.db" > "$signals/serve.log" 2>&1 &
+scheduler=$!
+until_exists ro; mount --bind "$ledger" "$ledger" && mount -o remount,bind,ro "$ledger" && touch "$signals/mounted"
+until_exists rw; umount "$ledger"
+until_exists stop; kill -TERM $scheduler; wait $scheduler
+"""
+
+
+def eventually(condition: Callable[[], bool], what: Callable[[], str]) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, what()
+        time.sleep(0.05)
+
+
+def test_serve_waits_out_a_folder_turned_read_only_and_starts_the_job_once_it_is_writable(tmp_path: Path):
+    folder, signals = tmp_path / "ledger", tmp_path / "signals"
+    folder.mkdir()
+    signals.mkdir()
+    np.savez(tmp_path / "b1.npz", rating=np.linspace(0, 5, 40))
+    with connect(folder / "p.db") as client:
+        client.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
+        client.add_blocks("d", [("b1", str(tmp_path / "b1.npz"))])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    scheduler = subprocess.Popen([*UNSHARE, "sh", "-c", SERVE_THEN_READ_ONLY, "sh", str(folder), str(signals),
+                                  sys.executable], env=env, cwd=tmp_path)
+    log = signals / "serve.log"
+    try:
+        with connect(folder / "p.db") as client:  # outside the namespace the folder is always writable
+            first = client.submit(PIPELINE).id  # once it has run, the scheduler's loop is under way
+            eventually(lambda: client.status(first).state == "completed",
+                       lambda: log.read_text() if log.exists() else "serve wrote nothing")
+            (signals / "ro").touch()
+            eventually((signals / "mounted").exists, lambda: "the folder was never mounted read-only")
+            pipeline = client.submit(PIPELINE).id
+            eventually(lambda: "storage read-only since" in log.read_text(), log.read_text)
+            waiting = client.status(pipeline)
+            assert waiting.state == "granted" and waiting.consumed is None, log.read_text()  # not started, not charged
+            (signals / "rw").touch()
+            eventually(lambda: client.status(pipeline).state == "completed", log.read_text)
+            assert "storage available again" in log.read_text()
+            assert client.audit().ok
+    finally:
+        (signals / "stop").touch()
+        scheduler.wait()
+    assert scheduler.returncode == 0, log.read_text()
+    assert "Traceback" not in log.read_text()
