@@ -368,7 +368,11 @@ class Scheduler:
     def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:
         """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
         token = secrets.token_hex(16)
-        launch = self._launch(info, placement, now, token)
+        try:
+            launch = self._launch(info, placement, now, token)
+        except OSError:  # its run folder cannot be written (a full or read-only disk): retried next tick
+            self.compute.release(info.id)
+            raise
         with self.launches.lock(info.id):
             try:
                 self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)
