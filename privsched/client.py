@@ -276,7 +276,7 @@ class Client(BudgetReads):
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
-        from privsched.service.requests import build_request
+        from privsched.service.submissions import build_request
 
         parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
@@ -294,7 +294,7 @@ class Client(BudgetReads):
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import dry_run
-        from privsched.service.requests import build_request
+        from privsched.service.submissions import build_request
 
         parsed = self._spec(spec)
         dataset = self.ledger.get_dataset(parsed.dataset)
@@ -401,7 +401,7 @@ class Client(BudgetReads):
             quotas = QuotaCheck.load(db)
             for name in [dataset] if dataset is not None else [d.name for d in self.datasets()]:
                 view = self.ledger.pending_view(name)
-                if not len(view.pipeline_ids):
+                if not len(view.pipelines.pipeline_ids):
                     continue
                 info = self.ledger.get_dataset(name)
                 blocks = self.ledger.list_blocks(name)

@@ -16,13 +16,12 @@ from tests.cli_inprocess import invoke
 from tests.conftest import dump_database
 from tests.server_fixtures import Server, server  # noqa: F401 -- the fixture
 from tests.support.blockdata import block_file
-
-ROOT_SKIP = pytest.mark.skipif(os.geteuid() == 0, reason="running as root: file permissions do not restrict root")
+from tests.support.unprivileged import as_owner, needs_a_restricted_user, owned_folder  # noqa: F401 -- a fixture
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "p.db"
+def db(owned_folder: Path) -> Path:  # noqa: F811 -- the fixture
+    path = owned_folder / "p.db"
     with connect(path) as client:
         client.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
     return path
@@ -50,18 +49,18 @@ def test_a_fifo_is_refused_without_blocking(db: Path, tmp_path: Path):
     refused_in_one_line(db, str(tmp_path / "fifo"), "neither a file nor a folder")
 
 
-@ROOT_SKIP
-def test_a_file_privsched_cannot_read_is_refused(db: Path, tmp_path: Path):
-    secret = Path(block_file(tmp_path, "secret.npz"))
+@needs_a_restricted_user
+def test_a_file_privsched_cannot_read_is_refused(db: Path):
+    secret = Path(block_file(db.parent, "secret.npz"))
     secret.chmod(0o200)
-    refused_in_one_line(db, str(secret), "not readable")
+    as_owner(db.parent, lambda: refused_in_one_line(db, str(secret), "not readable"))
 
 
-@ROOT_SKIP
-def test_a_folder_privsched_cannot_list_is_refused(db: Path, tmp_path: Path):
-    folder = tmp_path / "closed"
+@needs_a_restricted_user
+def test_a_folder_privsched_cannot_list_is_refused(db: Path):
+    folder = db.parent / "closed"
     folder.mkdir(mode=0o600)
-    refused_in_one_line(db, str(folder), "not readable")
+    as_owner(db.parent, lambda: refused_in_one_line(db, str(folder), "not readable"))
 
 
 def test_files_and_folders_are_recorded_as_absolute_paths(db: Path, tmp_path: Path, monkeypatch):

@@ -10,7 +10,6 @@ filler. Skipped where unprivileged namespaces are not allowed."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,17 +24,10 @@ from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Placement
 from privsched.trainers.builtin import plan_mechanism
+from tests.support.namespaces import namespaces_allowed
 
 GRANT = [0.5, 0.0]
 JOB = {"kind": "statistic", "query": "count"}
-
-
-def namespaces_allowed() -> bool:
-    try:
-        return subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"],
-                              capture_output=True, timeout=30).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
 
 
 pytestmark = pytest.mark.skipif(not namespaces_allowed(), reason="unprivileged user namespaces are not allowed")

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting
 from privsched import connect
-from privsched.ledger.models import BlockInfo, PendingView
+from privsched.ledger.models import BlockInfo, PendingBatch, PendingView
 from privsched.service.unsatisfiable import never_grantable
 from tests.support.blockdata import block_files
 
@@ -45,11 +45,12 @@ def _view(accounting: Accounting, capacity, consumed, allocated, demand) -> tupl
     zero = np.zeros_like(capacity)
     block = BlockInfo(7, "d", "b", None, "active", 0.0, capacity, zero, capacity - consumed - allocated, allocated,
                       consumed)
-    view = PendingView(
-        block_ids=np.array([7]), capacity=capacity[None], unlocked=block.unlocked[None], pipeline_ids=np.array([3]),
-        arrival=np.zeros(1), weight=np.ones(1), edge_pipeline=np.array([0]), edge_block=np.array([0]),
-        edge_demand=np.asarray(demand, dtype=float)[None], accounting=accounting,
+    pipelines = PendingBatch(
+        pipeline_ids=np.array([3]), arrival=np.zeros(1), weight=np.ones(1), deadline=np.full(1, np.inf),
+        edge_pipeline=np.array([0]), edge_block=np.array([7]), edge_demand=np.asarray(demand, dtype=float)[None],
     )
+    view = PendingView(accounting=accounting, block_ids=np.array([7]), capacity=capacity[None],
+                       unlocked=block.unlocked[None], pipelines=pipelines)
     return view, {7: block}
 
 

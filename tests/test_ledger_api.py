@@ -13,6 +13,7 @@ import pytest
 
 from privsched.ledger import BlockSpec, Ledger, LedgerError, PipelineRequest
 from privsched.ledger.schema import APPLICATION_ID, SCHEMA_VERSION
+from privsched.service.snapshot import snapshot_of
 from tests.support.blockdata import block_file
 
 
@@ -272,13 +273,15 @@ def test_pending_view_holds_the_snapshot_arrays(ledger):
     b = ledger.submit(PipelineRequest("b", "reviews", ["r1", "r2"], demands={"r1": np.full(k, 0.2), "r2": np.full(k, 0.3)}), now=6)
     view = ledger.pending_view("reviews")
     assert view.block_ids.tolist() == [r1.id, r2.id]
-    assert view.pipeline_ids.tolist() == [a, b]
-    assert view.arrival.tolist() == [5, 6] and view.weight.tolist() == [2.0, 1.0]
-    assert view.edge_pipeline.tolist() == [0, 1, 1]
-    assert view.edge_block.tolist() == [1, 0, 1]
-    np.testing.assert_allclose(view.edge_demand[:, 0], [0.1, 0.2, 0.3])
-    assert view.capacity.shape == view.unlocked.shape == (2, k)
-    assert view.accounting == ledger.get_dataset("reviews").accounting
+    assert view.pipelines.edge_block.tolist() == [r2.id, r1.id, r2.id]
+    snapshot = snapshot_of(view)
+    assert snapshot.pipeline_ids.tolist() == [a, b]
+    assert snapshot.arrival.tolist() == [5, 6] and snapshot.weight.tolist() == [2.0, 1.0]
+    assert snapshot.edge_pipeline.tolist() == [0, 1, 1]
+    assert snapshot.edge_block.tolist() == [1, 0, 1]
+    np.testing.assert_allclose(snapshot.edge_demand[:, 0], [0.1, 0.2, 0.3])
+    assert snapshot.capacity.shape == snapshot.unlocked.shape == (2, k)
+    assert snapshot.accounting == ledger.get_dataset("reviews").accounting
 
 
 def test_the_event_log_is_append_only(ledger):

@@ -9,7 +9,7 @@ import pytest
 
 from privsched.budgets import Accounting
 from privsched.trainers.builtin import plan_mechanism
-from privsched.service.requests import builtin_job
+from privsched.service.submissions import builtin_job
 from privsched.spec import PipelineSpec
 from privsched.jobs.records import read_block_files
 from workloads.reviews import (

@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from privsched.ledger import Ledger, LedgerError, PipelineRequest
+from privsched.ledger import Ledger, LedgerError, PendingView, PipelineRequest
 from privsched.service.pending import PendingSet
+from privsched.service.snapshot import snapshot_of
 
 REPO = Path(__file__).resolve().parents[1]
 DATASETS = {"stats": "basic", "reviews": "rdp"}
@@ -35,19 +36,25 @@ def assert_same(kept: PendingSet, fresh: PendingSet) -> None:
             assert np.array_equal(getattr(mine, bucket), getattr(block, bucket)), (block_id, bucket)
     assert +kept.arrivals == +fresh.arrivals
     for dataset_id in fresh.datasets:
-        mine, truth = kept.view(dataset_id), fresh.view(dataset_id)
-        for name in ("block_ids", "capacity", "unlocked", "pipeline_ids", "arrival", "weight", "edge_pipeline",
-                     "edge_block", "edge_demand"):
-            assert np.array_equal(getattr(mine, name), getattr(truth, name)), (dataset_id, name)
+        assert_same_view(kept.view(dataset_id), fresh.view(dataset_id), dataset_id)
 
 
 def assert_matches_ledger(kept: PendingSet, ledger: Ledger) -> None:
     """The pending set's views are the ledger's own pending views."""
     for dataset_id, info in kept.datasets.items():
-        mine, truth = kept.view(dataset_id), ledger.pending_view(info.name)
-        for name in ("block_ids", "capacity", "unlocked", "pipeline_ids", "arrival", "weight", "edge_pipeline",
-                     "edge_block", "edge_demand"):
-            assert np.array_equal(getattr(mine, name), getattr(truth, name)), (info.name, name)
+        assert_same_view(kept.view(dataset_id), ledger.pending_view(info.name), info.name)
+
+
+def assert_same_view(mine: PendingView, truth: PendingView, label: object) -> None:
+    """Two views hold the same blocks and pending pipelines, and give the same policy snapshot."""
+    for name in ("block_ids", "capacity", "unlocked"):
+        assert np.array_equal(getattr(mine, name), getattr(truth, name)), (label, name)
+    for name in ("pipeline_ids", "arrival", "weight", "deadline", "edge_pipeline", "edge_block", "edge_demand"):
+        assert np.array_equal(getattr(mine.pipelines, name), getattr(truth.pipelines, name)), (label, name)
+    ours, theirs = snapshot_of(mine), snapshot_of(truth)
+    for name in ("capacity", "unlocked", "pipeline_ids", "arrival", "weight", "edge_pipeline", "edge_block",
+                 "edge_demand"):
+        assert np.array_equal(getattr(ours, name), getattr(theirs, name)), (label, name)
 
 
 class PendingMachine(RuleBasedStateMachine):

@@ -21,22 +21,8 @@ import numpy as np
 import sqlite_utils
 
 from privsched.ledger import rows
-from privsched.ledger.models import BlockInfo, DatasetInfo
+from privsched.ledger.models import BlockInfo, DatasetInfo, PendingBatch
 from privsched.ledger.schema import unpack_rows
-
-
-@dataclass(frozen=True, eq=False)
-class PendingBatch:
-    """Pending pipelines of one dataset, in id order, and their demands as edges grouped by
-    pipeline in request order."""
-
-    pipeline_ids: np.ndarray  # (P,) int database ids, ascending
-    arrival: np.ndarray  # (P,) submission times
-    weight: np.ndarray  # (P,) profit of granting each (DPack, optimal)
-    deadline: np.ndarray  # (P,) when each times out waiting (submission + timeout; inf: never)
-    edge_pipeline: np.ndarray  # (E,) index into pipeline_ids
-    edge_block: np.ndarray  # (E,) int database ids of the blocks
-    edge_demand: np.ndarray  # (E, K) the demand on each
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +68,7 @@ def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None
         complete=False,
         datasets=_datasets(db, "id IN (SELECT value FROM json_each(?))", [json.dumps(created)]),
         blocks=_blocks(db, "b.id IN (SELECT value FROM json_each(?))", [json.dumps(block_ids)]),
-        pending=_pending(db, "p.id IN (SELECT value FROM json_each(?))", [json.dumps(still)]),
+        pending=pending_batches(db, "p.id IN (SELECT value FROM json_each(?))", [json.dumps(still)]),
         left=[p for p in pipeline_ids if states.get(p) != "pending"],
         arrivals=Counter(dict(db.execute(
             "SELECT block_id, count(*) FROM demands WHERE pipeline_id IN (SELECT value FROM json_each(?)) "
@@ -97,7 +83,7 @@ def _everything(db: sqlite_utils.Database) -> Changes:
         complete=True,
         datasets=_datasets(db, "1", []),
         blocks=_blocks(db, "1", []),
-        pending=_pending(db, "p.state = 'pending'", []),
+        pending=pending_batches(db, "p.state = 'pending'", []),
         left=[],
         arrivals=Counter(dict(db.execute("SELECT block_id, count(*) FROM demands GROUP BY block_id").fetchall())),
     )
@@ -113,7 +99,7 @@ def _blocks(db: sqlite_utils.Database, where: str, params: list) -> list[BlockIn
         f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY b.id", params).fetchall()]
 
 
-def _pending(db: sqlite_utils.Database, where: str, params: list) -> dict[int, PendingBatch]:
+def pending_batches(db: sqlite_utils.Database, where: str, params: list) -> dict[int, PendingBatch]:
     """Pending pipelines (of ``where`` over ``pipelines p``) with their demands, per dataset id."""
     found = db.execute(
         "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout "

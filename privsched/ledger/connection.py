@@ -143,9 +143,10 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
 
 def _probe(path: Path, create: bool) -> Path:
     """The absolute path of a database file that can be opened (or, with ``create``,
-    created); otherwise a :class:`LedgerError` of one line naming why: missing, a folder or
-    another non-regular file, a symbolic-link loop, a folder or a file privsched may not
-    write, a read-only file system."""
+    created); otherwise a :class:`LedgerError` of one line naming why: missing (the file, or
+    the folder a new one would go in), a folder or another non-regular file, a symbolic-link
+    loop, a name too long, a folder or a file privsched may not write, a read-only file
+    system."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -163,18 +164,34 @@ def _probe(path: Path, create: bool) -> Path:
     except (OSError, RuntimeError) as exc:  # a loop among the folders of the path
         raise LedgerError(f"cannot open {path}: {exc}") from None
     folder = resolved.parent
+    if not _exists(folder):
+        raise LedgerError(f"cannot open {path}: the folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK):
         why = "a read-only file system" if _read_only(folder) else "a folder privsched cannot write to"
         raise LedgerError(f"cannot open {path}: {folder} is {why} (the ledger writes its journal next to it)")
     if info is not None and not os.access(resolved, os.R_OK | os.W_OK):
-        raise LedgerError(f"cannot open {path}: the file is read-only for privsched (every command may write to "
-                          f"the ledger; mode {stat.S_IMODE(info.st_mode):04o})")
+        why = ("on a read-only file system" if _read_only(resolved)
+               else f"read-only for privsched (mode {stat.S_IMODE(info.st_mode):04o})")
+        raise LedgerError(f"cannot open {path}: the file is {why}; every command may write to the ledger")
     return resolved
 
 
-def _read_only(folder: Path) -> bool:
+def _exists(folder: Path) -> bool:
+    """Whether ``folder`` exists (one privsched may not look into counts as existing: the
+    write check that follows names it)."""
     try:
-        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+        os.stat(folder)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError:
+        pass  # it exists, but privsched may not look into it
+    return True
+
+
+def _read_only(path: Path) -> bool:
+    """Whether ``path`` lies on a file system mounted read-only."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False
 

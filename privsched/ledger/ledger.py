@@ -288,8 +288,9 @@ class Ledger:
 
     # ------------------------------------------------------------------------ views
     def pending_view(self, dataset: str) -> PendingView:
-        """The pending pipelines of a dataset and the blocks they can be granted on, as the
-        arrays of a policy :class:`~privsched.policies.base.Snapshot` (three queries)."""
+        """The pending pipelines of a dataset and the blocks they can be granted on, by
+        database id (:func:`privsched.service.snapshot.snapshot_of` makes it a policy's
+        snapshot)."""
         return self._read(self._reader.pending_view, dataset)
 
     def events(self, pipeline_id: int | None = None, block_id: int | None = None) -> list[Event]:

@@ -116,22 +116,37 @@ class PipelineInfo:
 
 
 @dataclass(frozen=True, eq=False)
-class PendingView:
-    """The arrays of :class:`privsched.policies.base.Snapshot` for one dataset: the blocks
-    (active ones, plus any retired block a pending pipeline still asks for) and the pending
-    pipelines with their per-block demands as edges, grouped by pipeline in id order.
-    Edge indices point into these arrays, not at database ids."""
+class PendingBatch:
+    """Pending pipelines of one dataset, in id order, and their demands as edges grouped by
+    pipeline in request order."""
 
-    block_ids: np.ndarray  # (B,) int database ids
-    capacity: np.ndarray  # (B, K)
-    unlocked: np.ndarray  # (B, K)
-    pipeline_ids: np.ndarray  # (P,) int database ids
+    pipeline_ids: np.ndarray  # (P,) int database ids, ascending
     arrival: np.ndarray  # (P,) submission times
-    weight: np.ndarray  # (P,)
+    weight: np.ndarray  # (P,) profit of granting each (DPack, optimal)
+    deadline: np.ndarray  # (P,) when each times out waiting (submission + timeout; inf: never)
     edge_pipeline: np.ndarray  # (E,) index into pipeline_ids
-    edge_block: np.ndarray  # (E,) index into block_ids
-    edge_demand: np.ndarray  # (E, K)
-    accounting: Accounting | None = None
+    edge_block: np.ndarray  # (E,) int database ids of the blocks
+    edge_demand: np.ndarray  # (E, K) the demand on each
+
+    @classmethod
+    def empty(cls, dims: int) -> PendingBatch:
+        """No pipeline, with budgets of ``dims`` dimensions."""
+        none = np.zeros(0, dtype=np.int64)
+        return cls(none, np.zeros(0), np.zeros(0), np.zeros(0), none, none, np.zeros((0, dims)))
+
+
+@dataclass(frozen=True, eq=False)
+class PendingView:
+    """A dataset's pending pipelines and the blocks a policy may see: its active blocks, plus
+    any retired block a pending pipeline still asks for. Rows by database id; the policy's
+    :class:`~privsched.policies.base.Snapshot` is built from it by
+    :func:`privsched.service.snapshot.snapshot_of`."""
+
+    accounting: Accounting  # the dataset's
+    block_ids: np.ndarray  # (B,) int database ids, ascending
+    capacity: np.ndarray  # (B, K) each block's capacity
+    unlocked: np.ndarray  # (B, K) each block's unlocked budget
+    pipelines: PendingBatch  # its pending pipelines; every edge names a block of ``block_ids``
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,8 +15,9 @@ import numpy as np
 import sqlite_utils
 
 from privsched.ledger import rows
+from privsched.ledger.changes import pending_batches
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import BlockInfo, DatasetInfo, Event, PendingView, PipelineInfo
+from privsched.ledger.models import BlockInfo, DatasetInfo, Event, PendingBatch, PendingView, PipelineInfo
 from privsched.ledger.schema import unpack, unpack_rows
 
 
@@ -119,39 +120,23 @@ class Reader:
         return state, dataset_id, edges
 
     def pending_view(self, dataset: str) -> PendingView:
-        """The pending pipelines of a dataset and the blocks they can be granted on, as the
-        arrays of a policy :class:`~privsched.policies.base.Snapshot` (three queries)."""
+        """The pending pipelines of a dataset and the blocks a policy may see: its active blocks
+        and any retired block a pending pipeline still asks for."""
         info = self.dataset(dataset)
         dims = info.accounting.dims
-        pipelines = self.sql(
-            "SELECT id, submitted_at, weight FROM pipelines WHERE dataset_id = ? AND state = 'pending' ORDER BY id",
-            [info.id],
-        )
-        edges = self.sql(
-            "SELECT e.pipeline_id, e.block_id, e.demand FROM demands e JOIN pipelines p ON p.id = e.pipeline_id "
-            "WHERE p.dataset_id = ? AND p.state = 'pending' ORDER BY e.pipeline_id, e.position",
-            [info.id],
-        )
-        wanted = sorted({block_id for _, block_id, _ in edges})
+        pipelines = pending_batches(self.db, "p.dataset_id = ?", [info.id]).get(info.id) or PendingBatch.empty(dims)
         blocks = self.sql(
             "SELECT b.id, bal.capacity, bal.unlocked FROM blocks b JOIN balances bal ON bal.block_id = b.id "
             "WHERE b.dataset_id = ? AND (b.state = 'active' OR b.id IN (SELECT value FROM json_each(?))) "
             "ORDER BY b.id",
-            [info.id, json.dumps(wanted)],
+            [info.id, json.dumps(np.unique(pipelines.edge_block).tolist())],
         )
-        block_index = {row[0]: i for i, row in enumerate(blocks)}
-        pipeline_index = {row[0]: i for i, row in enumerate(pipelines)}
         return PendingView(
+            accounting=info.accounting,
             block_ids=np.array([row[0] for row in blocks], dtype=np.int64),
             capacity=unpack_rows([row[1] for row in blocks], dims),
             unlocked=unpack_rows([row[2] for row in blocks], dims),
-            pipeline_ids=np.array([row[0] for row in pipelines], dtype=np.int64),
-            arrival=np.array([row[1] for row in pipelines], dtype=float),
-            weight=np.array([row[2] for row in pipelines], dtype=float),
-            edge_pipeline=np.array([pipeline_index[row[0]] for row in edges], dtype=np.int64),
-            edge_block=np.array([block_index[row[1]] for row in edges], dtype=np.int64),
-            edge_demand=unpack_rows([row[2] for row in edges], dims),
-            accounting=info.accounting,
+            pipelines=pipelines,
         )
 
     # ----------------------------------------------------------------------- events

@@ -8,7 +8,7 @@ combined with any unlock rule. Nothing here performs I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeGuard
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class PerPipelineOrder(Protocol):
         ...
 
 
-def orders_per_pipeline(policy: Policy) -> bool:
+def orders_per_pipeline(policy: Policy) -> TypeGuard[PerPipelineOrder]:
     """Whether ``policy`` declares itself a :class:`PerPipelineOrder`."""
     return getattr(policy, "per_pipeline_order", False) is True
 

@@ -19,10 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from privsched.budgets.accounting import Accounting
 from privsched.ledger import Ledger
-from privsched.ledger.changes import Changes, PendingBatch
-from privsched.ledger.models import BlockInfo, DatasetInfo, PendingView
+from privsched.ledger.changes import Changes
+from privsched.ledger.models import BlockInfo, DatasetInfo, PendingBatch, PendingView
 
 
 @dataclass
@@ -120,26 +119,15 @@ class PendingSet:
         active blocks, and any retired block a pending pipeline still asks for. With
         ``pipelines`` (ids), only those pipelines and the blocks they ask for."""
         dataset = self.datasets[dataset_id]
-        table = self.tables.get(dataset_id) or _empty(dataset.accounting)
+        table = self.tables.get(dataset_id) or PendingBatch.empty(dataset.accounting.dims)
         if pipelines is not None:
             table = _select(table, _rows(table, pipelines))
         blocks = self.blocks_of(dataset)
         shown = np.isin(blocks.ids, table.edge_block)
         if pipelines is None:
             shown |= blocks.active
-        block_ids = blocks.ids[shown]
-        return PendingView(
-            block_ids=block_ids,
-            capacity=blocks.capacity[shown],
-            unlocked=blocks.unlocked[shown],
-            pipeline_ids=table.pipeline_ids,
-            arrival=table.arrival,
-            weight=table.weight,
-            edge_pipeline=table.edge_pipeline,
-            edge_block=np.searchsorted(block_ids, table.edge_block),
-            edge_demand=table.edge_demand,
-            accounting=dataset.accounting,
-        )
+        return PendingView(accounting=dataset.accounting, block_ids=blocks.ids[shown],
+                           capacity=blocks.capacity[shown], unlocked=blocks.unlocked[shown], pipelines=table)
 
     def next_deadline(self) -> float:
         """When the first pending pipeline times out (inf: none ever does)."""
@@ -186,11 +174,6 @@ class PendingSet:
             return np.zeros(0, dtype=np.int64)
         hit = np.isin(table.edge_block, np.fromiter(blocks, dtype=np.int64))
         return table.pipeline_ids[np.unique(table.edge_pipeline[hit])]
-
-
-def _empty(accounting: Accounting) -> PendingBatch:
-    none = np.zeros(0, dtype=np.int64)
-    return PendingBatch(none, np.zeros(0), np.zeros(0), np.zeros(0), none, none, np.zeros((0, accounting.dims)))
 
 
 def _rows(table: PendingBatch, ids: np.ndarray) -> np.ndarray:

@@ -39,7 +39,7 @@ from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PendingView, PipelineInfo
 from privsched.errors import validation_message
-from privsched.policies.base import PolicySpec, Snapshot, orders_per_pipeline
+from privsched.policies.base import PolicySpec, orders_per_pipeline
 from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
@@ -48,6 +48,7 @@ from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
+from privsched.service.snapshot import snapshot_of
 from privsched.service.unsatisfiable import never_grantable
 from privsched.spec import Resources
 
@@ -304,8 +305,8 @@ class Scheduler:
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
                 view = self.pending.view(dataset_id, pipelines)
-                allocation = self.policy.policy.allocate(self._snapshot(view, now))
-                granted = [int(i) for i in view.pipeline_ids[allocation.granted]]
+                allocation = self.policy.policy.allocate(snapshot_of(view, now, self._reservations(view)))
+                granted = [int(i) for i in view.pipelines.pipeline_ids[allocation.granted]]
                 if allocation.reserved is not None:
                     reserved.update(_waiting_reservations(self._edge_keys(view), allocation.reserved, set(granted)))
                 order.extend(granted)
@@ -325,33 +326,16 @@ class Scheduler:
         return granted, changed
 
     def _edge_keys(self, view: PendingView) -> list[tuple[int, int]]:
-        pipelines = view.pipeline_ids[view.edge_pipeline].tolist()
-        blocks = view.block_ids[view.edge_block].tolist()
-        return list(zip(pipelines, blocks))
+        """(pipeline id, block id) of every edge of the view."""
+        pipelines = view.pipelines
+        return list(zip(pipelines.pipeline_ids[pipelines.edge_pipeline].tolist(), pipelines.edge_block.tolist()))
 
-    def _snapshot(self, view: PendingView, now: float) -> Snapshot:
-        unlocked = view.unlocked
-        reserved = None
-        if self._reserved:
-            dims = view.edge_demand.shape[1]
-            reserved = np.array([self._reserved.get(k, np.zeros(dims)) for k in self._edge_keys(view)])
-            reserved = reserved.reshape(-1, dims)
-            per_block = np.zeros_like(unlocked)
-            np.add.at(per_block, view.edge_block, reserved)
-            unlocked = unlocked - per_block
-        return Snapshot(
-            accounting=view.accounting,
-            capacity=view.capacity,
-            unlocked=unlocked,
-            pipeline_ids=view.pipeline_ids,
-            arrival=view.arrival,
-            weight=view.weight,
-            edge_pipeline=view.edge_pipeline,
-            edge_block=view.edge_block,
-            edge_demand=view.edge_demand,
-            clock=now,
-            reserved=reserved,
-        )
+    def _reservations(self, view: PendingView) -> np.ndarray | None:
+        """Round robin's reservations on the view's edges (E, K), or None when it holds none."""
+        if not self._reserved:
+            return None
+        zero = np.zeros(view.accounting.dims)
+        return np.array([self._reserved.get(k, zero) for k in self._edge_keys(view)]).reshape(-1, view.accounting.dims)
 
     def place(self, now: float) -> tuple[list[int], int]:
         """Start granted jobs on free compute in grant order, letting smaller jobs behind a
@@ -384,7 +368,11 @@ class Scheduler:
     def _start(self, info: PipelineInfo, placement: Placement, now: float) -> bool:
         """Launch a granted job in the recoverable steps of :mod:`~privsched.service.launching`."""
         token = secrets.token_hex(16)
-        launch = self._launch(info, placement, now, token)
+        try:
+            launch = self._launch(info, placement, now, token)
+        except OSError:  # its run folder cannot be written (a full or read-only disk): retried next tick
+            self.compute.release(info.id)
+            raise
         with self.launches.lock(info.id):
             try:
                 self.ledger.mark_running(info.id, self._placement_record(placement), now=now, launch_token=token)

@@ -74,17 +74,19 @@ class ServeSummary:
 
 
 def _is_full(exc: BaseException) -> bool:
-    """Whether an error means the database or the disk is full (retried, not fatal)."""
+    """Whether an error means the database or the disk is full, or its file system read-only
+    (retried, not fatal: space returns, a file system is remounted writable)."""
     return isinstance(exc, StorageFull) or (
-        isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+        isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)
     )
 
 
 class Condition:
-    """What keeps the scheduler from making progress (the database or disk is full): logged
-    when it starts and when it ends, and kept in the runs folder's ``condition`` file while it
-    lasts (:meth:`RunDirs.condition`; best effort: the file may sit on the full disk), where
-    ``privsched status``, the API and the dashboard read it."""
+    """What keeps the scheduler from making progress (the database or disk is full, or its
+    file system read-only): logged when it starts and when it ends, and kept in the runs
+    folder's ``condition`` file while it lasts (:meth:`RunDirs.condition`; best effort: the
+    file may sit on the full disk), where ``privsched status``, the API and the dashboard
+    read it."""
 
     def __init__(self, runs: RunDirs, log: Callable[[str], None]) -> None:
         self.path = runs.condition()
@@ -94,7 +96,8 @@ class Condition:
 
     def full(self, exc: BaseException) -> None:
         if self.current is None:
-            self.current = f"storage full since {time.strftime('%Y-%m-%d %H:%M:%S')}: {exc}"
+            what = "read-only" if getattr(exc, "errno", None) == errno.EROFS else "full"
+            self.current = f"storage {what} since {time.strftime('%Y-%m-%d %H:%M:%S')}: {exc}"
             self.log(f"{self.current}; jobs are still watched, retrying every tick")
             try:
                 self.path.write_text(self.current + "\n")

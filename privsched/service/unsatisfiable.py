@@ -24,20 +24,20 @@ _ROUNDING = 1e-9
 
 def never_grantable(view: PendingView, blocks: dict[int, BlockInfo]) -> dict[int, str]:
     """Pending pipeline id → why it can never be granted, for those of ``view`` that cannot
-    (``blocks``: at least every block of the view, by id)."""
-    accounting = view.accounting
-    rows = [blocks[int(b)] for b in view.block_ids.tolist()]
-    if not rows:
+    (``blocks``: at least every block the view's pipelines ask for, by id)."""
+    accounting, pipelines = view.accounting, view.pipelines
+    if not len(pipelines.edge_block):
         return {}
+    ids, edge = np.unique(pipelines.edge_block, return_inverse=True)
+    rows = [blocks[block_id] for block_id in ids.tolist()]
     capacity = np.stack([block.capacity for block in rows])
     left = capacity - np.stack([block.consumed for block in rows]) + _ROUNDING * np.abs(capacity)
     active = np.array([block.state == "active" for block in rows])
-    edge = view.edge_block
-    hopeful = active[edge] & accounting.fits(view.edge_demand, left[edge], accounting.live(capacity[edge]))
+    hopeful = active[edge] & accounting.fits(pipelines.edge_demand, left[edge], accounting.live(capacity[edge]))
     reasons: dict[int, str] = {}
     where = "at every live order" if accounting.is_rdp else "in ε or δ"
     for i in np.flatnonzero(~hopeful).tolist():
-        pipeline_id = int(view.pipeline_ids[view.edge_pipeline[i]])
+        pipeline_id = int(pipelines.pipeline_ids[pipelines.edge_pipeline[i]])
         block = rows[edge[i]]
         if block.state != "active":
             reasons.setdefault(pipeline_id, f"can never be granted: block {block.key!r} is {block.state}")

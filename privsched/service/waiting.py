@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +38,7 @@ import numpy as np
 from privsched.ledger.models import PendingView, PipelineInfo
 
 if TYPE_CHECKING:  # the remote client reads reasons without loading the policies
+    from privsched.budgets.accounting import Accounting
     from privsched.policies.base import Policy, Snapshot, UnlockRule
     from privsched.service.resources import Pool
 
@@ -114,17 +115,7 @@ class WaitingReason:
         return asdict(self)
 
 
-def snapshot_of(view: PendingView, now: float = 0.0) -> Snapshot:
-    """A policy snapshot of a dataset's pending pipelines (no round-robin reservations)."""
-    from privsched.policies.base import Snapshot
-
-    return Snapshot(accounting=view.accounting, capacity=view.capacity, unlocked=view.unlocked,
-                    pipeline_ids=view.pipeline_ids, arrival=view.arrival, weight=view.weight,
-                    edge_pipeline=view.edge_pipeline, edge_block=view.edge_block, edge_demand=view.edge_demand,
-                    clock=now)
-
-
-def shortfalls(accounting, demand: np.ndarray, available: np.ndarray,
+def shortfalls(accounting: Accounting, demand: np.ndarray, available: np.ndarray,
                capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (E, K) demands against available budgets: whether each fits, the dimension that
     decides (see the module docstring), and the shortfall d − u there (≤ 0 when it fits)."""
@@ -142,7 +133,7 @@ def shortfalls(accounting, demand: np.ndarray, available: np.ndarray,
 @dataclass(frozen=True)
 class UnlockState:
     """What the serving unlock rule will still release on a view's blocks (aligned with
-    :attr:`PendingView.block_ids`), as the scheduler computes it."""
+    :attr:`~privsched.ledger.models.PendingView.block_ids`), as the scheduler computes it."""
 
     rule: UnlockRule
     locked: np.ndarray  # (B, K) budget not yet unlocked
@@ -151,25 +142,27 @@ class UnlockState:
     now: float  # the clock
 
 
-def _outlooks(view: PendingView, state: UnlockState, pipelines: np.ndarray,
+def _outlooks(snapshot: Snapshot, block_ids: np.ndarray, state: UnlockState, pipelines: np.ndarray,
               block_keys: dict[int, str]) -> dict[int, dict]:
-    """For pipeline indices ``pipelines`` of ``view``: the unlock fields of their reasons."""
+    """For pipeline indices ``pipelines`` of ``snapshot`` (whose blocks are ``block_ids``):
+    the unlock fields of their reasons."""
     from privsched.policies.unlock import arrivals_to_fit, earliest_fit_time
 
     rule = state.rule
     by_time, by_arrival = float(rule.on_tick(1.0)) > 0, float(rule.on_pipeline_arrival()) > 0
     if not (by_time or by_arrival) or len(pipelines) == 0:
         return {}
-    edges = np.flatnonzero(np.isin(view.edge_pipeline, pipelines))
-    rows = view.edge_block[edges]
-    balances = (view.accounting, view.edge_demand[edges], view.unlocked[rows], view.capacity[rows], state.locked[rows])
+    edges = np.flatnonzero(np.isin(snapshot.edge_pipeline, pipelines))
+    rows = snapshot.edge_block[edges]
+    balances = (snapshot.accounting, snapshot.edge_demand[edges], snapshot.unlocked[rows], snapshot.capacity[rows],
+                state.locked[rows])
     if by_time:
         when = earliest_fit_time(rule, *balances, state.arrivals[rows], state.created[rows], state.now)
         never = np.isinf(when)
     else:
         when = arrivals_to_fit(rule, *balances, state.arrivals[rows], state.now - state.created[rows]).astype(float)
         never = when < 0
-    owners = view.edge_pipeline[edges]  # edges come grouped by pipeline
+    owners = snapshot.edge_pipeline[edges]  # edges come grouped by pipeline
     starts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
     found = {}
     for start, end in zip(starts.tolist(), [*starts[1:].tolist(), len(owners)]):
@@ -177,7 +170,7 @@ def _outlooks(view: PendingView, state: UnlockState, pipelines: np.ndarray,
         fields: dict = {"unlock": "time" if by_time else "arrivals"}
         if not never[mine].any():
             last = mine[np.argmax(when[mine])]
-            fields["unlock_block"] = block_keys.get(int(view.block_ids[rows[last]]))
+            fields["unlock_block"] = block_keys.get(int(block_ids[rows[last]]))
             fields["fits_at" if by_time else "arrivals"] = float(when[last]) if by_time else int(when[last])
         found[p] = fields
     return found
@@ -193,46 +186,50 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
     would exceed its team's quota (:meth:`privsched.ledger.quotas.QuotaCheck.refusal`).
     With ``unlock`` (the serving rule and the blocks' state), a pipeline short of budget
     also says when the rule will have released enough (module docstring)."""
+    from privsched.policies.base import orders_per_pipeline
     from privsched.policies.fcfs import FirstComeFirstServed
+    from privsched.service.snapshot import snapshot_of
 
-    accounting = view.accounting
-    count = len(view.pipeline_ids)
+    snapshot = snapshot_of(view, now)
+    accounting, block_ids = snapshot.accounting, view.block_ids
+    count = snapshot.n_pipelines
     if count == 0:
         return []
-    snapshot = snapshot_of(view, now)
-    ranked = policy if policy is not None and getattr(policy, "per_pipeline_order", False) else FirstComeFirstServed()
-    order_name = ranked.name if ranked is policy else "arrival"
+    if policy is not None and orders_per_pipeline(policy):
+        order, order_name = policy.order(snapshot), policy.name
+    else:
+        order, order_name = FirstComeFirstServed().order(snapshot), "arrival"
     rank = np.empty(count, dtype=np.intp)
-    rank[ranked.order(snapshot)] = np.arange(1, count + 1)
+    rank[order] = np.arange(1, count + 1)
 
-    demand = view.edge_demand
-    unlocked = view.unlocked[view.edge_block]
-    fits, dim, edge_gap = shortfalls(accounting, demand, unlocked, view.capacity[view.edge_block])
+    demand = snapshot.edge_demand
+    unlocked = snapshot.unlocked[snapshot.edge_block]
+    fits, dim, edge_gap = shortfalls(accounting, demand, unlocked, snapshot.capacity[snapshot.edge_block])
     labels = accounting.dimension_labels()
 
-    budget_short = np.unique(view.edge_pipeline[~fits])
-    outlooks = {} if unlock is None else _outlooks(view, unlock, budget_short, block_keys)
+    budget_short = np.unique(snapshot.edge_pipeline[~fits])
+    outlooks = {} if unlock is None else _outlooks(snapshot, block_ids, unlock, budget_short, block_keys)
     reasons = []
     for p in range(count):
-        edges = np.flatnonzero(view.edge_pipeline == p)
-        common = dict(pipeline_id=int(view.pipeline_ids[p]), rank=int(rank[p]), pending=count, order=order_name)
+        edges = np.flatnonzero(snapshot.edge_pipeline == p)
+        turn = WaitingReason(pipeline_id=int(snapshot.pipeline_ids[p]), code="turn", rank=int(rank[p]), pending=count,
+                             order=order_name)
         short = edges[~fits[edges]]
         if len(short) == 0:
-            blocks = view.block_ids[view.edge_block[edges]]
-            over = None if quota is None else quota(common["pipeline_id"], blocks.tolist(), demand[edges],
-                                                      view.capacity[view.edge_block[edges]])
+            blocks = block_ids[snapshot.edge_block[edges]]
+            over = None if quota is None else quota(turn.pipeline_id, blocks.tolist(), demand[edges],
+                                                      snapshot.capacity[snapshot.edge_block[edges]])
             if over is None:
-                reasons.append(WaitingReason(code="turn", **common))
+                reasons.append(turn)
             else:
-                reasons.append(WaitingReason(code="quota", team=over[0], block=block_keys.get(int(blocks[over[1]])),
-                                             **common))
+                reasons.append(replace(turn, code="quota", team=over[0], block=block_keys.get(int(blocks[over[1]]))))
             continue
         e = short[np.argmax(edge_gap[short])]
         d = int(dim[e])
-        reasons.append(WaitingReason(
-            code="budget", block=block_keys.get(int(view.block_ids[view.edge_block[e]])), dimension=labels[d],
+        reasons.append(replace(
+            turn, code="budget", block=block_keys.get(int(block_ids[snapshot.edge_block[e]])), dimension=labels[d],
             demand=float(demand[e, d]), unlocked=float(unlocked[e, d]), shortfall=float(edge_gap[e]),
-            **outlooks.get(p, {}), **common))
+            **outlooks.get(p, {})))
     return reasons
 
 
@@ -252,19 +249,19 @@ def compute_reasons(granted: list[PipelineInfo], running: list[PipelineInfo], po
     waiting = sorted(granted, key=lambda p: (p.granted_at or 0, p.id))
     reasons = []
     for rank, info in enumerate(waiting, start=1):
-        common = dict(pipeline_id=info.id, code="compute", rank=rank, pending=len(waiting), order="grant")
+        base = WaitingReason(pipeline_id=info.id, code="compute", rank=rank, pending=len(waiting), order="grant")
         try:
             need = Resources.model_validate(info.resources)
         except ValidationError:
-            reasons.append(WaitingReason(never="invalid resources", **common))
+            reasons.append(replace(base, never="invalid resources"))
             continue
         refusal = pool.refusal(need)
         if refusal is not None:
-            reasons.append(WaitingReason(need=need.describe(), never=refusal, **common))
+            reasons.append(replace(base, need=need.describe(), never=refusal))
         elif free.place(info.id, need) is None:
             left = Resources.model_construct(gpus=len(free.free_gpus), cpus=max(free.free_cpus, 0.0),
                                              memory=max(free.free_memory, 0))
-            reasons.append(WaitingReason(need=need.describe(), free=left.describe(), **common))
+            reasons.append(replace(base, need=need.describe(), free=left.describe()))
         else:
-            reasons.append(WaitingReason(need=need.describe(), **common))
+            reasons.append(replace(base, need=need.describe()))
     return reasons

@@ -1,0 +1,36 @@
+"""The policy's :class:`~privsched.policies.base.Snapshot` of a ledger
+:class:`~privsched.ledger.models.PendingView`: the one place where the ledger's rows, named
+by database id, become the arrays a policy indexes (docs/design.md §4.2–4.3)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from privsched.ledger.models import PendingView
+from privsched.policies.base import Snapshot
+
+
+def snapshot_of(view: PendingView, clock: float = 0.0, reserved: np.ndarray | None = None) -> Snapshot:
+    """The view as a policy snapshot at ``clock``. Edges point at the view's blocks by index
+    (``view.block_ids`` ascends). ``reserved`` (E, K): round robin's water-filled
+    reservations per edge, taken out of their blocks' unlocked budget (docs/design.md §4.2)."""
+    pipelines = view.pipelines
+    edge_block = np.searchsorted(view.block_ids, pipelines.edge_block)
+    unlocked = view.unlocked
+    if reserved is not None:
+        per_block = np.zeros_like(unlocked)
+        np.add.at(per_block, edge_block, reserved)
+        unlocked = unlocked - per_block
+    return Snapshot(
+        accounting=view.accounting,
+        capacity=view.capacity,
+        unlocked=unlocked,
+        pipeline_ids=pipelines.pipeline_ids,
+        arrival=pipelines.arrival,
+        weight=pipelines.weight,
+        edge_pipeline=pipelines.edge_pipeline,
+        edge_block=edge_block,
+        edge_demand=pipelines.edge_demand,
+        clock=clock,
+        reserved=reserved,
+    )
