@@ -18,6 +18,7 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
@@ -59,13 +60,16 @@ LOG_CHUNK = 1 << 20
 
 
 def reply(content: Any, status: int = 200) -> Response:
-    """JSON with infinities written as ``Infinity`` (RDP curves may hold them)."""
-    def plain(value: Any) -> Any:
-        if isinstance(value, list):
-            return [plain(v) for v in value]
-        return value.model_dump() if hasattr(value, "model_dump") else value
-
-    return Response(json.dumps(plain(content), allow_nan=True), status_code=status, media_type="application/json")
+    """JSON with infinities written as ``Infinity`` (RDP curves may hold them). Models (and
+    lists of them) are written by pydantic's serialiser, about 9× faster than
+    ``json.dumps`` of their ``model_dump`` (benchmarks/http_api.py); other values by ``json``."""
+    if isinstance(content, BaseModel):
+        body = content.model_dump_json()
+    elif isinstance(content, list) and all(isinstance(v, BaseModel) for v in content):
+        body = "[" + ",".join(v.model_dump_json() for v in content) + "]"
+    else:
+        body = json.dumps(content, allow_nan=True)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 async def current_user(request: Request) -> User:
