@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from privsched.simulation.sweep import Job, grid, sweep, write_sweep  # noqa: E402
+from privsched.simulation.sweep import SweepPoint, grid, sweep, write_sweep  # noqa: E402
 
 #: (workloads, policies, N values, T values) per sweep of a part.
 MICRO = [
@@ -51,20 +51,20 @@ OFFLINE = [
 
 def run_sweeps(part: str, sweeps: list, out: Path, workers: int) -> float:
     started = time.perf_counter()
-    jobs: list[Job] = []
+    points: list[SweepPoint] = []
     for workloads, policies, ns, lifetimes in sweeps:
-        jobs += grid(workloads, policies, ns, lifetimes)
+        points += grid(workloads, policies, ns, lifetimes)
     done = [0]
 
     def progress(row: dict) -> None:
         done[0] += 1
-        print(f"  [{done[0]}/{len(jobs)}] {row['workload']}: {row['label']} -> {row['granted']} "
+        print(f"  [{done[0]}/{len(points)}] {row['workload']}: {row['label']} -> {row['granted']} "
               f"({row['cpu_s']:.1f} s CPU)", flush=True)
 
-    rows, best = sweep(jobs, workers=workers, on_done=progress)
+    rows, best = sweep(points, workers=workers, on_done=progress)
     write_sweep(rows, best, out / part)
     elapsed = time.perf_counter() - started
-    print(f"{part}: {len(jobs)} runs in {elapsed:.1f} s wall", flush=True)
+    print(f"{part}: {len(points)} runs in {elapsed:.1f} s wall", flush=True)
     return elapsed
 
 

@@ -66,7 +66,9 @@ def test_dead_orders_never_count():
 def test_shares_are_demand_over_capacity_on_live_orders_and_zero_elsewhere(demand, capacity):
     shares = RDP.shares(demand, capacity)
     live = capacity > 0
-    np.testing.assert_allclose(shares[live], demand[live] / capacity[live])
+    with np.errstate(over="ignore"):  # a huge demand over a tiny capacity is an infinite share
+        expected = demand[live] / capacity[live]
+    np.testing.assert_allclose(shares[live], expected)
     assert np.all(shares[~live] == 0)
 
 

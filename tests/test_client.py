@@ -163,3 +163,17 @@ def test_concurrent_submitters_each_record_every_pipeline_once(client: Client):
     names = sorted(p.name for p in client.list())
     assert names == sorted(f"w{w}-{i}" for w in range(workers) for i in range(count))
     assert client.audit().ok
+
+
+def test_one_database_serves_a_basic_and_an_rdp_dataset_together(tmp_db: Path):
+    """Block budgets of basic (ε, δ) and RDP (one entry per order) datasets differ in length:
+    unlocking and granting work per dataset, so both are served by one scheduler."""
+    with ps.connect(tmp_db) as client:
+        client.create_dataset("daily", epsilon=10, delta=1e-7, accounting="basic")
+        client.create_dataset("reviews", epsilon=10, delta=1e-7, accounting="rdp")
+        for dataset in ("daily", "reviews"):
+            client.add_blocks(dataset, [(f"{dataset}-{d}", block_file(tmp_db.parent, f"{dataset}-{d}")) for d in range(3)])
+        client.runs.record_pool(Pool(("0",), cpus=4.0, memory=2**30))
+        runs = [client.submit(spec(name=dataset, dataset=dataset)) for dataset in ("daily", "reviews")]
+        client.run_until_idle("dpf-n", n=1, tick=0.05, cpus=4, gpus=0)
+        assert [run.wait().status for run in runs] == ["completed", "completed"]

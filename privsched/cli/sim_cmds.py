@@ -190,16 +190,16 @@ def sweep(
     with errors():
         for name in names:  # validates names and parameters before any run
             resolve_policy(name, n=ns[0] if ns else None, lifetime=lifetimes[0] if lifetimes else None)
-        jobs = grid(workloads, names, ns, lifetimes, seed)
+        points = grid(workloads, names, ns, lifetimes, seed)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console) as progress:
-        task = progress.add_task("sweep", total=len(jobs))
+        task = progress.add_task("sweep", total=len(points))
 
         def done(row: dict) -> None:
             progress.update(task, advance=1, description=f"{row['workload']}: {row['label']} → {row['granted']}")
 
         with errors():
-            rows, best = run_sweep(jobs, workers=workers, params=params, on_done=done)
+            rows, best = run_sweep(points, workers=workers, params=params, on_done=done)
     with _writing(out):
         write_sweep(rows, best, out)
     console.print(summary_table(rows))

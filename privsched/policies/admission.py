@@ -124,7 +124,7 @@ class EdgeTable:
             rows, owner, blocks = rows[keep], owner[keep], blocks[keep]
             if not alive.any():
                 return granted
-            failed, rejected = self._settle(available, n, demand, rows, owner, blocks)
+            failed, rejected = self._classify(available, n, demand, rows, owner, blocks)
             passes = alive & ~failed
             if not passes.any() and not rejected.any():
                 raise ValueError("a pipeline lists the same block twice")
@@ -135,7 +135,7 @@ class EdgeTable:
             keep = alive[owner]
             rows, owner, blocks = rows[keep], owner[keep], blocks[keep]
 
-    def _settle(
+    def _classify(
         self, available: np.ndarray, n: int, demand: np.ndarray, rows: np.ndarray, owner: np.ndarray,
         blocks: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:

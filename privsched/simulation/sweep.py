@@ -19,7 +19,7 @@ from privsched.simulation.results import SimulationResult
 
 
 @dataclass(frozen=True)
-class Job:
+class SweepPoint:
     workload: str
     policy: str
     n: int | None = None
@@ -41,9 +41,9 @@ def _is_rdp(workload: str) -> bool:
 
 def grid(
     workloads: Sequence[str], policies: Sequence[str], ns: Sequence[int], lifetimes: Sequence[float], seed: int = 0
-) -> list[Job]:
-    """The jobs of a sweep, in a stable order."""
-    jobs = []
+) -> list[SweepPoint]:
+    """The points of a sweep, in a stable order."""
+    points = []
     for workload in workloads:
         for policy in policies:
             if policy.startswith("rr") and _is_rdp(workload):
@@ -53,14 +53,14 @@ def grid(
             if per_n:
                 if not ns:
                     raise ValueError(f"policy {policy!r} needs --n values")
-                jobs += [Job(workload, policy, n=n, seed=seed) for n in ns]
+                points += [SweepPoint(workload, policy, n=n, seed=seed) for n in ns]
             elif per_t:
                 if not lifetimes:
                     raise ValueError(f"policy {policy!r} needs --lifetime values")
-                jobs += [Job(workload, policy, lifetime=t, seed=seed) for t in lifetimes]
+                points += [SweepPoint(workload, policy, lifetime=t, seed=seed) for t in lifetimes]
             else:
-                jobs.append(Job(workload, policy, seed=seed))
-    return jobs
+                points.append(SweepPoint(workload, policy, seed=seed))
+    return points
 
 
 @lru_cache(maxsize=4)
@@ -70,14 +70,14 @@ def _instance(workload: str, seed: int, params: str):
     return load_workload(workload, seed=seed, **json.loads(params))[1]
 
 
-def run_job(job: Job, params: str = "{}") -> tuple[dict, SimulationResult]:
-    """Run one job (in a worker); returns its summary row and its result."""
+def simulate_point(point: SweepPoint, params: str = "{}") -> tuple[dict, SimulationResult]:
+    """Run one point (in a worker); returns its summary row and its result."""
     from privsched.simulation.api import resolve_policy, run
 
-    spec = resolve_policy(job.policy, n=job.n, lifetime=job.lifetime)
-    result = run(job.workload, _instance(job.workload, job.seed, params), spec)
+    spec = resolve_policy(point.policy, n=point.n, lifetime=point.lifetime)
+    result = run(point.workload, _instance(point.workload, point.seed, params), spec)
     summary = result.summary()
-    row = {**asdict(job), "label": job.label}
+    row = {**asdict(point), "label": point.label}
     row.update({k: summary[k] for k in ("pipelines", "granted", "timed_out", "by_class", "delay_p50", "delay_p99",
                                         "mean_block_used", "passes", "runtime_s", "cpu_s")})
     return row, _compact(result)
@@ -97,35 +97,35 @@ def _compact(result: SimulationResult) -> SimulationResult:
 
 
 def sweep(
-    jobs: Sequence[Job],
+    points: Sequence[SweepPoint],
     *,
     workers: int = 2,
     params: dict | None = None,
     on_done: Callable[[dict], None] | None = None,
 ) -> tuple[list[dict], dict[tuple[str, str], SimulationResult]]:
-    """Run ``jobs`` over ``workers`` processes. Returns the summary rows (in job order) and,
+    """Run ``points`` over ``workers`` processes. Returns the summary rows (in point order) and,
     per (workload, policy), the result of its best run (most granted, smallest parameter)."""
     encoded = json.dumps(params or {}, sort_keys=True)
-    rows: dict[Job, dict] = {}
+    rows: dict[SweepPoint, dict] = {}
     best: dict[tuple[str, str], tuple[dict, SimulationResult]] = {}
 
-    def record(job: Job, row: dict, result: SimulationResult) -> None:
-        rows[job] = row
-        key = (job.workload, job.policy)
+    def record(point: SweepPoint, row: dict, result: SimulationResult) -> None:
+        rows[point] = row
+        key = (point.workload, point.policy)
         if key not in best or row["granted"] > best[key][0]["granted"]:
             best[key] = (row, result)
         if on_done:
             on_done(row)
 
     if workers <= 1:
-        for job in jobs:
-            record(job, *run_job(job, encoded))
+        for point in points:
+            record(point, *simulate_point(point, encoded))
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(run_job, job, encoded): job for job in jobs}
+            futures = {pool.submit(simulate_point, point, encoded): point for point in points}
             for future in as_completed(futures):
                 record(futures[future], *future.result())
-    return [rows[job] for job in jobs], {key: result for key, (_, result) in best.items()}
+    return [rows[point] for point in points], {key: result for key, (_, result) in best.items()}
 
 
 def sweep_figures(rows: Sequence[dict], best: dict[tuple[str, str], SimulationResult], out: Path) -> list[Path]:
@@ -166,7 +166,7 @@ def summary_table(rows: Sequence[dict]) -> str:
 
 
 def best_rows(rows: Sequence[dict]) -> list[dict]:
-    """Each (workload, policy)'s run with the most grants (ties: the first in job order)."""
+    """Each (workload, policy)'s run with the most grants (ties: the first in point order)."""
     best: dict[tuple[str, str], dict] = {}
     for r in rows:
         key = (r["workload"], r["policy"])
