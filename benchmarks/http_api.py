@@ -15,8 +15,10 @@ process runs the scheduler and the API, as deployed: ``privsched serve --listen 
 - one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
   server plans the demand) and locally (the command plans it: torch and opacus load).
 
-With ``--baseline DIR`` (a copy of other privsched code), the rates and latencies are
-measured against that code's server too, in the same run.
+With ``--baseline DIR`` (a copy of other privsched code), the rates, latencies and the
+remote command are measured against that code's server (and client) too, in the same run,
+in ``--rounds`` that alternate the two servers so that both see the same load of the
+machine: rates are the median over rounds, latencies pool every probe.
 
 Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick] [--baseline DIR]``.
 """
@@ -102,14 +104,14 @@ def latencies(make_client: Callable[[], object], keys: list[str], probes: int) -
     return found
 
 
-def command_seconds(env: dict, path: Path, repeats: int) -> tuple[float, float]:
+def command_seconds(env: dict, path: Path, repeats: int, cwd: Path = REPO) -> tuple[float, float]:
     """Median whole-process wall and CPU (user + system) seconds of ``privsched submit path``."""
     walls, cpus = [], []
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "privsched", "submit", str(path)], env=env, check=True,
-                       capture_output=True)
+        subprocess.run([sys.executable, "-m", "privsched", "submit", str(path)], env={**env, "PYTHONPATH": str(cwd)},
+                       cwd=cwd, check=True, capture_output=True)  # in ``cwd``: ``-m`` looks there first
         walls.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -123,6 +125,8 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=800, help="per API, in all threads")
     parser.add_argument("--probes", type=int, default=5, help="per thread and API")
     parser.add_argument("--repeats", type=int, default=5, help="whole-process submits per way")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds alternating this code's server and the "
+                        "baseline's")
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
     parser.add_argument("--baseline", type=Path, help="a copy of other privsched code (e.g. `git archive main | "
                         "tar -x -C DIR`) whose server is measured too, after this code's")
@@ -144,18 +148,22 @@ def main() -> None:
     spec = folder / "dpsgd.yaml"
     spec.write_text(DPSGD)
     sources = {"this code": REPO, **({"baseline": args.baseline} if args.baseline else {})}
-    found: dict[str, Measures] = {}
-    for name, source in sources.items():
-        keys = [f"free-{name[:4]}-{i:04d}" for i in range(2 * THREADS * args.probes)]
-        local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
-        with api_server(env, source, local) as url:
-            found[name] = measure(url, token, db, keys, args.submissions, args.probes)
-            if name == "this code":
-                remote_cmd = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec,
-                                             args.repeats)
-                local_cmd = command_seconds(env, spec, args.repeats)
+    rounds: dict[str, list[Measures]] = {name: [] for name in sources}
+    remote_cmds: dict[str, tuple[float, float]] = {}
+    for turn in range(args.rounds):
+        for name, source in sources.items():
+            keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(2 * THREADS * args.probes)]
+            local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
+            with api_server(env, source, local) as url:
+                rounds[name].append(measure(url, token, db, keys, args.submissions, args.probes))
+                if turn == 0:
+                    remote_cmds[name] = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token},
+                                                        spec, args.repeats, source)
+                    if name == "this code":
+                        local_cmd = command_seconds(env, spec, args.repeats)
+    found = {name: Measures.pooled(found) for name, found in rounds.items()}
 
-    mine = found["this code"]
+    mine, remote_cmd = found["this code"], remote_cmds["this code"]
     print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders), {THREADS} concurrent clients\n")
     print("| measure | HTTP API | local Python API | HTTP/local |")
     print("|---|---:|---:|---:|")
@@ -179,6 +187,10 @@ def main() -> None:
                 ours, theirs = (pct(getattr(m, f"{way}_latency"), q) for m in (mine, base))
                 print(f"| {'HTTP' if way == 'remote' else 'local'} submit → grant {label} (ms) | {ours:.0f} | "
                       f"{theirs:.0f} | {ours / theirs:.2f} |")
+        for i, clock in enumerate(("wall", "CPU")):
+            ours, theirs = remote_cmd[i], remote_cmds["baseline"][i]
+            print(f"| remote DP-SGD `privsched submit`, whole process, {clock} (s) | {ours:.2f} | {theirs:.2f} | "
+                  f"{ours / theirs:.2f} |")
     local.close()
 
 
@@ -188,6 +200,12 @@ class Measures:
     local_rate: float  # through the local Python API
     remote_latency: list[float]  # submit → grant seconds
     local_latency: list[float]
+
+    @classmethod
+    def pooled(cls, rounds: list[Measures]) -> Measures:
+        """Rounds as one: median rates, every probe's latency."""
+        return cls(statistics.median(m.remote_rate for m in rounds), statistics.median(m.local_rate for m in rounds),
+                   [x for m in rounds for x in m.remote_latency], [x for m in rounds for x in m.local_latency])
 
 
 def measure(url: str, token: str, db: Path, keys: list[str], submissions: int, probes: int) -> Measures:

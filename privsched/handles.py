@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import time
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from privsched.ledger.models import PipelineInfo
-from privsched.ledger.states import PipelineState
+if TYPE_CHECKING:  # the data classes load NumPy, which a remote submission never needs
+    from privsched.ledger.models import PipelineInfo
+    from privsched.ledger.states import PipelineState
 
 H = TypeVar("H", bound="PipelineHandle")
 

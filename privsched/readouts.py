@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from privsched.budgets.readout import as_epsilon_delta
-
 if TYPE_CHECKING:
     import numpy as np
 
@@ -34,6 +32,8 @@ class Readout:
 
 def readout(vector: np.ndarray, dataset: DatasetInfo) -> Readout:
     """``vector`` (a block's balance or a demand on one of ``dataset``'s blocks) as (ε, δ)."""
+    from privsched.budgets.readout import as_epsilon_delta  # NumPy: not at import (the remote CLI)
+
     return Readout(*as_epsilon_delta(vector, dataset.accounting, dataset.capacity, dataset.delta))
 
 

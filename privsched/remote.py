@@ -18,18 +18,28 @@ import http.client
 import json
 import os
 import ssl
+import types
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
-from privsched.blocks import block_spec
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.readouts import BudgetReads
-from privsched.server.models import BlockOut, DatasetOut, EventOut, PipelineOut
-from privsched.service.dryrun import BlockFit, DryRun
-from privsched.service.waiting import WaitingReason
+
+if TYPE_CHECKING:
+    from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
+    from privsched.service.dryrun import DryRun
+    from privsched.service.waiting import WaitingReason
+
+
+def _models() -> types.ModuleType:
+    """The API's models (pydantic, NumPy), loaded by the first answer that needs them: a
+    remote ``privsched submit`` reads only the new pipeline's id (benchmarks/http_api.py)."""
+    from privsched.server import models
+
+    return models
+
 
 #: Seconds to wait for the server to answer one request.
 TIMEOUT = 60.0
@@ -156,28 +166,30 @@ class RemoteClient(BudgetReads):
                        teams: Sequence[str] = ()) -> DatasetInfo:
         body = {"name": name, "epsilon": epsilon, "delta": delta, "accounting": accounting,
                 "alphas": None if alphas is None else list(alphas), "conversion": conversion, "teams": list(teams)}
-        return DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
+        return _models().DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
 
     def datasets(self) -> list[DatasetInfo]:
-        return [DatasetOut.model_validate(d).info() for d in self.request("GET", "/v1/datasets")]
+        return [_models().DatasetOut.model_validate(d).info() for d in self.request("GET", "/v1/datasets")]
 
     def dataset(self, name: str) -> DatasetInfo:
-        return DatasetOut.model_validate(self.request("GET", f"/v1/datasets/{quote(name, safe='')}")).info()
+        return _models().DatasetOut.model_validate(self.request("GET", f"/v1/datasets/{quote(name, safe='')}")).info()
 
     def add_blocks(self, dataset: str, blocks: Iterable[Any], *, unlocked: float = 0.0) -> list[BlockInfo]:
+        from privsched.blocks import block_spec
+
         specs = [block_spec(b) for b in blocks]
         body = {"blocks": [{"key": b.key, "location": b.location} for b in specs], "unlocked": unlocked}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
-        return [BlockOut.model_validate(b).info() for b in answer]
+        return [_models().BlockOut.model_validate(b).info() for b in answer]
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         answer = self.request("GET", "/v1/blocks", query={"dataset": dataset, "active_only": active_only})
-        return [BlockOut.model_validate(b).info() for b in answer]
+        return [_models().BlockOut.model_validate(b).info() for b in answer]
 
     def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None) -> list[BlockInfo]:
         body = {"fraction": fraction, "keys": None if keys is None else list(keys)}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/unlock", body)
-        return [BlockOut.model_validate(b).info() for b in answer]
+        return [_models().BlockOut.model_validate(b).info() for b in answer]
 
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold on each block of ``dataset`` (admins; None lifts it)."""
@@ -194,6 +206,8 @@ class RemoteClient(BudgetReads):
 
     def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        from privsched.service.dryrun import BlockFit, DryRun
+
         answer = self.request("POST", "/v1/pipelines/dry-run", {"spec": _spec_dict(spec, owner)})
         return DryRun(**{**answer, "blocks": [BlockFit(**b) for b in answer["blocks"]]})
 
@@ -207,17 +221,17 @@ class RemoteClient(BudgetReads):
     def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
         wanted = None if states is None else [states] if isinstance(states, str) else list(states)
         answer = self.request("GET", "/v1/pipelines", query={"state": wanted, "dataset": dataset})
-        return [PipelineOut.model_validate(p).info() for p in answer]
+        return [_models().PipelineOut.model_validate(p).info() for p in answer]
 
     def status(self, pipeline_id: int) -> PipelineInfo:
-        return PipelineOut.model_validate(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}")).info()
+        return _models().PipelineOut.model_validate(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}")).info()
 
     def cancel(self, pipeline_id: int) -> str:
         return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]
 
     def events(self, *, pipeline_id: int) -> builtins.list[Event]:
         """A pipeline's events, oldest first, each with who caused it (the server's log)."""
-        return [EventOut.model_validate(e).event() for e in self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/events")]
+        return [_models().EventOut.model_validate(e).event() for e in self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/events")]
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})
@@ -234,6 +248,8 @@ class RemoteClient(BudgetReads):
 
     def reasons(self, dataset: str | None = None, policy: None = None) -> dict[int, WaitingReason]:
         """Why each pending pipeline waits, ranked in the serving scheduler's order."""
+        from privsched.service.waiting import WaitingReason
+
         return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons",
                                                                           query={"dataset": dataset})}
 
@@ -244,6 +260,8 @@ class RemoteClient(BudgetReads):
         return self.request("GET", "/v1/scheduler")["condition"]
 
     def audit(self, expect: str | None = None) -> AuditReport:
+        from privsched.ledger.models import AuditReport
+
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 
     # -- users --------------------------------------------------------------------------------

@@ -102,13 +102,13 @@ def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
             assert np.all(block.allocated + block.consumed <= block.capacity + 1e-12)
 
 
-def test_the_remote_command_line_imports_no_torch_opacus_or_ray(server: Server, tmp_path):
+def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_or_sqlite(server: Server, tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text("name: t\ndataset: reviews\nblocks: [b0]\nepsilon: 0.5\ndelta: 1e-8\n"
                     "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.1, epochs: 1, lr: 0.1}}\n")
     code = ("import sys\nfrom privsched.cli import main\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
             "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray'}))")
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'sqlite_utils', 'sqlite3'}))")
     env = {**os.environ, "PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"],
            "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)

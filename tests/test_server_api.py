@@ -210,3 +210,17 @@ def test_the_dashboard_shows_each_caller_only_the_datasets_of_its_team(server: S
     assert server.call("GET", "/v1/dashboard/audit", user="vera")[0] == 403
     status, audit = server.call("GET", "/v1/dashboard/audit")
     assert status == 200 and audit["ok"] and audit["head"]
+
+
+@given(st.lists(st.floats(allow_nan=False), min_size=1, max_size=12), st.integers(0, 3))
+def test_answers_carry_every_float_exactly_including_infinities(vector: list[float], copies: int):
+    import json
+
+    from privsched.server.app import reply
+    from privsched.server.models import BlockOut
+
+    block = BlockOut(id=1, dataset="d", key="k", location=None, state="active", created_at=1.5, capacity=vector,
+                     locked=vector, unlocked=[], allocated=vector, consumed=[0.0])
+    assert json.loads(reply(block).body) == block.model_dump()
+    assert json.loads(reply([block] * copies).body) == [block.model_dump()] * copies
+    assert json.loads(reply({"vector": vector}).body) == {"vector": vector}

@@ -4,7 +4,7 @@ read (admins: all). Job logs, and messages a job may have written, are for admin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
 
@@ -30,7 +30,7 @@ def _asset(name: str) -> str:
     return resources.files("privsched.dashboard").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
-def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., User],
+def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., Awaitable[User]],
                      policy: Any = None) -> APIRouter:
     """The dashboard's routes on the served database; ``current_user`` authenticates (401),
     ``policy`` (the serving scheduler's) orders the queue."""

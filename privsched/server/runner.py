@@ -102,7 +102,8 @@ def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] |
     from privsched.server.app import create_app
 
     config = uvicorn.Config(create_app(db, policy), host=listen.host, port=listen.port, ssl_certfile=listen.tls_cert,
-                            ssl_keyfile=listen.tls_key, log_level="warning", access_log=False, lifespan="on")
+                            ssl_keyfile=listen.tls_key, log_level="warning", access_log=False, lifespan="on",
+                            http="httptools", loop="uvloop")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
     thread.start()
