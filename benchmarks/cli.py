@@ -38,10 +38,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TARGET_S = 0.3
 
-STATISTIC = {"name": "count", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 0.1,
-             "job": {"kind": "statistic", "params": {"query": "count"}}}
-DPSGD = {"name": "mlp", "dataset": "reviews", "blocks": {"last": 10}, "epsilon": 1.0, "delta": 1e-9,
-         "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.05, "epochs": 2, "lr": 0.05}}}
+STATISTIC = {
+    "name": "count",
+    "dataset": "reviews",
+    "blocks": {"last": 2},
+    "epsilon": 0.1,
+    "job": {"kind": "statistic", "params": {"query": "count"}},
+}
+DPSGD = {
+    "name": "mlp",
+    "dataset": "reviews",
+    "blocks": {"last": 10},
+    "epsilon": 1.0,
+    "delta": 1e-9,
+    "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.05, "epochs": 2, "lr": 0.05}},
+}
 
 
 def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
@@ -56,9 +67,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def median_time(
-    make_argv: Callable[[int], list[str]], repeats: int, env: dict[str, str], cwd: Path
-) -> tuple[float, float]:
+def median_time(make_argv: Callable[[int], list[str]], repeats: int, env: dict[str, str], cwd: Path) -> tuple[float, float]:
     """Median wall and CPU time of ``repeats`` runs; ``make_argv(i)`` gives the i-th command line."""
     runs = [timed(make_argv(i), env, cwd) for i in range(repeats)]
     return statistics.median(wall for wall, _ in runs), statistics.median(cpu for _, cpu in runs)
@@ -88,9 +97,11 @@ def main() -> None:
         def cli(*words: str) -> list[str]:
             return [args.python, "-m", "privsched", *words]
 
-        for setup in (cli("init", "--db", db),
-                      cli("dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7", "--db", db),
-                      cli("blocks", "add", "reviews", *[f"day-{i:03d}" for i in range(args.blocks)], "--db", db)):
+        for setup in (
+            cli("init", "--db", db),
+            cli("dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7", "--db", db),
+            cli("blocks", "add", "reviews", *[f"day-{i:03d}" for i in range(args.blocks)], "--db", db),
+        ):
             timed(setup, env, work)
         for _ in range(args.repeats):  # pipelines for `cancel` to cancel
             timed(cli("submit", str(work / "statistic.json"), "--db", db), env, work)
@@ -100,8 +111,7 @@ def main() -> None:
             ("python -c 'import privsched'", lambda i: [args.python, "-c", "import privsched"]),
             ("--help", lambda i: cli("--help")),
             ("init", lambda i: cli("init", "--db", db)),
-            ("dataset create", lambda i: cli("dataset", "create", f"d{i}", "--epsilon", "1", "--delta", "1e-6",
-                                             "--db", db)),
+            ("dataset create", lambda i: cli("dataset", "create", f"d{i}", "--epsilon", "1", "--delta", "1e-6", "--db", db)),
             ("dataset list", lambda i: cli("dataset", "list", "--db", db)),
             ("blocks add", lambda i: cli("blocks", "add", "reviews", f"extra-{i}", "--db", db)),
             ("blocks list", lambda i: cli("blocks", "list", "reviews", "--db", db)),
@@ -134,9 +144,7 @@ def main() -> None:
         print(f"| {flag or 'plots always drawn'} | {wall:.3f} | {cpu:.3f} | {simulation:.3f} | {overhead:.3f} | {met} |")
 
 
-def simulate_times(
-    cli: Callable[..., list[str]], flag: str, repeats: int, env: dict[str, str], cwd: Path
-) -> tuple[float, float, float]:
+def simulate_times(cli: Callable[..., list[str]], flag: str, repeats: int, env: dict[str, str], cwd: Path) -> tuple[float, float, float]:
     """Median whole-process wall and CPU time of a simulation, and median simulation time."""
     walls, cpus, runs = [], [], []
     for i in range(repeats):

@@ -93,8 +93,7 @@ def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[
             for part, end in marks:
                 times.setdefault(part, []).append(end - start)
                 start = end
-    return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()}
-            for name, times in parts.items()}
+    return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()} for name, times in parts.items()}
 
 
 def main() -> None:
@@ -142,13 +141,17 @@ def main() -> None:
             steppers = {"non-private": trainers[0], "DP-SGD": secure, **baselines}
             parts[model_name] = per_step_ms(steppers, steps, args.repeats)
     batch = args.sample_rate * len(train)
-    print(f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
-          f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), median of {args.repeats}\n")
+    print(
+        f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
+        f"epoch, device {device}, {torch.get_num_threads()} torch thread(s), median of {args.repeats}\n"
+    )
     print("| model | grad-sample mode | non-private s/epoch | DP-SGD s/epoch | ratio | CPU-time ratio |")
     print("|---|---|---:|---:|---:|---:|")
     for model_name, mode, plain, private in rows:
-        print(f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
-              f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |")
+        print(
+            f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
+            f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |"
+        )
     columns = ["zero_grad", "batch", "forward, backward", "noise, scaling, accountant", "Adam"]
     print("\nCPU ms per step, median (single-pass ghost clipping; forward, backward is the clipping pass)\n")
     print(f"| model | training | {' | '.join(columns)} | total | ratio |")

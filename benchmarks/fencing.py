@@ -29,8 +29,7 @@ def grant_rate(path: Path, grants: int, fenced: bool) -> tuple[float, float]:
         info = ledger.create_dataset("bench", 1e6, 1e-6, accounting="rdp")
         keys = [f"b{i}" for i in range(BLOCKS_PER_GRANT)]
         ledger.add_blocks("bench", keys, unlocked_fraction=1.0)
-        ids = ledger.submit_many([PipelineRequest("p", "bench", keys, demand=info.capacity * 1e-6)
-                                  for _ in range(grants)])
+        ids = ledger.submit_many([PipelineRequest("p", "bench", keys, demand=info.capacity * 1e-6) for _ in range(grants)])
         if fenced:
             assert ledger.acquire_lease("bench", ttl=3600)
         wall, cpu = time.perf_counter(), time.process_time()
@@ -49,7 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=args.dir) as folder:
         results: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
         for round_ in range(args.rounds):
-            for fenced in ((False, True) if round_ % 2 == 0 else (True, False)):  # alternate who goes first
+            for fenced in (False, True) if round_ % 2 == 0 else (True, False):  # alternate who goes first
                 results[fenced].append(grant_rate(Path(folder, f"{round_}-{fenced}.db"), args.grants, fenced))
     base_rate = statistics.median(r for r, _ in results[False])
     base_cpu = statistics.median(c for _, c in results[False])

@@ -58,8 +58,7 @@ FIVE = {"initial_blocks": 5, "max_blocks": 5}
 
 
 def policies() -> dict:
-    return {"fcfs": make_policy("fcfs").policy, "dpf": make_policy("dpf-n", n=1).policy,
-            "k50": DPack(k=50), "k1": DPack(k=1)}
+    return {"fcfs": make_policy("fcfs").policy, "dpf": make_policy("dpf-n", n=1).policy, "k50": DPack(k=50), "k1": DPack(k=1)}
 
 
 def offline_trace(seed: int, params: dict, rate: float):
@@ -73,8 +72,7 @@ def per_block_comparison(seed: int, params: dict, rate: float) -> OfflineCompari
     trace = offline_trace(seed, params, rate)
     instance, data = trace.instance, trace.to_dict()
     snapshot = offline_snapshot(instance)
-    granted = {name: float(instance.weight[list(policy.allocate(snapshot).granted)].sum())
-               for name, policy in policies().items()}
+    granted = {name: float(instance.weight[list(policy.allocate(snapshot).granted)].sum()) for name, policy in policies().items()}
     parts = []
     for block in data["blocks"]:
         mine = [p for p in data["pipelines"] if p["blocks"] == [block["id"]]]
@@ -82,9 +80,13 @@ def per_block_comparison(seed: int, params: dict, rate: float) -> OfflineCompari
             part = parse_trace({**data, "blocks": [block], "pipelines": mine}).instance
             parts.append(compare_offline(part, {}, time_limit=TIME_LIMIT))
     return OfflineComparison(
-        pipelines=instance.n_pipelines, granted=granted, optimum=sum(p.optimum for p in parts),
-        proven_optimal=all(p.proven_optimal for p in parts), bound=sum(p.bound for p in parts),
-        solve_s=sum(p.solve_s for p in parts))
+        pipelines=instance.n_pipelines,
+        granted=granted,
+        optimum=sum(p.optimum for p in parts),
+        proven_optimal=all(p.proven_optimal for p in parts),
+        bound=sum(p.bound for p in parts),
+        solve_s=sum(p.solve_s for p in parts),
+    )
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -97,25 +99,32 @@ def offline_row(label: list[str], runs: list[OfflineComparison]) -> str:
     """One offline setting over :data:`SEEDS`: granted totals, per-seed ratio and gaps."""
     total = {p: sum(c.granted[p] for c in runs) for p in OFFLINE_POLICIES}
     ratio = [c.granted["k1"] / c.granted["dpf"] for c in runs]
-    return (f"| {' | '.join(label)} | {sum(c.pipelines for c in runs)} | {sum(c.optimum for c in runs):g} | "
-            f"{'yes' if all(c.proven_optimal for c in runs) else 'no'} | "
-            + " | ".join(f"{total[p]:g}" for p in OFFLINE_POLICIES)
-            + f" | **{total['k1'] / total['dpf']:.2f}** | {spread(ratio, '.2f')} | "
-            f"{spread([100 * max(c.gap('k1'), 0.0) for c in runs], '.0f')} | "
-            f"{spread([100 * max(c.gap('dpf'), 0.0) for c in runs], '.0f')} |")
+    return (
+        f"| {' | '.join(label)} | {sum(c.pipelines for c in runs)} | {sum(c.optimum for c in runs):g} | "
+        f"{'yes' if all(c.proven_optimal for c in runs) else 'no'} | "
+        + " | ".join(f"{total[p]:g}" for p in OFFLINE_POLICIES)
+        + f" | **{total['k1'] / total['dpf']:.2f}** | {spread(ratio, '.2f')} | "
+        f"{spread([100 * max(c.gap('k1'), 0.0) for c in runs], '.0f')} | "
+        f"{spread([100 * max(c.gap('dpf'), 0.0) for c in runs], '.0f')} |"
+    )
 
 
-COLUMNS = ("| tasks | optimum | proven | FCFS | DPF | DPack K=50 | DPack K=1 | K=1 / DPF (totals) | "
-           "K=1 / DPF per seed | K=1 gap % | DPF gap % |",
-           "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+COLUMNS = (
+    "| tasks | optimum | proven | FCFS | DPF | DPack K=50 | DPack K=1 | K=1 / DPF (totals) | K=1 / DPF per seed | K=1 gap % | DPF gap % |",
+    "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+)
 
 
 def offline_tables() -> dict[str, list[str]]:
     one = ["| curves | σ_α " + COLUMNS[0], "|---|---:" + COLUMNS[1]]
     for label, curves in CURVES:
         for alpha_std in ALPHA_STDS:
-            runs = [compare_offline(offline_trace(seed, {**ONE_BLOCK, "alpha_std": alpha_std, **curves}, 200.0).instance,
-                                    policies(), time_limit=TIME_LIMIT) for seed in SEEDS]
+            runs = [
+                compare_offline(
+                    offline_trace(seed, {**ONE_BLOCK, "alpha_std": alpha_std, **curves}, 200.0).instance, policies(), time_limit=TIME_LIMIT
+                )
+                for seed in SEEDS
+            ]
             one.append(offline_row([label, f"{alpha_std:g}"], runs))
             print(one[-1], flush=True)
     ten = ["| curves | σ_α " + COLUMNS[0], "|---|---:" + COLUMNS[1]]
@@ -128,8 +137,7 @@ def offline_tables() -> dict[str, list[str]]:
     for selection, alpha_stds in (("random", ALPHA_STDS), ("latest", (0.0, math.inf))):
         for alpha_std in alpha_stds:
             params = {**FIVE, "alpha_std": alpha_std, "block_selection": selection, **BENT}
-            runs = [compare_offline(offline_trace(seed, params, 200.0).instance, policies(), time_limit=TIME_LIMIT)
-                    for seed in SEEDS]
+            runs = [compare_offline(offline_trace(seed, params, 200.0).instance, policies(), time_limit=TIME_LIMIT) for seed in SEEDS]
             five.append(offline_row(["bent", selection, f"{alpha_std:g}"], runs))
             print(five[-1], flush=True)
     return {"one": one, "ten": ten, "five": five}
@@ -138,8 +146,11 @@ def offline_tables() -> dict[str, list[str]]:
 def online_run(params: dict, seed: int, tick: float | None) -> dict:
     """Granted count per (policy, lifetime) on the default-sized online workload."""
     _, instance = load_workload("heterogeneous", seed=seed, **params)
-    return {(p, lifetime): run("heterogeneous", instance, resolve_policy(p, lifetime=lifetime), tick=tick).granted
-            for p in ("dpf-t", "dpack-t") for lifetime in LIFETIMES}
+    return {
+        (p, lifetime): run("heterogeneous", instance, resolve_policy(p, lifetime=lifetime), tick=tick).granted
+        for p in ("dpf-t", "dpack-t")
+        for lifetime in LIFETIMES
+    }
 
 
 def online_row(label: list[str], granted: dict) -> str:
@@ -147,14 +158,12 @@ def online_row(label: list[str], granted: dict) -> str:
     ratios = " | ".join(f"{granted['dpack-t', lifetime] / granted['dpf-t', lifetime]:.2f}" for lifetime in LIFETIMES)
     best = {p: max(LIFETIMES, key=lambda lifetime: granted[p, lifetime]) for p in ("dpf-t", "dpack-t")}
     f, d = granted["dpf-t", best["dpf-t"]], granted["dpack-t", best["dpack-t"]]
-    return (f"| {' | '.join(label)} | {ratios} | {f} ({best['dpf-t']:g}) | {d} ({best['dpack-t']:g}) | "
-            f"**{d / f:.2f}** |")
+    return f"| {' | '.join(label)} | {ratios} | {f} ({best['dpf-t']:g}) | {d} ({best['dpack-t']:g}) | **{d / f:.2f}** |"
 
 
 #: Online settings: label, workload parameters, σ_α values, seeds.
 ONLINE = (
-    ("bent, 1 random block", {**BENT, "blocks_mean": 1.0, "blocks_std": 0.0, "block_selection": "random"},
-     ALPHA_STDS, SEEDS),
+    ("bent, 1 random block", {**BENT, "blocks_mean": 1.0, "blocks_std": 0.0, "block_selection": "random"}, ALPHA_STDS, SEEDS),
     ("bent, 1–10 random blocks", {**BENT, "block_selection": "random"}, ALPHA_STDS, SEEDS),
     ("bent, latest 1–10 blocks", BENT, (0.0, math.inf), SEEDS),
     ("own, latest 1–10 blocks", {}, ALPHA_STDS, SEEDS[:1]),
@@ -163,8 +172,10 @@ ONLINE = (
 
 def online_table() -> list[str]:
     lifetimes = " | ".join(f"L={lifetime:g}" for lifetime in LIFETIMES)
-    table = [f"| workload | σ_α | pass every | seed | {lifetimes} | DPF-T best (L) | DPack-T best (L) | best / best |",
-             "|---|---:|---|---:" + "|---:" * len(LIFETIMES) + "|---:|---:|---:|"]
+    table = [
+        f"| workload | σ_α | pass every | seed | {lifetimes} | DPF-T best (L) | DPack-T best (L) | best / best |",
+        "|---|---:|---|---:" + "|---:" * len(LIFETIMES) + "|---:|---:|---:|",
+    ]
     for label, params, alpha_stds, seeds in ONLINE:
         for alpha_std in alpha_stds:
             for tick, tick_label in TICKS:
@@ -187,16 +198,28 @@ def main() -> None:
         "Curves: `own` keeps each mechanism's size (0.01–1); `0.05 ± 0.01` scales every curve to an ε_min "
         "drawn from that normal; `bent` also stretches it about ε_min to a range over α ∈ {4, 5, 6, 8} drawn "
         "from a normal(0.05, 0.03) truncated to (0, ∞), the DPack artifact's microbenchmark construction. "
-        "Gap: (MILP bound − granted) / bound, the distance to the optimum when it is proven.", "",
-        f"## Offline, one block, ~200 tasks ({counts})", "", *offline["one"], "",
-        f"## Offline, 10 blocks, each task on one at random, ~2,000 tasks; MILP per block ({counts})", "",
-        *offline["ten"], "",
-        f"## Offline, 5 blocks, each task on 1–5 of them, ~200 tasks, bent curves ({counts})", "",
-        *offline["five"], "",
-        "## Online, per seed (DPack-T / DPF-T at equal L; best over L against best over L)", "",
-        "About 3,000 tasks over 300 s, 100 per 10 s block period, 10 blocks at time 0 then one per period.", "",
-        *online, "",
-        f"Generated by `benchmarks/heterogeneous.py` in {time.perf_counter() - started:.0f} s.", "",
+        "Gap: (MILP bound − granted) / bound, the distance to the optimum when it is proven.",
+        "",
+        f"## Offline, one block, ~200 tasks ({counts})",
+        "",
+        *offline["one"],
+        "",
+        f"## Offline, 10 blocks, each task on one at random, ~2,000 tasks; MILP per block ({counts})",
+        "",
+        *offline["ten"],
+        "",
+        f"## Offline, 5 blocks, each task on 1–5 of them, ~200 tasks, bent curves ({counts})",
+        "",
+        *offline["five"],
+        "",
+        "## Online, per seed (DPack-T / DPF-T at equal L; best over L against best over L)",
+        "",
+        "About 3,000 tasks over 300 s, 100 per 10 s block period, 10 blocks at time 0 then one per period.",
+        "",
+        *online,
+        "",
+        f"Generated by `benchmarks/heterogeneous.py` in {time.perf_counter() - started:.0f} s.",
+        "",
     ]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "investigation.md").write_text("\n".join(text))

@@ -52,9 +52,11 @@ from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.remote import RemoteClient  # noqa: E402
 
 THREADS = 8
-DPSGD = ("name: dpsgd\ndataset: reviews\nblocks: [block-00000]\nepsilon: 1.0\ndelta: 1.0e-9\n"
-         "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.05, epochs: 2, lr: 0.05, optimizer: adam}}\n"
-         "resources: {cpus: 0.01}\n")
+DPSGD = (
+    "name: dpsgd\ndataset: reviews\nblocks: [block-00000]\nepsilon: 1.0\ndelta: 1.0e-9\n"
+    "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.05, epochs: 2, lr: 0.05, optimizer: adam}}\n"
+    "resources: {cpus: 0.01}\n"
+)
 
 
 def free_port() -> int:
@@ -110,8 +112,13 @@ def command_seconds(env: dict, path: Path, repeats: int, cwd: Path = REPO) -> tu
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "privsched", "submit", str(path)], env={**env, "PYTHONPATH": str(cwd)},
-                       cwd=cwd, check=True, capture_output=True)  # in ``cwd``: ``-m`` looks there first
+        subprocess.run(
+            [sys.executable, "-m", "privsched", "submit", str(path)],
+            env={**env, "PYTHONPATH": str(cwd)},
+            cwd=cwd,
+            check=True,
+            capture_output=True,
+        )  # in ``cwd``: ``-m`` looks there first
         walls.append(time.perf_counter() - started)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
@@ -125,11 +132,13 @@ def main() -> None:
     parser.add_argument("--submissions", type=int, default=800, help="per API, in all threads")
     parser.add_argument("--probes", type=int, default=5, help="per thread and API")
     parser.add_argument("--repeats", type=int, default=5, help="whole-process submits per way")
-    parser.add_argument("--rounds", type=int, default=2, help="rounds alternating this code's server and the "
-                        "baseline's")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds alternating this code's server and the baseline's")
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
-    parser.add_argument("--baseline", type=Path, help="a copy of other privsched code (e.g. `git archive main | "
-                        "tar -x -C DIR`) whose server is measured too, after this code's")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a copy of other privsched code (e.g. `git archive main | tar -x -C DIR`) whose server is measured too, after this code's",
+    )
     args = parser.parse_args()
     if args.quick:
         args.blocks, args.pending, args.submissions, args.probes, args.repeats = 100, 1000, 160, 2, 2
@@ -141,8 +150,7 @@ def main() -> None:
     local.runs.record_pool(local.pool())
     with Identities(db) as identities:
         token = identities.add_user("bench", "submitter")
-    print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)",
-          file=sys.stderr)
+    print(f"backlog: {args.pending:,} pending on {args.blocks:,} blocks ({time.perf_counter() - started:.1f} s)", file=sys.stderr)
 
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     spec = folder / "dpsgd.yaml"
@@ -157,8 +165,9 @@ def main() -> None:
             with api_server(env, source, local) as url:
                 rounds[name].append(measure(url, token, db, keys, args.submissions, args.probes))
                 if turn == 0:
-                    remote_cmds[name] = command_seconds({**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token},
-                                                        spec, args.repeats, source)
+                    remote_cmds[name] = command_seconds(
+                        {**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats, source
+                    )
                     if name == "this code":
                         local_cmd = command_seconds(env, spec, args.repeats)
     found = {name: Measures.pooled(found) for name, found in rounds.items()}
@@ -167,30 +176,36 @@ def main() -> None:
     print(f"\n{args.pending:,} pending pipelines, {args.blocks:,} blocks, RDP (12 orders), {THREADS} concurrent clients\n")
     print("| measure | HTTP API | local Python API | HTTP/local |")
     print("|---|---:|---:|---:|")
-    print(f"| submissions per second | {mine.remote_rate:.0f} | {mine.local_rate:.0f} | "
-          f"{mine.remote_rate / mine.local_rate:.2f} |")
+    print(f"| submissions per second | {mine.remote_rate:.0f} | {mine.local_rate:.0f} | {mine.remote_rate / mine.local_rate:.2f} |")
     for label, q in (("p50", 0.5), ("p99", 0.99)):
-        print(f"| submit → grant {label} (ms) | {pct(mine.remote_latency, q):.0f} | {pct(mine.local_latency, q):.0f} | "
-              f"{pct(mine.remote_latency, q) / pct(mine.local_latency, q):.2f} |")
+        print(
+            f"| submit → grant {label} (ms) | {pct(mine.remote_latency, q):.0f} | {pct(mine.local_latency, q):.0f} | "
+            f"{pct(mine.remote_latency, q) / pct(mine.local_latency, q):.2f} |"
+        )
     for i, clock in enumerate(("wall", "CPU")):
-        print(f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
-              f"{local_cmd[i]:.2f} | {remote_cmd[i] / local_cmd[i]:.2f} |")
+        print(
+            f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
+            f"{local_cmd[i]:.2f} | {remote_cmd[i] / local_cmd[i]:.2f} |"
+        )
     if "baseline" in found:
         base = found["baseline"]
         print("\n| measure | this code | baseline | this code/baseline |")
         print("|---|---:|---:|---:|")
-        for label, ours, theirs in (("HTTP submissions per second", mine.remote_rate, base.remote_rate),
-                                    ("local submissions per second", mine.local_rate, base.local_rate)):
+        for label, ours, theirs in (
+            ("HTTP submissions per second", mine.remote_rate, base.remote_rate),
+            ("local submissions per second", mine.local_rate, base.local_rate),
+        ):
             print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
         for way in ("remote", "local"):
             for label, q in (("p50", 0.5), ("p99", 0.99)):
                 ours, theirs = (pct(getattr(m, f"{way}_latency"), q) for m in (mine, base))
-                print(f"| {'HTTP' if way == 'remote' else 'local'} submit → grant {label} (ms) | {ours:.0f} | "
-                      f"{theirs:.0f} | {ours / theirs:.2f} |")
+                print(
+                    f"| {'HTTP' if way == 'remote' else 'local'} submit → grant {label} (ms) | {ours:.0f} | "
+                    f"{theirs:.0f} | {ours / theirs:.2f} |"
+                )
         for i, clock in enumerate(("wall", "CPU")):
             ours, theirs = remote_cmd[i], remote_cmds["baseline"][i]
-            print(f"| remote DP-SGD `privsched submit`, whole process, {clock} (s) | {ours:.2f} | {theirs:.2f} | "
-                  f"{ours / theirs:.2f} |")
+            print(f"| remote DP-SGD `privsched submit`, whole process, {clock} (s) | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} |")
     local.close()
 
 
@@ -204,8 +219,12 @@ class Measures:
     @classmethod
     def pooled(cls, rounds: list[Measures]) -> Measures:
         """Rounds as one: median rates, every probe's latency."""
-        return cls(statistics.median(m.remote_rate for m in rounds), statistics.median(m.local_rate for m in rounds),
-                   [x for m in rounds for x in m.remote_latency], [x for m in rounds for x in m.local_latency])
+        return cls(
+            statistics.median(m.remote_rate for m in rounds),
+            statistics.median(m.local_rate for m in rounds),
+            [x for m in rounds for x in m.remote_latency],
+            [x for m in rounds for x in m.local_latency],
+        )
 
 
 def measure(url: str, token: str, db: Path, keys: list[str], submissions: int, probes: int) -> Measures:
@@ -224,9 +243,26 @@ def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
     in ``source``; yields its address."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--policy", "dpf-n",
-         "--n", "1000000000", "--tick", "1s"], env={**env, "PYTHONPATH": str(source)}, cwd=source,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # in ``source``: ``-m`` looks there first
+        [
+            sys.executable,
+            "-m",
+            "privsched",
+            "serve",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--policy",
+            "dpf-n",
+            "--n",
+            "1000000000",
+            "--tick",
+            "1s",
+        ],
+        env={**env, "PYTHONPATH": str(source)},
+        cwd=source,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )  # in ``source``: ``-m`` looks there first
     try:
         line = server.stdout.readline()
         if "HTTP API on" not in line:

@@ -49,13 +49,20 @@ JOBS = {"statistic": "launch_jobs:statistic", "DP-SGD": "launch_jobs:first_dpsgd
 
 def launch_for(folder: Path, function: str, pipeline_id: int) -> Launch:
     folder.mkdir(parents=True)
-    ctx = JobContext(pipeline_id=pipeline_id, name="bench", dataset="d", accounting=Accounting.basic(), delta=1e-9,
-                     blocks={"b": BlockGrant("b", None, np.array([1.0, 1e-9]))}, device="cpu",
-                     workdir=folder / "work", params={})
+    ctx = JobContext(
+        pipeline_id=pipeline_id,
+        name="bench",
+        dataset="d",
+        accounting=Accounting.basic(),
+        delta=1e-9,
+        blocks={"b": BlockGrant("b", None, np.array([1.0, 1e-9]))},
+        device="cpu",
+        workdir=folder / "work",
+        params={},
+    )
     job = {"function": function, "pythonpath": [str(REPO / "benchmarks")]}
     (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
-    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                  Placement((), 1.0, 0), time.time())
+    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement((), 1.0, 0), time.time())
 
 
 def time_to_start(executor: LocalExecutor, launch: Launch) -> float:
@@ -82,8 +89,9 @@ def through_scheduler(folder: Path, executor: LocalExecutor, runs: int) -> tuple
     client.create_dataset("d", epsilon=10, delta=1e-7, accounting="basic")
     client.add_blocks("d", [("b0", str(folder / "b0.npz"))])
     stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(client.path, make_policy("fcfs"), executor,
-                                                  Pool((), cpus=2.0, memory=0)), kwargs={"tick": 0.01, "stop": stop})
+    thread = threading.Thread(
+        target=serve, args=(client.path, make_policy("fcfs"), executor, Pool((), cpus=2.0, memory=0)), kwargs={"tick": 0.01, "stop": stop}
+    )
     thread.start()
     user_job = {"function": JOBS["statistic"], "pythonpath": [str(REPO / "benchmarks")]}
     count_job = {"kind": "statistic", "params": {"query": "count"}}
@@ -91,14 +99,14 @@ def through_scheduler(folder: Path, executor: LocalExecutor, runs: int) -> tuple
     try:
         for i in range(runs):
             for job, times in ((user_job, to_start), (count_job, to_result)):
-                run = client.submit({"name": f"s{i}", "dataset": "d", "blocks": ["b0"], "epsilon": 0.01, "job": job,
-                                     "resources": {"cpus": 1}})
+                run = client.submit(
+                    {"name": f"s{i}", "dataset": "d", "blocks": ["b0"], "epsilon": 0.01, "job": job, "resources": {"cpus": 1}}
+                )
                 while (info := client.status(run.id)).state in ("pending", "granted", "running"):
                     time.sleep(0.005)
                 if info.state != "completed":
                     raise SystemExit(f"the probe ended {info.state}: {info.message}")
-                ended = (float((client.runs.workdir(run.id) / "started").read_text()) if job is user_job
-                         else info.finished_at)
+                ended = float((client.runs.workdir(run.id) / "started").read_text()) if job is user_job else info.finished_at
                 times.append(ended - info.granted_at)
     finally:
         stop.set()

@@ -24,8 +24,12 @@ def first_dpsgd_step(ctx) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     engine = PrivacyEngine(secure_mode=False)
     model, optimizer, loader = engine.make_private(
-        module=model, optimizer=optimizer, data_loader=DataLoader(TensorDataset(features, labels), batch_size=64),
-        noise_multiplier=1.0, max_grad_norm=1.0)
+        module=model,
+        optimizer=optimizer,
+        data_loader=DataLoader(TensorDataset(features, labels), batch_size=64),
+        noise_multiplier=1.0,
+        max_grad_norm=1.0,
+    )
     x, y = next(iter(loader))
     torch.nn.functional.cross_entropy(model(x), y).backward()
     optimizer.step()

@@ -35,15 +35,14 @@ def ledger_rate(path: Path, accounting: str, grants: int, batch: int) -> tuple[f
     """Grants per second through :meth:`Ledger.grant`, ``batch`` pipelines per call, in
     wall-clock and in process CPU time."""
     with Ledger.init(path) as ledger:
-        info = ledger.create_dataset("bench", 1e6, 1e-6, accounting=accounting,
-                                     alphas=ORDERS_12 if accounting == "rdp" else None)
+        info = ledger.create_dataset("bench", 1e6, 1e-6, accounting=accounting, alphas=ORDERS_12 if accounting == "rdp" else None)
         keys = [f"b{i}" for i in range(BLOCKS_PER_GRANT)]
         ledger.add_blocks("bench", keys, unlocked_fraction=1.0)
         demand = info.capacity * 1e-6
         ids = ledger.submit_many([PipelineRequest("p", "bench", keys, demand=demand) for _ in range(grants)])
         start, cpu = time.perf_counter(), time.process_time()
         for i in range(0, grants, batch):
-            ledger.grant(ids[i:i + batch])
+            ledger.grant(ids[i : i + batch])
         elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert len(ledger.list_pipelines(["granted"])) == grants
     return grants / elapsed, grants / cpu
@@ -85,8 +84,10 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="where the database files go (default: temp dir)")
     args = parser.parse_args()
 
-    print(f"| accounting | K | grants | raw sqlite3 txn/s | ledger grants/s | ratio | CPU-time ratio "
-          f"| ledger grants/s, {args.batch} per call |")
+    print(
+        f"| accounting | K | grants | raw sqlite3 txn/s | ledger grants/s | ratio | CPU-time ratio "
+        f"| ledger grants/s, {args.batch} per call |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for accounting, dims in (("basic", 2), ("rdp", len(ORDERS_12))):
         raw, single, batched = [], [], []
@@ -99,8 +100,7 @@ def main() -> None:
         r, s, b = (statistics.median(wall for wall, _ in x) for x in (raw, single, batched))
         ratio = statistics.median(ledger[0] / raw_[0] for ledger, raw_ in zip(single, raw))
         cpu_ratio = statistics.median(ledger[1] / raw_[1] for ledger, raw_ in zip(single, raw))
-        print(f"| {accounting} | {dims} | {args.grants} | {r:,.0f} | {s:,.0f} | {ratio:.2f} | {cpu_ratio:.2f} "
-              f"| {b:,.0f} |")
+        print(f"| {accounting} | {dims} | {args.grants} | {r:,.0f} | {s:,.0f} | {ratio:.2f} | {cpu_ratio:.2f} | {b:,.0f} |")
 
 
 if __name__ == "__main__":

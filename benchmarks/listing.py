@@ -48,8 +48,10 @@ def main() -> None:
         for command in (["blocks", "list"], ["budget", "show"]):
             paged_s, paged_bytes = measure(db, *command)
             all_s, all_bytes = measure(db, *command, "--all")
-            print(f"| {' '.join(command)} | {options.blocks:,} | {paged_s:.2f} | {paged_bytes:,} | {all_s:.2f} | "
-                  f"{all_bytes:,} | {paged_s / all_s:.3f} | {paged_bytes / all_bytes:.4f} |")
+            print(
+                f"| {' '.join(command)} | {options.blocks:,} | {paged_s:.2f} | {paged_bytes:,} | {all_s:.2f} | "
+                f"{all_bytes:,} | {paged_s / all_s:.3f} | {paged_bytes / all_bytes:.4f} |"
+            )
 
 
 if __name__ == "__main__":

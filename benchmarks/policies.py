@@ -91,8 +91,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = (1_000, 10_000) if args.quick else (1_000, 3_000, 10_000, 30_000, 100_000)
     policies = {name: make_policy(name, n=100).policy for name in ("fcfs", "dpf-n", "dpack")}
-    print("| pending | edges | granted FCFS / DPF / DPack | FCFS ms | DPF ms | DPack ms | naive DPF loop ms "
-          "| DPack/DPF | naive/DPF | DPack growth |")
+    print(
+        "| pending | edges | granted FCFS / DPF / DPack | FCFS ms | DPF ms | DPack ms | naive DPF loop ms "
+        "| DPack/DPF | naive/DPF | DPack growth |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     previous: tuple[int, float] | None = None
     for n in sizes:

@@ -44,8 +44,7 @@ JOB = {"function": "tests.test_ray_jobs:reports_gpus", "pythonpath": [str(REPO)]
 
 
 def spec(name: str) -> dict:
-    return {"name": name, "dataset": "bench", "blocks": ["b0"], "epsilon": 0.001, "delta": 1e-9,
-            "job": JOB, "resources": {"cpus": 0.5}}
+    return {"name": name, "dataset": "bench", "blocks": ["b0"], "epsilon": 0.001, "delta": 1e-9, "job": JOB, "resources": {"cpus": 0.5}}
 
 
 def wait(runs: list[Run], scheduler: threading.Thread) -> None:
@@ -117,8 +116,7 @@ def main() -> None:
             with local_cluster(cpus=args.cpus, token=token) as address:
                 os.environ["RAY_AUTH_TOKEN"] = token  # the operator's token, as the executor reads it
                 try:
-                    columns.append(("ray, token auth", measure(Path(tmp) / "auth", "ray", address, args.cpus,
-                                                               args.dispatch, args.burst)))
+                    columns.append(("ray, token auth", measure(Path(tmp) / "auth", "ray", address, args.cpus, args.dispatch, args.burst)))
                 finally:
                     del os.environ["RAY_AUTH_TOKEN"]
     print(f"{args.cpus:g} CPUs, jobs of 0.5 CPU; {args.dispatch} jobs one at a time, bursts of {args.burst}\n")

@@ -21,21 +21,43 @@ from privsched.simulation.sweep import SweepPoint, grid, sweep, write_sweep  # n
 
 #: (workloads, policies, N values, T values) per sweep of a part.
 MICRO = [
-    (["single-block"], ["fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
-     [10, 25, 50, 75, 100, 125, 150, 175, 200, 300], [5, 10, 20, 40, 60, 100, 150, 200, 300, 400]),
-    (["multi-block"], ["fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
-     [25, 50, 100, 150, 175, 250, 375, 500, 750, 1000], [1, 5, 10, 20, 29.3, 40, 60, 100, 150, 300]),
-    (["single-block-rdp"], ["fcfs", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
-     [100, 500, 1000, 2000, 3000, 5000, 7500, 10000, 15000, 20000], [5, 10, 20, 40, 60, 100, 150, 200, 300, 400]),
-    (["multi-block-rdp"], ["fcfs", "dpf-n", "dpf-t"],
-     [100, 1000, 2500, 5000, 7500, 10000, 14514, 20000, 30000, 50000], [1, 5, 10, 20, 30, 60, 100, 150, 200, 300]),
+    (
+        ["single-block"],
+        ["fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
+        [10, 25, 50, 75, 100, 125, 150, 175, 200, 300],
+        [5, 10, 20, 40, 60, 100, 150, 200, 300, 400],
+    ),
+    (
+        ["multi-block"],
+        ["fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
+        [25, 50, 100, 150, 175, 250, 375, 500, 750, 1000],
+        [1, 5, 10, 20, 29.3, 40, 60, 100, 150, 300],
+    ),
+    (
+        ["single-block-rdp"],
+        ["fcfs", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
+        [100, 500, 1000, 2000, 3000, 5000, 7500, 10000, 15000, 20000],
+        [5, 10, 20, 40, 60, 100, 150, 200, 300, 400],
+    ),
+    (
+        ["multi-block-rdp"],
+        ["fcfs", "dpf-n", "dpf-t"],
+        [100, 1000, 2500, 5000, 7500, 10000, 14514, 20000, 30000, 50000],
+        [1, 5, 10, 20, 30, 60, 100, 150, 200, 300],
+    ),
 ]
 #: DPack on the 70,000-pipeline RDP workload costs about 80 s of CPU at N = 7,500 (its passes
 #: see every pending pipeline), so it runs apart, at DPF's best N and T of the sweep above.
 MICRO_DPACK_RDP = [(["multi-block-rdp"], ["dpack-n", "dpack-t"], [7500], [150])]
 MACRO = [(["macro", "macro-rdp"], ["fcfs", "dpf-n", "dpack-n"], [1, 100, 200, 300, 400, 500], [])]
-HETEROGENEOUS = [(["heterogeneous"], ["fcfs", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
-                  [25, 50, 100, 200, 300, 400, 600, 1000, 2000, 4000], [5, 10, 20, 30, 60, 100, 150, 200, 300, 500])]
+HETEROGENEOUS = [
+    (
+        ["heterogeneous"],
+        ["fcfs", "dpf-n", "dpf-t", "dpack-n", "dpack-t"],
+        [25, 50, 100, 200, 300, 400, 600, 1000, 2000, 4000],
+        [5, 10, 20, 30, 60, 100, 150, 200, 300, 500],
+    )
+]
 
 #: Offline instances: (label, workload, generator parameters).
 OFFLINE = [
@@ -58,8 +80,7 @@ def run_sweeps(part: str, sweeps: list, out: Path, workers: int) -> float:
 
     def progress(row: dict) -> None:
         done[0] += 1
-        print(f"  [{done[0]}/{len(points)}] {row['workload']}: {row['label']} -> {row['granted']} "
-              f"({row['cpu_s']:.1f} s CPU)", flush=True)
+        print(f"  [{done[0]}/{len(points)}] {row['workload']}: {row['label']} -> {row['granted']} ({row['cpu_s']:.1f} s CPU)", flush=True)
 
     rows, best = sweep(points, workers=workers, on_done=progress)
     write_sweep(rows, best, out / part)
@@ -77,15 +98,16 @@ def run_offline(out: Path) -> None:
     # the DPack artifact's setting for its microbenchmarks).
     settings = {"fcfs": {}, "dpf-n": {}, "dpack": {}, "dpack k=1": {"k": 1}}
     names = tuple(settings)
-    lines = ["| instance | pipelines | optimum | proven | " + " | ".join(f"{n} (gap)" for n in names) + " | MILP (s) |",
-             "|---|---:|---:|---|" + "---:|" * len(names) + "---:|"]
+    lines = [
+        "| instance | pipelines | optimum | proven | " + " | ".join(f"{n} (gap)" for n in names) + " | MILP (s) |",
+        "|---|---:|---:|---|" + "---:|" * len(names) + "---:|",
+    ]
     for label, workload, params in OFFLINE:
         _, instance = load_workload(workload, **params)
         policies = {name: make_policy(name.split()[0], n=1, **extra).policy for name, extra in settings.items()}
         c = compare_offline(instance, policies, time_limit=120.0)
         cells = " | ".join(f"{c.granted[n]:g} ({100 * c.gap(n):.1f} %)" for n in names)
-        lines.append(f"| {label} | {c.pipelines} | {c.optimum:g} | {'yes' if c.proven_optimal else 'no'} | "
-                     f"{cells} | {c.solve_s:.1f} |")
+        lines.append(f"| {label} | {c.pipelines} | {c.optimum:g} | {'yes' if c.proven_optimal else 'no'} | {cells} | {c.solve_s:.1f} |")
         print(lines[-1], flush=True)
     (out / "offline").mkdir(parents=True, exist_ok=True)
     (out / "offline" / "offline.md").write_text("\n".join(lines) + "\n")

@@ -61,19 +61,32 @@ def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:
         mechanism = Gaussian(sigma=float(rng.uniform(1.0, 10.0)))
         width = int(rng.integers(1, 11))
         start = int(rng.integers(0, blocks - width + 1))
-        requests.append(PipelineRequest(
-            name=f"backlog-{i}", dataset="reviews", block_keys=keys[start:start + width],
-            demand=demand_vector(mechanism, dataset.accounting), mechanism=mechanism_json(mechanism),
-            owner="bench", job=JOB, resources={"gpus": 0, "cpus": 0.01, "memory": 0},
-        ))
+        requests.append(
+            PipelineRequest(
+                name=f"backlog-{i}",
+                dataset="reviews",
+                block_keys=keys[start : start + width],
+                demand=demand_vector(mechanism, dataset.accounting),
+                mechanism=mechanism_json(mechanism),
+                owner="bench",
+                job=JOB,
+                resources={"gpus": 0, "cpus": 0.01, "memory": 0},
+            )
+        )
     for chunk in range(0, pending, 1000):
-        client.ledger.submit_many(requests[chunk:chunk + 1000])
+        client.ledger.submit_many(requests[chunk : chunk + 1000])
     return client
 
 
 def probe_spec(name: str, block: str) -> dict:
-    return {"name": name, "dataset": "reviews", "blocks": [block], "mechanism": {"kind": "gaussian", "sigma": 3.0},
-            "job": JOB, "resources": {"cpus": 0.01}}
+    return {
+        "name": name,
+        "dataset": "reviews",
+        "blocks": [block],
+        "mechanism": {"kind": "gaussian", "sigma": 3.0},
+        "job": JOB,
+        "resources": {"cpus": 0.01},
+    }
 
 
 def write_probe(folder: Path, name: str, block: str) -> Path:
@@ -87,8 +100,7 @@ def write_probe(folder: Path, name: str, block: str) -> Path:
 
 
 def cli(env: dict, *args: object) -> str:
-    done = subprocess.run([sys.executable, "-m", "privsched", *map(str, args)], env=env, capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run([sys.executable, "-m", "privsched", *map(str, args)], env=env, capture_output=True, text=True, check=True)
     return done.stdout
 
 
@@ -161,7 +173,10 @@ def serving(client: Client, env: dict, source: Path) -> Iterator[None]:
     warm_up = free_blocks(client, f"warm-up-{time.time_ns()}", 1)  # added before it starts: not while it recovers
     server = subprocess.Popen(
         [sys.executable, "-m", "privsched", "serve", "--policy", "dpf-n", "--n", "1000000000", "--tick", "1s", "-q"],
-        env={**env, "PYTHONPATH": str(source)}, cwd=source, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env={**env, "PYTHONPATH": str(source)},
+        cwd=source,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,  # in ``source``: ``python -m`` looks in the working directory first
     )
     ok = False
@@ -190,8 +205,9 @@ def start_probe(client: Client, mode: str, i: int) -> float:
     """Seconds from one probe's grant to its job's first line, the scheduler confining jobs
     with ``mode``."""
     job = {"function": "tests.sandbox_jobs:records_start", "pythonpath": [str(REPO)]}
-    run = client.submit({"name": f"start-{i}", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.01,
-                         "job": job, "resources": {"cpus": 0.01}})
+    run = client.submit(
+        {"name": f"start-{i}", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.01, "job": job, "resources": {"cpus": 0.01}}
+    )
     client.run_until_idle("fcfs", tick=0.01, cpus=1, gpus=0, sandbox=mode)
     info = client.status(run.id)
     return float((client.runs.workdir(run.id) / "started").read_text()) - info.granted_at
@@ -214,8 +230,7 @@ def confinement(probes: int) -> None:
     print("| sandbox | median (ms) | max (ms) | ratio to none |")
     print("|---|---|---|---|")
     for mode, values in by_mode.items():
-        print(f"| {mode} | {1000 * statistics.median(values):.0f} | {1000 * max(values):.0f} | "
-              f"{statistics.median(values) / base:.2f} |")
+        print(f"| {mode} | {1000 * statistics.median(values):.0f} | {1000 * max(values):.0f} | {statistics.median(values) / base:.2f} |")
     for client in clients.values():
         client.close()
 
@@ -245,8 +260,10 @@ def main() -> None:
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     started = time.perf_counter()
     client = build(db, args.blocks, args.pending)
-    print(f"backlog: {args.pending:,} pending pipelines on {args.blocks:,} blocks "
-          f"(built in {time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    print(
+        f"backlog: {args.pending:,} pending pipelines on {args.blocks:,} blocks (built in {time.perf_counter() - started:.1f} s)",
+        file=sys.stderr,
+    )
     client.runs.record_pool(client.pool())
     cli_rate = rate_cli(env, folder, args.cli_submissions)
     api_rate = rate_api(client, args.api_submissions)
@@ -268,15 +285,16 @@ def main() -> None:
     print("|---|---|---|---|")
     print(f"| submissions per second | {cli_rate:.2f} | {api_rate:.1f} | {cli_rate / api_rate:.3f} |")
     mine = by_api["this code"]
-    print(f"| submit → grant, median / max (ms) | {ms(by_cli)} | {ms(mine)} | "
-          f"{statistics.median(by_cli) / statistics.median(mine):.2f} |")
+    print(f"| submit → grant, median / max (ms) | {ms(by_cli)} | {ms(mine)} | {statistics.median(by_cli) / statistics.median(mine):.2f} |")
     print(f"\nsubmit → grant through the Python API, {len(mine)} probes per scheduler\n")
     print("| scheduler | p50 (ms) | p90 (ms) | p99 (ms) | max (ms) | p50 ratio to this code |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, values in by_api.items():
-        print(f"| {name} | {percentile(values, 0.5):.1f} | {percentile(values, 0.9):.1f} | "
-              f"{percentile(values, 0.99):.1f} | {1000 * max(values):.1f} | "
-              f"{percentile(values, 0.5) / percentile(mine, 0.5):.2f} |")
+        print(
+            f"| {name} | {percentile(values, 0.5):.1f} | {percentile(values, 0.9):.1f} | "
+            f"{percentile(values, 0.99):.1f} | {1000 * max(values):.1f} | "
+            f"{percentile(values, 0.5) / percentile(mine, 0.5):.2f} |"
+        )
     client.close()
 
 

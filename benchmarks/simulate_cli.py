@@ -60,10 +60,14 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(args.repo.resolve())}
     cases = [c for c in CASES if not args.only or c[0] in args.only.split(",")]
     interpreter = [timed([args.python, "-c", "pass"], env) for _ in range(args.repeats)]
-    print(f"`python -c pass`: {statistics.median(w for w, _ in interpreter):.3f} s wall, "
-          f"{statistics.median(c for _, c in interpreter):.3f} s CPU (median of {args.repeats})\n")
-    print("| workload | options | whole wall s | whole CPU s | simulation wall s | simulation CPU s "
-          "| overhead wall s | overhead CPU s | overhead ≤ 0.5 s |")
+    print(
+        f"`python -c pass`: {statistics.median(w for w, _ in interpreter):.3f} s wall, "
+        f"{statistics.median(c for _, c in interpreter):.3f} s CPU (median of {args.repeats})\n"
+    )
+    print(
+        "| workload | options | whole wall s | whole CPU s | simulation wall s | simulation CPU s "
+        "| overhead wall s | overhead CPU s | overhead ≤ 0.5 s |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     with tempfile.TemporaryDirectory() as folder:
         for workload, options in cases:
@@ -77,8 +81,11 @@ def main() -> None:
             over_wall = statistics.median(w - s for w, _, s, _ in rows)
             over_cpu = statistics.median(c - s for _, c, _, s in rows)
             verdict = "yes" if over_cpu <= TARGET_S and over_wall <= TARGET_S else ("CPU only" if over_cpu <= TARGET_S else "no")
-            print(f"| {workload} | `{' '.join(options)}` | {whole_wall:.2f} | {whole_cpu:.2f} | {sim_wall:.2f} | "
-                  f"{sim_cpu:.2f} | {over_wall:.2f} | {over_cpu:.2f} | {verdict} |", flush=True)
+            print(
+                f"| {workload} | `{' '.join(options)}` | {whole_wall:.2f} | {whole_cpu:.2f} | {sim_wall:.2f} | "
+                f"{sim_cpu:.2f} | {over_wall:.2f} | {over_cpu:.2f} | {verdict} |",
+                flush=True,
+            )
     print(f"\nMedians of {args.repeats} runs; overhead = whole process − the simulation's own time, per run.")
 
 

@@ -35,8 +35,10 @@ def main() -> None:
     cases = list(CASES)
     if args.reference:
         cases.append(("multi-block", "dpf-n", {"n": 175, "shortcuts": False}, 2.2, None))
-    print("| workload | policy | pipelines | granted | generation (s) | loop wall (s) | loop CPU (s) "
-          "| published (s) | speed-up (CPU) | target (s) |")
+    print(
+        "| workload | policy | pipelines | granted | generation (s) | loop wall (s) | loop CPU (s) "
+        "| published (s) | speed-up (CPU) | target (s) |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     instances = {}
     for workload, policy, params, published, target in cases:
@@ -52,9 +54,12 @@ def main() -> None:
         cpu = min(r.cpu_s for r in results)
         label = f"{policy} {' '.join(f'{k}={v}' for k, v in params.items())}" + ("" if shortcuts else " (no shortcuts)")
         published_text = f"> {published:g}" if published >= 600 else f"{published:g}"
-        print(f"| {workload} | {label.strip()} | {instance.n_pipelines} | {results[0].granted} | {generation:.2f} | "
-              f"{wall:.2f} | {cpu:.2f} | {published_text} | {published / cpu:.1f}× | "
-              f"{'' if target is None else format(target, 'g')} |", flush=True)
+        print(
+            f"| {workload} | {label.strip()} | {instance.n_pipelines} | {results[0].granted} | {generation:.2f} | "
+            f"{wall:.2f} | {cpu:.2f} | {published_text} | {published / cpu:.1f}× | "
+            f"{'' if target is None else format(target, 'g')} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

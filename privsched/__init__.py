@@ -30,8 +30,7 @@ _API = {
 __all__ = ["__version__", "connect", *_API]
 
 
-def connect(path: str | os.PathLike | None = None, *, create: bool = True,
-            token: str | None = None) -> Client | RemoteClient:
+def connect(path: str | os.PathLike | None = None, *, create: bool = True, token: str | None = None) -> Client | RemoteClient:
     """A client of a privsched database (created on first use unless ``create=False``):
     ``path``, else ``$PRIVSCHED_DB``, else ``privsched.db`` in the current folder. An
     ``http(s)://`` address instead gives a :class:`privsched.remote.RemoteClient` of that

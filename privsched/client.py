@@ -202,8 +202,7 @@ class Client(BudgetReads):
         """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2).
         ``actor`` (here and in every write): who the ledger records as causing it (default:
         the operator, :class:`~privsched.ledger.Ledger`)."""
-        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion,
-                                          actor=actor)
+        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion, actor=actor)
 
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
@@ -211,18 +210,15 @@ class Client(BudgetReads):
     def dataset(self, name: str) -> DatasetInfo:
         return self.ledger.get_dataset(name)
 
-    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0,
-                   actor: str | None = None) -> list[BlockInfo]:
+    def add_blocks(self, dataset: str, blocks: Iterable[BlockLike], *, unlocked: float = 0.0, actor: str | None = None) -> list[BlockInfo]:
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
-        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked,
-                                      actor=actor)
+        return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked, actor=actor)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
 
-    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None, *,
-               actor: str | None = None) -> list[BlockInfo]:
+    def unlock(self, dataset: str, fraction: float, keys: Sequence[str] | None = None, *, actor: str | None = None) -> list[BlockInfo]:
         """Unlock ``fraction`` × capacity of the dataset's active blocks (only ``keys``, if
         given), capped at what each has locked; returns those blocks afterwards."""
         blocks = self.ledger.list_blocks(dataset, active_only=True)
@@ -258,14 +254,21 @@ class Client(BudgetReads):
             return PipelineSpec.parse(dict(spec))
         return load_spec(os.fspath(spec))
 
-    def submit(self, spec: SpecLike, *, owner: str | None = None,
-               claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> Run:
+    def submit(
+        self, spec: SpecLike, *, owner: str | None = None, claim: Callable[[list[int]], None] | None = None, actor: str | None = None
+    ) -> Run:
         """Submit a pipeline (a :class:`PipelineSpec`, a mapping, or a YAML/JSON file).
         Invalid input raises ``ValueError`` with one line and records nothing."""
         return self.submit_many([spec], owner=owner, claim=claim, actor=actor)[0]
 
-    def submit_many(self, specs: Iterable[SpecLike], *, owner: str | None = None,
-                    claim: Callable[[list[int]], None] | None = None, actor: str | None = None) -> list[Run]:
+    def submit_many(
+        self,
+        specs: Iterable[SpecLike],
+        *,
+        owner: str | None = None,
+        claim: Callable[[list[int]], None] | None = None,
+        actor: str | None = None,
+    ) -> list[Run]:
         """Submit several pipelines in one transaction: all are recorded, or none
         (``claim``: see :meth:`Ledger.submit_many`)."""
         from privsched.service import wakeup
@@ -406,11 +409,9 @@ class Client(BudgetReads):
                 info = self.ledger.get_dataset(name)
                 blocks = self.ledger.list_blocks(name)
                 keys = {b.id: b.key for b in blocks}
-                quota = None if quotas is None else (
-                    lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
+                quota = None if quotas is None else (lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
                 unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota,
-                                                                         unlock=unlock))
+                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock))
         finally:
             db.close()
         granted = self.ledger.list_pipelines(states=["granted"])
@@ -450,8 +451,13 @@ class Client(BudgetReads):
                 for key in info.block_keys:
                     asked[key] = asked.get(key, 0) + 1
             arrivals = np.array([asked.get(b.key, 0) for b in rows], dtype=float)
-        return UnlockState(rule=rule, locked=np.array([b.locked for b in rows]).reshape(view.capacity.shape),
-                           created=np.array([b.created_at for b in rows]), arrivals=arrivals, now=now)
+        return UnlockState(
+            rule=rule,
+            locked=np.array([b.locked for b in rows]).reshape(view.capacity.shape),
+            created=np.array([b.created_at for b in rows]),
+            arrivals=arrivals,
+            now=now,
+        )
 
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         """The job's output from byte ``offset`` on (at most ``limit`` bytes), and whether

@@ -128,9 +128,7 @@ def submit_all(client, config: DemoConfig) -> list[int]:
     """Create the dataset and its daily blocks, then submit the pipeline mix."""
     client.create_dataset("reviews", epsilon=config.epsilon, delta=config.delta, accounting="rdp")
     blocks = config.out / "blocks"
-    client.add_blocks(
-        "reviews", [(_day(i), str((blocks / f"day-{i:04d}.npz").resolve())) for i in range(config.days)]
-    )
+    client.add_blocks("reviews", [(_day(i), str((blocks / f"day-{i:04d}.npz").resolve())) for i in range(config.days)])
     mix = pipeline_mix(config.days)[: config.limit]
     return [client.submit({**spec, "dataset": "reviews"}).id for spec in mix]
 
@@ -215,8 +213,13 @@ def budget_figure(client, path: Path) -> Path:
         remaining = np.where(live, (block.capacity - block.allocated - block.consumed) / np.where(live, block.capacity, 1), -np.inf)
         best = int(np.argmax(remaining))
         cap = block.capacity[best]
-        rows.append((block.key, alphas[best], [block.consumed[best] / cap, block.allocated[best] / cap,
-                                               max(block.unlocked[best], 0) / cap, block.locked[best] / cap]))
+        rows.append(
+            (
+                block.key,
+                alphas[best],
+                [block.consumed[best] / cap, block.allocated[best] / cap, max(block.unlocked[best], 0) / cap, block.locked[best] / cap],
+            )
+        )
     fig, ax = plt.subplots(figsize=(10, 4.5))
     x = np.arange(len(rows))
     bottom = np.zeros(len(rows))
@@ -269,8 +272,13 @@ def report(client, ids: list[int], console) -> None:
     for info in infos:
         if info.id in accuracy:
             metrics = client.run(info.id).metrics
-            models.add_row(info.name, f"{info.job['epsilon']:g}", str(len(info.block_keys)),
-                           f"{metrics['heldout_accuracy']:.3f}", f"{accuracy[info.id]:.3f}")
+            models.add_row(
+                info.name,
+                f"{info.job['epsilon']:g}",
+                str(len(info.block_keys)),
+                f"{metrics['heldout_accuracy']:.3f}",
+                f"{accuracy[info.id]:.3f}",
+            )
     console.print(models)
 
 
@@ -283,14 +291,12 @@ def run_demo(config: DemoConfig, console) -> Path:
     console.print(f"privsched demo — database {db}, {config.days} daily blocks of synthetic reviews")
     with ps.connect(db) as client:
         ids = submit_all(client, config)
-        console.print(f"submitted {len(ids)} pipelines; scheduling with {config.policy} (N = {config.n}) "
-                      "on the local executor")
+        console.print(f"submitted {len(ids)} pipelines; scheduling with {config.policy} (N = {config.n}) on the local executor")
         serve_with_progress(client, config, ids, console)
         report(client, ids, console)
         audit = client.audit()
         figure = budget_figure(client, config.out / "budget.png")
-    console.print(f"ledger audit: {'ok' if audit.ok else 'FAILED'} "
-                  f"({audit.blocks} blocks, {audit.events} events)")
+    console.print(f"ledger audit: {'ok' if audit.ok else 'FAILED'} ({audit.blocks} blocks, {audit.events} events)")
     for violation in audit.violations:
         console.print(f"  {violation}")
     console.print(f"budget per block: {figure}")

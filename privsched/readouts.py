@@ -72,9 +72,10 @@ class BlockGrant:
 
 def pipeline_grants(info: PipelineInfo, dataset: DatasetInfo) -> list[BlockGrant]:
     """The demand (and consumption) of pipeline ``info`` on each of its blocks, in its order."""
-    return [BlockGrant(key, readout(info.demands[key], dataset),
-                       None if info.consumed is None else readout(info.consumed[key], dataset))
-            for key in info.block_keys]
+    return [
+        BlockGrant(key, readout(info.demands[key], dataset), None if info.consumed is None else readout(info.consumed[key], dataset))
+        for key in info.block_keys
+    ]
 
 
 class _Reads(Protocol):
@@ -96,8 +97,7 @@ class BudgetReads:
     def balances(self: _Reads, dataset: str | None = None) -> list[DatasetBalances]:
         """Every block's balances as (ε, δ), per dataset (only ``dataset``'s when given)."""
         datasets = [self.dataset(dataset)] if dataset is not None else self.datasets()
-        return [DatasetBalances(info, [block_balances(block, info) for block in self.blocks(info.name)])
-                for info in datasets]
+        return [DatasetBalances(info, [block_balances(block, info) for block in self.blocks(info.name)]) for info in datasets]
 
     def grants(self: _Reads, pipeline_id: int) -> tuple[PipelineInfo, DatasetInfo, list[BlockGrant]]:
         """A pipeline, its dataset, and its demand and consumption per block as (ε, δ)."""

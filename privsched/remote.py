@@ -79,16 +79,14 @@ def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
 class RemoteClient(BudgetReads):
     """The methods of :class:`privsched.client.Client`, served by a privsched server."""
 
-    def __init__(self, url: str, token: str | None = None, *, cafile: str | None = None,
-                 timeout: float = TIMEOUT) -> None:
+    def __init__(self, url: str, token: str | None = None, *, cafile: str | None = None, timeout: float = TIMEOUT) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise RemoteError(f"server address must be http(s)://HOST[:PORT], got {url!r}")
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get("PRIVSCHED_TOKEN")
         self._parts = parts
-        self._context = ssl.create_default_context(cafile=cafile or os.environ.get("PRIVSCHED_CA")) \
-            if parts.scheme == "https" else None
+        self._context = ssl.create_default_context(cafile=cafile or os.environ.get("PRIVSCHED_CA")) if parts.scheme == "https" else None
         self._timeout = timeout
         self._conn: http.client.HTTPConnection | None = None
 
@@ -111,14 +109,14 @@ class RemoteClient(BudgetReads):
         if self._conn is None:
             host, port = self._parts.hostname or "", self._parts.port
             if self._context is not None:
-                self._conn = http.client.HTTPSConnection(host, port or 443, timeout=self._timeout,
-                                                         context=self._context)
+                self._conn = http.client.HTTPSConnection(host, port or 443, timeout=self._timeout, context=self._context)
             else:
                 self._conn = http.client.HTTPConnection(host, port or 80, timeout=self._timeout)
         return self._conn
 
-    def request(self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None,
-                *, retry: bool | None = None) -> Any:
+    def request(
+        self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None, *, retry: bool | None = None
+    ) -> Any:
         """One API call: the decoded JSON answer, or :class:`RemoteError`. A dropped
         keep-alive connection is reopened and a request that is safe to repeat (reads, and
         submissions with an id) is sent again once."""
@@ -149,8 +147,7 @@ class RemoteClient(BudgetReads):
         try:
             answer = json.loads(data) if data else None
         except ValueError:
-            raise RemoteError(f"server answered {response.status} with a body that is not JSON",
-                              response.status) from None
+            raise RemoteError(f"server answered {response.status} with a body that is not JSON", response.status) from None
         if response.status >= 400:
             message = answer.get("error") if isinstance(answer, dict) else None
             raise RemoteError(message or f"server answered {response.status}", response.status)
@@ -161,11 +158,25 @@ class RemoteClient(BudgetReads):
         return self.url
 
     # -- datasets and blocks ------------------------------------------------------------------
-    def create_dataset(self, name: str, epsilon: float, delta: float, accounting: str = "rdp",
-                       alphas: Sequence[float] | None = None, conversion: str = "paper",
-                       teams: Sequence[str] = ()) -> DatasetInfo:
-        body = {"name": name, "epsilon": epsilon, "delta": delta, "accounting": accounting,
-                "alphas": None if alphas is None else list(alphas), "conversion": conversion, "teams": list(teams)}
+    def create_dataset(
+        self,
+        name: str,
+        epsilon: float,
+        delta: float,
+        accounting: str = "rdp",
+        alphas: Sequence[float] | None = None,
+        conversion: str = "paper",
+        teams: Sequence[str] = (),
+    ) -> DatasetInfo:
+        body = {
+            "name": name,
+            "epsilon": epsilon,
+            "delta": delta,
+            "accounting": accounting,
+            "alphas": None if alphas is None else list(alphas),
+            "conversion": conversion,
+            "teams": list(teams),
+        }
         return _models().DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
 
     def datasets(self) -> list[DatasetInfo]:
@@ -250,8 +261,7 @@ class RemoteClient(BudgetReads):
         """Why each pending pipeline waits, ranked in the serving scheduler's order."""
         from privsched.service.waiting import WaitingReason
 
-        return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons",
-                                                                          query={"dataset": dataset})}
+        return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons", query={"dataset": dataset})}
 
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]

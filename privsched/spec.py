@@ -44,7 +44,6 @@ from privsched.errors import BadInput, validation_message
 from privsched.text import name_problem
 
 
-
 class SpecError(BadInput):
     """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
 
@@ -165,8 +164,10 @@ def _selector(value: Any) -> Any:
         if not value:
             raise ValueError("the list of block keys is empty")
         # YAML reads unquoted keys such as 2026-01-01 or 17 as dates and numbers.
-        keys = [v.isoformat() if isinstance(v, date) else str(v) if isinstance(v, (int, float)) and
-                not isinstance(v, bool) else v for v in value]
+        keys = [
+            v.isoformat() if isinstance(v, date) else str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+            for v in value
+        ]
         for key in keys:
             problem = name_problem(key) if isinstance(key, str) else "must be a string"
             if problem is not None:
@@ -204,8 +205,7 @@ class JobSpec(_Model):
     function: str | None = Field(None, min_length=1, max_length=4096)
     params: dict[str, Any] = Field(default_factory=dict)
     #: Directories prepended to the job process's import path (where ``function`` lives).
-    pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list,
-                                                                                   max_length=64)
+    pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=64)
     #: Whether the job asks to keep TCP access in its sandbox (granted only if the operator
     #: serves with ``--allow-network``).
     network: bool = False

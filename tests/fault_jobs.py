@@ -41,7 +41,7 @@ def forges_its_pid_file(ctx: JobContext) -> None:
     with its true start time), then sleeps ``ctx.params['seconds']`` and spends half."""
     victim = int(ctx.params["victim"])
     stat = Path(f"/proc/{victim}/stat").read_text()
-    ticks = stat[stat.rindex(")") + 2:].split()[19]
+    ticks = stat[stat.rindex(")") + 2 :].split()[19]
     Path(ctx.workdir, "pid").write_text(f"{victim} {ticks}\n")
     time.sleep(float(ctx.params.get("seconds", 1.0)))
     ctx.report_spent(ctx.budget / 2)

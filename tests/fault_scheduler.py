@@ -73,8 +73,7 @@ def main() -> int:
     else:
         raise SystemExit(f"unknown step {step!r}")
     try:
-        serve(db, make_policy("fcfs"), local.LocalExecutor(), Pool((), cpus=4.0, memory=0), tick=0.05,
-              until_idle=True, lease_ttl=ttl)
+        serve(db, make_policy("fcfs"), local.LocalExecutor(), Pool((), cpus=4.0, memory=0), tick=0.05, until_idle=True, lease_ttl=ttl)
     except ServiceError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 3

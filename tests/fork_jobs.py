@@ -21,9 +21,16 @@ def draws(ctx: JobContext) -> None:
     import torch
     from threadpoolctl import threadpool_info
 
-    _record(ctx, random=random.random(), numpy=float(np.random.random()), torch=float(torch.rand(1)),
-            torch_threads=torch.get_num_threads(), blas_threads=[pool["num_threads"] for pool in threadpool_info()],
-            cuda=os.environ.get("CUDA_VISIBLE_DEVICES"), pid=os.getpid())
+    _record(
+        ctx,
+        random=random.random(),
+        numpy=float(np.random.random()),
+        torch=float(torch.rand(1)),
+        torch_threads=torch.get_num_threads(),
+        blas_threads=[pool["num_threads"] for pool in threadpool_info()],
+        cuda=os.environ.get("CUDA_VISIBLE_DEVICES"),
+        pid=os.getpid(),
+    )
 
 
 def escapes(ctx: JobContext) -> None:

@@ -25,8 +25,15 @@ class Server:
     db: Path
     tokens: dict[str, str]  # user name -> bearer token
 
-    def call(self, method: str, path: str, body: Any = None, user: str | None = "admin",
-             raw: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        user: str | None = "admin",
+        raw: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:
         """One request with ``user``'s token (None: no token); the status and decoded JSON."""
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
@@ -69,5 +76,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 def spec(name: str = "p", dataset: str = "reviews", blocks: list[str] | None = None, epsilon: float = 0.2) -> dict:
-    return {"name": name, "dataset": dataset, "blocks": blocks or ["b0"], "epsilon": epsilon,
-            "job": {"function": "tests.test_service_jobs:spend_half"}}
+    return {
+        "name": name,
+        "dataset": dataset,
+        "blocks": blocks or ["b0"],
+        "epsilon": epsilon,
+        "job": {"function": "tests.test_service_jobs:spend_half"},
+    }

@@ -66,11 +66,9 @@ def test_a_folder_privsched_cannot_list_is_refused(db: Path):
 def test_files_and_folders_are_recorded_as_absolute_paths(db: Path, tmp_path: Path, monkeypatch):
     block_file(tmp_path, "k1.npz")
     monkeypatch.chdir(tmp_path)
-    assert invoke("blocks", "add", "d", "k1", "k2", "--location", "k1=data/k1.npz", "--location", "k2=data",
-                  db=db).code == 0
+    assert invoke("blocks", "add", "d", "k1", "k2", "--location", "k1=data/k1.npz", "--location", "k2=data", db=db).code == 0
     with connect(db) as client:
-        assert {b.key: b.location for b in client.blocks("d")} == {"k1": str(tmp_path / "data/k1.npz"),
-                                                                    "k2": str(tmp_path / "data")}
+        assert {b.key: b.location for b in client.blocks("d")} == {"k1": str(tmp_path / "data/k1.npz"), "k2": str(tmp_path / "data")}
 
 
 def test_a_block_without_a_location_is_still_added(db: Path):
@@ -88,10 +86,12 @@ def test_the_python_api_refuses_a_missing_location_and_writes_nothing(db: Path, 
 
 def test_the_http_api_refuses_a_location_the_service_cannot_find_and_writes_nothing(server: Server, tmp_path: Path):
     before = dump_database(server.db)
-    status, answer = server.call("POST", "/v1/datasets/reviews/blocks",
-                                 {"blocks": [{"key": "b9", "location": str(tmp_path / "nowhere.npz")}]})
+    status, answer = server.call(
+        "POST", "/v1/datasets/reviews/blocks", {"blocks": [{"key": "b9", "location": str(tmp_path / "nowhere.npz")}]}
+    )
     assert status == 400 and "does not exist" in answer["error"] and "\n" not in answer["error"]
     assert dump_database(server.db) == before
-    status, answer = server.call("POST", "/v1/datasets/reviews/blocks",
-                                 {"blocks": [{"key": "b9", "location": block_file(tmp_path, "b9.npz")}]})
+    status, answer = server.call(
+        "POST", "/v1/datasets/reviews/blocks", {"blocks": [{"key": "b9", "location": block_file(tmp_path, "b9.npz")}]}
+    )
     assert status == 201, answer

@@ -76,8 +76,7 @@ def test_shares_are_demand_over_capacity_on_live_orders_and_zero_elsewhere(deman
 @given(rdp_vectors, st.floats(0.01, 100.0))
 def test_shares_scale_linearly_with_the_demand(demand, factor):
     capacity = np.linspace(1.0, 10.0, K)
-    np.testing.assert_allclose(RDP.shares(demand * factor, capacity), RDP.shares(demand, capacity) * factor,
-                               rtol=1e-12)
+    np.testing.assert_allclose(RDP.shares(demand * factor, capacity), RDP.shares(demand, capacity) * factor, rtol=1e-12)
 
 
 @fast

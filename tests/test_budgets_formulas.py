@@ -77,8 +77,9 @@ def test_spending_the_whole_paper_capacity_at_one_order_is_epsilon_delta_dp(epsi
 @fast
 @given(st.floats(0.1, 100), st.floats(0.1, 5))
 def test_gaussian_curve_is_alpha_over_two_sigma_squared(sigma, sensitivity):
-    np.testing.assert_allclose(gaussian_curve(sigma, DEFAULT_ALPHAS, sensitivity),
-                               np.array(DEFAULT_ALPHAS) * sensitivity**2 / (2 * sigma**2))
+    np.testing.assert_allclose(
+        gaussian_curve(sigma, DEFAULT_ALPHAS, sensitivity), np.array(DEFAULT_ALPHAS) * sensitivity**2 / (2 * sigma**2)
+    )
 
 
 def laplace_divergence(alpha: float, b: float) -> float:
@@ -120,8 +121,9 @@ def test_subsampled_gaussian_equals_opacus_accountant(q, sigma, steps):
 @fast
 @given(st.floats(0.3, 10), st.integers(1, 50))
 def test_full_batch_subsampled_gaussian_is_the_composed_gaussian(sigma, steps):
-    np.testing.assert_allclose(subsampled_gaussian_curve(1.0, sigma, steps, DEFAULT_ALPHAS),
-                               steps * gaussian_curve(sigma, DEFAULT_ALPHAS), rtol=1e-9)
+    np.testing.assert_allclose(
+        subsampled_gaussian_curve(1.0, sigma, steps, DEFAULT_ALPHAS), steps * gaussian_curve(sigma, DEFAULT_ALPHAS), rtol=1e-9
+    )
 
 
 @fast
@@ -207,8 +209,7 @@ def test_the_classical_calibration_exceeds_its_delta_at_large_epsilon():
 def test_composed_mechanisms_add_up():
     rdp = Accounting.rdp()
     parts = [Gaussian(sigma=3.0), Laplace(scale=2.0)]
-    np.testing.assert_allclose(demand_vector(Composed(parts=parts), rdp),
-                               sum(demand_vector(p, rdp) for p in parts))
+    np.testing.assert_allclose(demand_vector(Composed(parts=parts), rdp), sum(demand_vector(p, rdp) for p in parts))
 
 
 def test_mechanism_json_round_trips():

@@ -55,14 +55,22 @@ def test_curve_grows_with_the_sampling_rate_and_shrinks_with_the_noise():
 
 @pytest.mark.parametrize(
     ("q", "steps", "epsilon", "delta"),
-    [(0.02, 150, 1.0, 1e-6), (0.05, 40, 0.5, 1e-9), (0.001, 10_000, 5.0, 1e-6), (0.2, 10, 3.0, 1e-5),
-     (1.0, 5, 2.0, 1e-6), (0.01, 10, 1.0, 1e-9), (0.1, 300, 8.0, 1e-7)],
+    [
+        (0.02, 150, 1.0, 1e-6),
+        (0.05, 40, 0.5, 1e-9),
+        (0.001, 10_000, 5.0, 1e-6),
+        (0.2, 10, 3.0, 1e-5),
+        (1.0, 5, 2.0, 1e-6),
+        (0.01, 10, 1.0, 1e-9),
+        (0.1, 300, 8.0, 1e-7),
+    ],
 )
 def test_calibration_is_opacus_get_noise_multiplier(q, steps, epsilon, delta):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        expected = get_noise_multiplier(target_epsilon=epsilon, target_delta=delta, sample_rate=q, steps=steps,
-                                        accountant="rdp", epsilon_tolerance=0.01 * epsilon)
+        expected = get_noise_multiplier(
+            target_epsilon=epsilon, target_delta=delta, sample_rate=q, steps=steps, accountant="rdp", epsilon_tolerance=0.01 * epsilon
+        )
     sigma = calibrate_noise_multiplier(q, steps, epsilon, delta)
     assert sigma == expected
     spent = subsampled_gaussian_epsilon(q, sigma, steps, delta)
@@ -82,8 +90,16 @@ def test_calibration_refuses_a_budget_no_noise_reaches():
 
 @pytest.mark.parametrize(
     ("q", "sigma", "steps", "alphas"),
-    [(0.0, 1.0, 1, [2.0]), (1.5, 1.0, 1, [2.0]), (0.1, 0.0, 1, [2.0]), (0.1, float("inf"), 1, [2.0]),
-     (0.1, 1.0, -1, [2.0]), (0.1, 1.0, 1.5, [2.0]), (0.1, 1.0, 1, [1.0]), (0.1, 1.0, 1, [float("inf")])],
+    [
+        (0.0, 1.0, 1, [2.0]),
+        (1.5, 1.0, 1, [2.0]),
+        (0.1, 0.0, 1, [2.0]),
+        (0.1, float("inf"), 1, [2.0]),
+        (0.1, 1.0, -1, [2.0]),
+        (0.1, 1.0, 1.5, [2.0]),
+        (0.1, 1.0, 1, [1.0]),
+        (0.1, 1.0, 1, [float("inf")]),
+    ],
 )
 def test_curve_refuses_bad_parameters(q, sigma, steps, alphas):
     with pytest.raises(ValueError):
@@ -101,16 +117,28 @@ print(json.dumps(heavy))
 
 def test_submitting_a_dpsgd_pipeline_imports_neither_torch_nor_opacus(tmp_path, run_cli):
     db = tmp_path / "p.db"
-    for args in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
-                 ["blocks", "add", "reviews", "d1", "d2"]):
+    for args in (
+        ["init"],
+        ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
+        ["blocks", "add", "reviews", "d1", "d2"],
+    ):
         assert run_cli(*args, "--db", db).returncode == 0
     spec = tmp_path / "p.yaml"
-    spec.write_text(json.dumps({
-        "name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9,
-        "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.05, "epochs": 2, "lr": 0.05}},
-    }))
-    result = subprocess.run([sys.executable, "-c", PLAN_WITHOUT_TORCH, "submit", str(spec), "--db", str(db)],
-                            cwd=REPO, capture_output=True, text=True)
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "p",
+                "dataset": "reviews",
+                "blocks": {"last": 2},
+                "epsilon": 1.0,
+                "delta": 1e-9,
+                "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.05, "epochs": 2, "lr": 0.05}},
+            }
+        )
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", PLAN_WITHOUT_TORCH, "submit", str(spec), "--db", str(db)], cwd=REPO, capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout.splitlines()[-1]) == []
     listing = run_cli("status", "1", "--db", db)

@@ -35,8 +35,7 @@ print(json.dumps({{"code": code, "loaded": loaded}}))
 def probe(*args: object, cwd: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PRIVSCHED_DB"}
     env["PYTHONPATH"] = str(REPO)
-    result = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, env=env,
-                            capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -45,20 +44,40 @@ def database(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("cli")
     db = folder / "p.db"
     spec = folder / "count.json"
-    spec.write_text(json.dumps({"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1,
-                                "job": {"kind": "statistic", "params": {"query": "count"}}}))
-    for args in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
-                 ["blocks", "add", "reviews", "d1", "d2"], ["submit", spec], ["submit", spec]):
+    spec.write_text(
+        json.dumps(
+            {
+                "name": "count",
+                "dataset": "reviews",
+                "blocks": {"last": 1},
+                "epsilon": 0.1,
+                "job": {"kind": "statistic", "params": {"query": "count"}},
+            }
+        )
+    )
+    for args in (
+        ["init"],
+        ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
+        ["blocks", "add", "reviews", "d1", "d2"],
+        ["submit", spec],
+        ["submit", spec],
+    ):
         assert probe(*args, "--db", db, cwd=folder)["code"] == 0
     return db
 
 
 @pytest.mark.parametrize(
     ("args", "modules"),
-    [(["init"], ["ledger_cmds"]), (["dataset", "list"], ["ledger_cmds"]), (["blocks", "list"], ["ledger_cmds"]),
-     (["budget", "show"], ["ledger_cmds"]), (["audit"], ["ledger_cmds"]), (["list"], ["service_cmds"]),
-     (["status", "1"], ["ledger_cmds", "service_cmds"]),  # a status shows budgets as the ledger commands do
-     (["cancel", "2"], ["service_cmds"])],
+    [
+        (["init"], ["ledger_cmds"]),
+        (["dataset", "list"], ["ledger_cmds"]),
+        (["blocks", "list"], ["ledger_cmds"]),
+        (["budget", "show"], ["ledger_cmds"]),
+        (["audit"], ["ledger_cmds"]),
+        (["list"], ["service_cmds"]),
+        (["status", "1"], ["ledger_cmds", "service_cmds"]),  # a status shows budgets as the ledger commands do
+        (["cancel", "2"], ["service_cmds"]),
+    ],
 )
 def test_a_ledger_or_queue_command_loads_only_its_modules_and_nothing_heavy(database, args, modules):
     outcome = probe(*args, "--db", database, cwd=database.parent)
@@ -71,8 +90,13 @@ def test_help_lists_every_command_without_heavy_imports(tmp_path):
 
 
 def test_a_misspelt_command_is_a_usage_error_suggesting_the_right_one(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "privsched", "sumbit"], cwd=tmp_path, capture_output=True,
-                            text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    result = subprocess.run(
+        [sys.executable, "-m", "privsched", "sumbit"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert result.returncode == 2
     assert result.stderr.strip() == "error: No such command 'sumbit'. Did you mean 'submit'?"
 
@@ -86,7 +110,7 @@ def test_commands_reach_the_ledger_only_through_a_client():
     for path in sorted((REPO / "privsched" / "cli").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("privsched.ledger"):
-                assert node.module == "privsched.ledger" and {a.name for a in node.names} <= LEDGER_DATA, \
+                assert node.module == "privsched.ledger" and {a.name for a in node.names} <= LEDGER_DATA, (
                     f"{path.name}:{node.lineno} imports {node.module}"
-            assert not (isinstance(node, ast.Name) and node.id in ("Ledger", "Identities")), \
-                f"{path.name}:{node.lineno} names {node.id}"
+                )
+            assert not (isinstance(node, ast.Name) and node.id in ("Ledger", "Identities")), f"{path.name}:{node.lineno} names {node.id}"

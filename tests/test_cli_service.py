@@ -18,8 +18,7 @@ from tests.conftest import REPO, dump_database
 from tests.support.blockdata import block_files
 
 
-def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "",
-                   params: str = "{}") -> Path:
+def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "", params: str = "{}") -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\n"
@@ -82,9 +81,14 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
     assert ids == ["1", "2", "3", "4", "5", "6"]
     served = cli("serve", "--policy", "fcfs", "--until-idle", "--tick", "200ms", "--cpus", "4", "--gpus", "0")
     assert served.returncode == 0, served.stderr
-    assert states(tmp_path / "p.db") == {"half": "completed", "whole": "completed", "crash": "failed",
-                                         "toolate": "failed", "holder": "completed",
-                                         "expires": "timed_out"}  # toolate can never fit
+    assert states(tmp_path / "p.db") == {
+        "half": "completed",
+        "whole": "completed",
+        "crash": "failed",
+        "toolate": "failed",
+        "holder": "completed",
+        "expires": "timed_out",
+    }  # toolate can never fit
     assert consumed(tmp_path / "p.db", "b0") == pytest.approx(0.4 + 0.4)  # user jobs are charged their grants
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0
@@ -99,8 +103,14 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
 
 def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(tmp_path / "p.db"), "PYTHONPATH": str(REPO)}
-    server = subprocess.Popen([sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "2", "-q"],
-                              cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "2", "-q"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         waited = cli("submit", write_pipeline(tmp_path, "w", "writes_environment", "[b2]", 0.1), "--wait")
     finally:
@@ -115,11 +125,15 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
 def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     for i in range(3):
-        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2,
-                                                 params="{seconds: 2}").resolve())
+        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2, params="{seconds: 2}").resolve())
         assert submitted.returncode == 0, submitted.stderr
-    first = subprocess.Popen([sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
-                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     while list(states(db).values()) != ["running"] * 3:
         time.sleep(0.1)
     second = cli("serve", "--until-idle")
@@ -140,8 +154,10 @@ def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, 
 def test_concurrent_cli_submissions_are_each_recorded_once(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(tmp_path / "p.db"), "PYTHONPATH": str(REPO)}
     spec = write_pipeline(tmp_path, "c", "spend_half", "[b0]", 0.01)
-    procs = [subprocess.Popen([sys.executable, "-m", "privsched", "submit", str(spec)], cwd=tmp_path, env=env,
-                              stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "privsched", "submit", str(spec)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
     ids = sorted(int(p.communicate()[0]) for p in procs)
     with Ledger(tmp_path / "p.db") as ledger:
         assert ids == [1, 2, 3, 4] == sorted(p.id for p in ledger.list_pipelines())
@@ -156,8 +172,7 @@ def test_bad_input_is_one_line_a_failure_and_no_change(cli, db: Path, tmp_path: 
         (["submit", unknown], "clicks"),
         (["submit", write_pipeline(tmp_path, "noblock", "spend_half", "{from: z}", 0.1)], "no block of the dataset"),
         (["submit", write_pipeline(tmp_path, "huge", "spend_half", "[b0]", 5.0)], "huge"),
-        (["submit", write_pipeline(tmp_path, "gpus", "spend_half", "[b0]", 0.1, "resources: {gpus: 64}\n")],
-         "64 GPU(s)"),
+        (["submit", write_pipeline(tmp_path, "gpus", "spend_half", "[b0]", 0.1, "resources: {gpus: 64}\n")], "64 GPU(s)"),
         (["cancel", "42"], "unknown pipeline 42"),
         (["status", "42"], "unknown pipeline 42"),
     ]

@@ -89,8 +89,9 @@ def test_a_name_is_accepted_exactly_when_it_is_short_non_blank_and_safe(value):
     assert (name_problem(value) is None) == (safe and bool(value.strip()) and len(value) <= 256)
 
 
-@pytest.mark.parametrize("template", ["{key.__class__.__init__.__globals__}", "{key.foo}", "{key[abc]}", "{0}",
-                                      "{key!r}", "{key:>9}", "{", "}", "{other}"])
+@pytest.mark.parametrize(
+    "template", ["{key.__class__.__init__.__globals__}", "{key.foo}", "{key[abc]}", "{0}", "{key!r}", "{key:>9}", "{", "}", "{other}"]
+)
 def test_location_templates_substitute_only_the_documented_fields(db, template, dump_db):
     invoke("dataset", "create", "d", "--epsilon", "1", "--delta", "1e-6", db=db)
     before = dump_db(db)

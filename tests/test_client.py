@@ -33,8 +33,15 @@ def client(tmp_db: Path) -> Client:
 
 
 def spec(**changes) -> dict:
-    return {"name": "p", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 0.0,
-            "job": {"function": "tests.test_service_jobs:spend_half"}, **changes}
+    return {
+        "name": "p",
+        "dataset": "reviews",
+        "blocks": {"last": 2},
+        "epsilon": 1.0,
+        "delta": 0.0,
+        "job": {"function": "tests.test_service_jobs:spend_half"},
+        **changes,
+    }
 
 
 def test_connect_reads_the_database_from_the_environment(tmp_path: Path, monkeypatch):
@@ -99,8 +106,14 @@ def test_an_explicit_mechanism_sets_the_demand(client: Client):
 def test_a_builtin_job_given_a_mechanism_instead_of_epsilon_is_refused_with_one_line(client: Client, dump_db):
     before = dump_db(client.path)
     with pytest.raises(LedgerError, match="plans the mechanism it is charged") as info:
-        client.submit(spec(epsilon=None, delta=None, mechanism={"kind": "laplace", "scale": 10.0},
-                           job={"kind": "statistic", "params": {"query": "count"}}))
+        client.submit(
+            spec(
+                epsilon=None,
+                delta=None,
+                mechanism={"kind": "laplace", "scale": 10.0},
+                job={"kind": "statistic", "params": {"query": "count"}},
+            )
+        )
     assert "\n" not in str(info.value)
     assert dump_db(client.path) == before
 

@@ -58,8 +58,7 @@ def test_grants_read_a_pipelines_demand_per_block_and_nothing_consumed_before_it
     pid = client.ledger.submit(PipelineRequest("p", "stats", ["d1", "d2"], demand=np.array([0.1, 0.0])))
     info, dataset, grants = client.grants(pid)
     assert (info.id, dataset.name) == (pid, "stats")
-    assert [(g.key, g.demand, g.consumed) for g in grants] == [("d1", Readout(0.1, 0.0), None),
-                                                               ("d2", Readout(0.1, 0.0), None)]
+    assert [(g.key, g.demand, g.consumed) for g in grants] == [("d1", Readout(0.1, 0.0), None), ("d2", Readout(0.1, 0.0), None)]
 
 
 def test_balances_of_an_unknown_dataset_are_refused(client: Client):
@@ -78,12 +77,18 @@ def test_serve_options_read_durations_and_sizes_as_text_and_keep_numbers():
     assert options.policy_spec().policy is not None
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"tick": "soon"}, "invalid duration"), ({"memory": "lots"}, "invalid memory size"),
-    ({"polcy": "fcfs"}, "unknown serve option 'polcy'"), ({"policy": "dpf-n"}, "n"),
-    ({"policy": "nope"}, "unknown policy"), ({"tick": 0}, "duration"),
-    ({"cpus": 0}, "CPUs"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"tick": "soon"}, "invalid duration"),
+        ({"memory": "lots"}, "invalid memory size"),
+        ({"polcy": "fcfs"}, "unknown serve option 'polcy'"),
+        ({"policy": "dpf-n"}, "n"),
+        ({"policy": "nope"}, "unknown policy"),
+        ({"tick": 0}, "duration"),
+        ({"cpus": 0}, "CPUs"),
+    ],
+)
 def test_bad_serve_options_are_refused_before_anything_starts(options, message):
     with pytest.raises(ValueError, match=message):
         ServeOptions.parse(**options).check()

@@ -57,8 +57,10 @@ def test_pages_show_blocks_queue_pipeline_and_follow_a_grant(served, browser, tm
     rows = wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.block"), "the block rows")
     keys = [row.find_element(By.TAG_NAME, "td").text for row in rows]
     assert sorted(keys) == ["d1", "d2", "d3", "r1"]
-    fractions = {bucket: float(rows[keys.index("d1")].find_element(By.CSS_SELECTOR, f"span.{bucket}").get_attribute("data-fraction"))
-                 for bucket in ("consumed", "allocated", "unlocked")}
+    fractions = {
+        bucket: float(rows[keys.index("d1")].find_element(By.CSS_SELECTOR, f"span.{bucket}").get_attribute("data-fraction"))
+        for bucket in ("consumed", "allocated", "unlocked")
+    }
     assert fractions == pytest.approx({"consumed": 0.2, "allocated": 0.0, "unlocked": 0.8})
     browser.save_screenshot(str(tmp_path / "blocks.png"))
 
@@ -73,8 +75,11 @@ def test_pages_show_blocks_queue_pipeline_and_follow_a_grant(served, browser, tm
     with ps.connect(db, create=False) as client:
         late = client.ledger.submit(request("late", ["d3"], 0.05))
         client.ledger.grant([late])
-    wait_for(browser, lambda b: "late" in b.find_element(By.XPATH, "//h2[starts-with(., 'Granted')]/following-sibling::table[1]").text,
-             "the new grant on the queue page")
+    wait_for(
+        browser,
+        lambda b: "late" in b.find_element(By.XPATH, "//h2[starts-with(., 'Granted')]/following-sibling::table[1]").text,
+        "the new grant on the queue page",
+    )
 
     browser.find_element(By.LINK_TEXT, str(late)).click()
     wait_for(browser, lambda b: b.find_elements(By.ID, "pipeline-state"), "the pipeline page")

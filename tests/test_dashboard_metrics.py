@@ -24,8 +24,7 @@ def everything(dataset) -> bool:
 
 def samples(client) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = metrics.render(client, everything, client.reasons()).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_metrics_parse_and_count_pipelines_by_state(client):
@@ -45,8 +44,13 @@ def test_metrics_parse_and_count_pipelines_by_state(client):
 
 def test_block_fractions_in_metrics_match_the_ledger(client):
     found = samples(client)
-    key = lambda block, bucket: ("privsched_block_budget_fraction",  # noqa: E731
-                                 (("block", block), ("bucket", bucket), ("dataset", "stats")))
+
+    def key(block, bucket):
+        return (
+            "privsched_block_budget_fraction",
+            (("block", block), ("bucket", bucket), ("dataset", "stats")),
+        )
+
     # d1: capacity ε 1, consumed 0.2 after the completed job; δ: 5e-8 of 1e-6 — ε binds.
     assert found[key("d1", "consumed")] == pytest.approx(0.2)
     assert found[key("d1", "unlocked")] == pytest.approx(0.8)
@@ -87,8 +91,7 @@ def test_a_user_jobs_metrics_and_log_are_withheld_from_untrusted_readers(client)
 def test_only_readable_datasets_reach_the_metrics(client):
     text = metrics.render(client, lambda dataset: dataset.name == "reviews", client.reasons()).decode()
     assert 'dataset="stats"' not in text and 'dataset="reviews"' in text
-    found = {(s.name, tuple(sorted(s.labels.items()))): s.value
-             for family in text_string_to_metric_families(text) for s in family.samples}
+    found = {(s.name, tuple(sorted(s.labels.items()))): s.value for family in text_string_to_metric_families(text) for s in family.samples}
     assert found[("privsched_pipelines", (("state", "pending"),))] == 0
 
 

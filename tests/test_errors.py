@@ -33,13 +33,16 @@ def test_each_kind_of_refusal_has_its_status_code() -> None:
     assert codes == {BadInput: 400, Forbidden: 403, NotFound: 404, Conflict: 409, BudgetRefused: 422}
 
 
-@pytest.mark.parametrize(("error", "kind", "builtin"), [
-    (LedgerError, BadInput, ValueError),
-    (SpecError, BadInput, ValueError),
-    (TraceError, BadInput, ValueError),
-    (BlockAccessError, Forbidden, PermissionError),
-    (ServiceError, Conflict, RuntimeError),
-])
+@pytest.mark.parametrize(
+    ("error", "kind", "builtin"),
+    [
+        (LedgerError, BadInput, ValueError),
+        (SpecError, BadInput, ValueError),
+        (TraceError, BadInput, ValueError),
+        (BlockAccessError, Forbidden, PermissionError),
+        (ServiceError, Conflict, RuntimeError),
+    ],
+)
 def test_existing_errors_are_privsched_errors_and_keep_their_builtin_base(error, kind, builtin) -> None:
     assert issubclass(error, kind) and issubclass(error, PrivschedError) and issubclass(error, builtin)
 
@@ -86,10 +89,13 @@ main()
 """
 
 
-@pytest.mark.parametrize(("kind", "status", "last_line"), [
-    ("refusal", 1, "error: already; running"),
-    ("bug", 70, "error: internal error in privsched (a bug; the traceback above says where)"),
-])
+@pytest.mark.parametrize(
+    ("kind", "status", "last_line"),
+    [
+        ("refusal", 1, "error: already; running"),
+        ("bug", 70, "error: internal error in privsched (a bug; the traceback above says where)"),
+    ],
+)
 def test_the_command_line_exits_1_on_a_refusal_and_70_with_a_traceback_on_a_bug(kind, status, last_line) -> None:
     result = subprocess.run([sys.executable, "-c", PROGRAM, kind], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == status

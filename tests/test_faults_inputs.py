@@ -18,8 +18,7 @@ from privsched.service.preflight import record_columns
 
 @pytest.fixture
 def client(tmp_path: Path) -> Client:
-    np.savez(tmp_path / "b0.npz", rating=np.array([1.0, 4.0, 5.0, 3.0]), tokens=np.ones((4, 3), dtype=np.int64),
-             vocab_size=np.array(7))
+    np.savez(tmp_path / "b0.npz", rating=np.array([1.0, 4.0, 5.0, 3.0]), tokens=np.ones((4, 3), dtype=np.int64), vocab_size=np.array(7))
     (tmp_path / "gone.npz").touch()
     client = connect(tmp_path / "privsched.db")
     client.create_dataset("reviews", epsilon=1.0, delta=1e-6, accounting="basic")
@@ -31,8 +30,7 @@ def client(tmp_path: Path) -> Client:
 
 def mean_of(client: Client, column: str, block: str) -> int:
     job = {"kind": "statistic", "params": {"query": "mean", "column": column, "bounds": [1, 5]}}
-    return client.submit({"name": f"mean-{column}", "dataset": "reviews", "blocks": [block], "epsilon": 0.2,
-                          "job": job}).id
+    return client.submit({"name": f"mean-{column}", "dataset": "reviews", "blocks": [block], "epsilon": 0.2, "job": job}).id
 
 
 def run(client: Client) -> None:
@@ -68,8 +66,11 @@ def test_a_built_in_job_on_a_block_whose_data_is_missing_costs_nothing(client: C
 
 def test_a_stored_statistic_naming_its_noise_mechanism_fails_before_it_starts_and_costs_nothing(client: Client):
     job = {"kind": "statistic", "params": {"query": "count", "mechanism": "laplace"}, "epsilon": 0.2, "delta": None}
-    pipeline_id = client.ledger.submit(PipelineRequest(  # as an older privsched stored it
-        "count", "reviews", ["b0"], mechanism=mechanism_json(EpsilonDelta(epsilon=0.2)), job=job))
+    pipeline_id = client.ledger.submit(
+        PipelineRequest(  # as an older privsched stored it
+            "count", "reviews", ["b0"], mechanism=mechanism_json(EpsilonDelta(epsilon=0.2)), job=job
+        )
+    )
     run(client)
     info = client.ledger.get_pipeline(pipeline_id)
     assert info.state == "failed" and info.started_at is None

@@ -22,8 +22,7 @@ from tests.support.faults import EPSILON, HELPER, client, job_runs, submit  # no
 
 
 def crash_at(client: Client, step: str) -> None:
-    done = subprocess.run([sys.executable, str(HELPER), str(client.path), step, "kill"],
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(HELPER), str(client.path), step, "kill"], capture_output=True, text=True)
     assert done.returncode == -9 and "fault" in done.stdout, done.stderr
 
 
@@ -37,9 +36,7 @@ def assert_settled_cleanly(client: Client) -> None:
 
 
 @pytest.mark.parametrize("step", ["before-running", "after-popen", "after-pid-file", "after-started"])
-def test_a_job_started_before_the_crash_or_after_recovery_runs_once_and_is_charged_what_it_spent(
-    client: Client, step: str
-):
+def test_a_job_started_before_the_crash_or_after_recovery_runs_once_and_is_charged_what_it_spent(client: Client, step: str):
     pipeline_id = submit(client)
     crash_at(client, step)
     if step == "after-popen":  # found by the launch token in its environment
@@ -79,8 +76,7 @@ def test_a_launch_cut_between_its_spawn_marker_and_its_process_is_charged_in_ful
 
 def test_recovery_watches_the_process_the_ledger_recorded_not_a_pid_file_the_job_forged(client: Client):
     job = {"function": "tests.fault_jobs:forges_its_pid_file", "params": {"seconds": 1.5, "victim": os.getpid()}}
-    pipeline_id = client.submit({"name": "forger", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
-                                 "job": job}).id
+    pipeline_id = client.submit({"name": "forger", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON, "job": job}).id
     pool = Pool((), cpus=4.0, memory=0)
     first = Scheduler(client.ledger, make_policy("fcfs"), LocalExecutor(), pool, RunDirs(client.path))
     first.recover(time.time())
@@ -91,7 +87,7 @@ def test_recovery_watches_the_process_the_ledger_recorded_not_a_pid_file_the_job
     # folder); forge the file as if it had, pointing at another live process.
     pid_file = RunDirs(client.path).pid_file(pipeline_id)
     stat = Path(f"/proc/{os.getpid()}/stat").read_text()
-    pid_file.write_text(f"{os.getpid()} {stat[stat.rindex(')') + 2:].split()[19]}\n")
+    pid_file.write_text(f"{os.getpid()} {stat[stat.rindex(')') + 2 :].split()[19]}\n")
     second = Scheduler(client.ledger, make_policy("fcfs"), LocalExecutor(), pool, RunDirs(client.path))
     second.recover(time.time())
     deadline = time.monotonic() + 30

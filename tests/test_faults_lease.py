@@ -68,8 +68,7 @@ def _take_over(db: Path, logs: list[str], errors: list[BaseException]) -> thread
         deadline = time.monotonic() + 60
         while True:
             try:
-                serve(db, make_policy("fcfs"), LocalExecutor(), Pool((), cpus=4.0, memory=0), tick=0.05,
-                      until_idle=True, log=logs.append)
+                serve(db, make_policy("fcfs"), LocalExecutor(), Pool((), cpus=4.0, memory=0), tick=0.05, until_idle=True, log=logs.append)
                 return
             except ServiceError as exc:  # the first one's lease has not expired yet
                 if "already serving" not in str(exc) or time.monotonic() > deadline:
@@ -88,8 +87,9 @@ def test_a_scheduler_paused_past_its_lease_cannot_write_when_it_resumes(client: 
     holds the launch (the process not spawned yet), the successor waits for the launch lock,
     then adopts the job the first one spawns on resuming, just before its write is refused."""
     pipeline_id = submit(client, seconds=0.5)
-    first = subprocess.Popen([sys.executable, str(HELPER), str(client.path), step, "stop", "0.5"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, str(HELPER), str(client.path), step, "stop", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert first.stdout.readline().strip() == "fault"
         logs: list[str] = []
@@ -116,8 +116,11 @@ def test_a_scheduler_paused_past_its_lease_cannot_write_when_it_resumes(client: 
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from(["acquire", "renew", "release", "write"]),
-                          st.floats(0.0, 20.0)), max_size=25))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from("abc"), st.sampled_from(["acquire", "renew", "release", "write"]), st.floats(0.0, 20.0)), max_size=25
+    )
+)
 def test_a_write_succeeds_exactly_while_its_writer_holds_the_lease_generation_it_took(tmp_path_factory, steps):
     """Any interleaving of three schedulers taking, renewing, releasing the lease and writing:
     a fenced write goes through if and only if the lease still names its writer at the

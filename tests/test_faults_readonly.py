@@ -36,8 +36,7 @@ pytestmark = pytest.mark.skipif(not namespaces_allowed(), reason="unprivileged u
 
 #: Mounts ``$1`` read-only over itself, then runs the rest of the command line.
 READ_ONLY = 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 90; shift; exec "$@"'
-PIPELINE = {"name": "p", "dataset": "d", "blocks": ["b1"], "epsilon": 0.1,
-            "job": {"kind": "statistic", "params": {"query": "count"}}}
+PIPELINE = {"name": "p", "dataset": "d", "blocks": ["b1"], "epsilon": 0.1, "job": {"kind": "statistic", "params": {"query": "count"}}}
 API = """
 import sys
 from privsched import connect
@@ -53,8 +52,9 @@ def on_read_only(folder: Path, *argv: str) -> subprocess.CompletedProcess:
     """Run ``argv`` where ``folder`` is a read-only file system."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("PRIVSCHED_DB", None)
-    return subprocess.run([*UNSHARE, "sh", "-c", READ_ONLY, "sh", str(folder), *argv],
-                          capture_output=True, text=True, env=env, cwd=folder.parent)
+    return subprocess.run(
+        [*UNSHARE, "sh", "-c", READ_ONLY, "sh", str(folder), *argv], capture_output=True, text=True, env=env, cwd=folder.parent
+    )
 
 
 def privsched_on_read_only(folder: Path, db: Path, *args: str) -> subprocess.CompletedProcess:
@@ -63,8 +63,7 @@ def privsched_on_read_only(folder: Path, db: Path, *args: str) -> subprocess.Com
 
 def contents(folder: Path) -> dict[str, str]:
     """Every file under ``folder`` and the SHA-256 of its bytes."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def refused_in_one_line(outcome: subprocess.CompletedProcess, reason: str) -> None:
@@ -102,8 +101,7 @@ COMMANDS = [
 
 
 @pytest.mark.parametrize("args", COMMANDS, ids=lambda args: " ".join(args))
-def test_every_command_refuses_a_ledger_on_a_read_only_file_system_and_changes_no_byte(
-        ledger: Path, tmp_path: Path, args: list[str]):
+def test_every_command_refuses_a_ledger_on_a_read_only_file_system_and_changes_no_byte(ledger: Path, tmp_path: Path, args: list[str]):
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps(PIPELINE))
     before = contents(ledger.parent)
@@ -114,8 +112,9 @@ def test_every_command_refuses_a_ledger_on_a_read_only_file_system_and_changes_n
 
 def test_blocks_add_with_a_data_location_refuses_the_read_only_ledger(ledger: Path, tmp_path: Path):
     before = contents(ledger.parent)
-    outcome = privsched_on_read_only(ledger.parent, ledger, "blocks", "add", "d", "b2",
-                                     "--location", f"b2={block_file(tmp_path, 'b2.npz')}")
+    outcome = privsched_on_read_only(
+        ledger.parent, ledger, "blocks", "add", "d", "b2", "--location", f"b2={block_file(tmp_path, 'b2.npz')}"
+    )
     refused_in_one_line(outcome, "read-only file system")
     assert contents(ledger.parent) == before
 
@@ -132,8 +131,10 @@ def test_the_python_api_raises_a_one_line_error_on_a_read_only_file_system(ledge
     before = contents(ledger.parent)
     outcome = on_read_only(ledger.parent, sys.executable, "-c", API, str(ledger), method)
     assert outcome.returncode == 0 and outcome.stderr == "", outcome
-    assert outcome.stdout == f"LedgerError cannot open {ledger}: {ledger.parent} is a read-only file system " \
-                             "(the ledger writes its journal next to it)\n"
+    assert (
+        outcome.stdout == f"LedgerError cannot open {ledger}: {ledger.parent} is a read-only file system "
+        "(the ledger writes its journal next to it)\n"
+    )
     assert contents(ledger.parent) == before
 
 
@@ -174,14 +175,16 @@ def test_serve_waits_out_a_folder_turned_read_only_and_starts_the_job_once_it_is
         client.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
         client.add_blocks("d", [("b1", str(tmp_path / "b1.npz"))])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    scheduler = subprocess.Popen([*UNSHARE, "sh", "-c", SERVE_THEN_READ_ONLY, "sh", str(folder), str(signals),
-                                  sys.executable], env=env, cwd=tmp_path)
+    scheduler = subprocess.Popen(
+        [*UNSHARE, "sh", "-c", SERVE_THEN_READ_ONLY, "sh", str(folder), str(signals), sys.executable], env=env, cwd=tmp_path
+    )
     log = signals / "serve.log"
     try:
         with connect(folder / "p.db") as client:  # outside the namespace the folder is always writable
             first = client.submit(PIPELINE).id  # once it has run, the scheduler's loop is under way
-            eventually(lambda: client.status(first).state == "completed",
-                       lambda: log.read_text() if log.exists() else "serve wrote nothing")
+            eventually(
+                lambda: client.status(first).state == "completed", lambda: log.read_text() if log.exists() else "serve wrote nothing"
+            )
             (signals / "ro").touch()
             eventually((signals / "mounted").exists, lambda: "the folder was never mounted read-only")
             pipeline = client.submit(PIPELINE).id

@@ -57,9 +57,18 @@ def statistic_launch(folder: Path, result: Path) -> Launch:
     data = folder / "data"
     data.mkdir()
     np.savez(data / "d1.npz", rating=np.linspace(0, 5, 40))
-    ctx = JobContext(1, "count", "reviews", Accounting.basic(), 0.0,
-                     {"d1": BlockGrant("d1", str(data / "d1.npz"), np.array(GRANT))}, workdir=folder / "run" / "work",
-                     params=JOB, plan=plan_mechanism(JOB, 0.2, 0.0, Accounting.basic()), epsilon=0.2)
+    ctx = JobContext(
+        1,
+        "count",
+        "reviews",
+        Accounting.basic(),
+        0.0,
+        {"d1": BlockGrant("d1", str(data / "d1.npz"), np.array(GRANT))},
+        workdir=folder / "run" / "work",
+        params=JOB,
+        plan=plan_mechanism(JOB, 0.2, 0.0, Accounting.basic()),
+        epsilon=0.2,
+    )
     (folder / "run").mkdir()
     context = folder / "run" / "context.json"
     context.write_text(json.dumps({**json.loads(ctx.to_json()), "job": JOB}))

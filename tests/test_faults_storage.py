@@ -39,8 +39,10 @@ def fill(ledger: Ledger) -> None:
     (block,) = ledger.add_blocks("filler", ["f0"])
     pages = ledger.db.execute("PRAGMA page_count").fetchone()[0]
     ledger.db.execute(f"PRAGMA max_page_count = {pages}")
-    for write in (lambda i: ledger.create_dataset(f"filler-{i}", epsilon=1.0, delta=1e-6, accounting="basic"),
-                  lambda i: ledger.unlock({block.id: 1e-6})):
+    for write in (
+        lambda i: ledger.create_dataset(f"filler-{i}", epsilon=1.0, delta=1e-6, accounting="basic"),
+        lambda i: ledger.unlock({block.id: 1e-6}),
+    ):
         for i in range(10_000):
             try:
                 write(i)
@@ -69,15 +71,16 @@ def full_while_a_job_ends(client: Client) -> Iterator[Full]:
     job then ends, so settling it is refused. Yields once the condition is reported; lift
     the cap with :func:`make_room`."""
     job = {"function": "tests.fault_jobs:counted_wait_then_spend"}
-    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
-                                 "job": job}).id
+    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON, "job": job}).id
     ledger = Ledger(client.path)
     logs: list[str] = []
     stop = threading.Event()
     policy = make_policy("dpf-n", n=1)  # unlocks a block on demand only: the filler's stays locked
-    thread = threading.Thread(target=serve, args=(client.path, policy, LocalExecutor(),
-                                                  Pool((), cpus=4.0, memory=0)),
-                              kwargs={"tick": 0.05, "stop": stop, "log": logs.append, "ledger": ledger})
+    thread = threading.Thread(
+        target=serve,
+        args=(client.path, policy, LocalExecutor(), Pool((), cpus=4.0, memory=0)),
+        kwargs={"tick": 0.05, "stop": stop, "log": logs.append, "ledger": ledger},
+    )
     thread.start()
     try:
         wait_for(lambda: client.ledger.get_pipeline(pipeline_id).state == "running", "the job to start")
@@ -128,13 +131,14 @@ def reported(client: Client, server: RemoteClient, url: str, token: str, pipelin
         assert outcome.code == 0, outcome.stderr
         words = unwrapped(outcome.stdout)
         row = re.search(r"(?<!by )scheduler", words)  # the row, not an event's actor ("… by scheduler")
-        shown.append(words[row.start():] if row else None)
+        shown.append(words[row.start() :] if row else None)
     queue = server.request("GET", "/v1/dashboard/queue")
     return [client.scheduler_condition(), server.scheduler_condition(), queue["condition"], *shown]
 
 
 def test_a_full_database_is_reported_by_status_the_api_and_the_dashboard_until_space_returns(
-        client: Client, monkeypatch: pytest.MonkeyPatch):
+    client: Client, monkeypatch: pytest.MonkeyPatch
+):
     with Identities(client.path) as identities:
         token = identities.add_user("admin", "admin")
     monkeypatch.setenv(TOKEN_ENV, token)
@@ -156,8 +160,15 @@ def test_the_condition_is_printed_as_text(client: Client):
     runs = RunDirs(client.path)
     runs.root.mkdir(parents=True)  # as the scheduler makes it when it starts
     Condition(runs, lambda message: None).full(StorageFull("[bold]x[/] \x1b[31m"))
-    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
-                                 "job": {"function": "tests.fault_jobs:counted_wait_then_spend"}}).id
+    pipeline_id = client.submit(
+        {
+            "name": "p",
+            "dataset": "reviews",
+            "blocks": ["b0"],
+            "epsilon": EPSILON,
+            "job": {"function": "tests.fault_jobs:counted_wait_then_spend"},
+        }
+    ).id
     outcome = invoke("status", pipeline_id, db=client.path)
     assert outcome.code == 0, outcome.stderr
     assert "\x1b" not in outcome.stdout

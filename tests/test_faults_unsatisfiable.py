@@ -24,8 +24,7 @@ def test_a_pipeline_that_can_no_longer_fit_fails_once_the_budget_is_consumed(tmp
 
     def submit(name: str, epsilon: float) -> int:
         job = {"function": "tests.test_service_jobs:no_report"}
-        return client.submit({"name": name, "dataset": "reviews", "blocks": ["b0"], "epsilon": epsilon,
-                              "job": job}).id
+        return client.submit({"name": name, "dataset": "reviews", "blocks": ["b0"], "epsilon": epsilon, "job": job}).id
 
     big, hopeless, small = submit("big", 0.8), submit("hopeless", 0.5), submit("small", 0.1)
     client.run_until_idle("fcfs", tick=0.05, cpus=4, gpus=0)
@@ -43,14 +42,19 @@ def test_a_pipeline_that_can_no_longer_fit_fails_once_the_budget_is_consumed(tmp
 def _view(accounting: Accounting, capacity, consumed, allocated, demand) -> tuple[PendingView, dict[int, BlockInfo]]:
     capacity, consumed, allocated = (np.asarray(v, dtype=float) for v in (capacity, consumed, allocated))
     zero = np.zeros_like(capacity)
-    block = BlockInfo(7, "d", "b", None, "active", 0.0, capacity, zero, capacity - consumed - allocated, allocated,
-                      consumed)
+    block = BlockInfo(7, "d", "b", None, "active", 0.0, capacity, zero, capacity - consumed - allocated, allocated, consumed)
     pipelines = PendingBatch(
-        pipeline_ids=np.array([3]), arrival=np.zeros(1), weight=np.ones(1), deadline=np.full(1, np.inf),
-        edge_pipeline=np.array([0]), edge_block=np.array([7]), edge_demand=np.asarray(demand, dtype=float)[None],
+        pipeline_ids=np.array([3]),
+        arrival=np.zeros(1),
+        weight=np.ones(1),
+        deadline=np.full(1, np.inf),
+        edge_pipeline=np.array([0]),
+        edge_block=np.array([7]),
+        edge_demand=np.asarray(demand, dtype=float)[None],
     )
-    view = PendingView(accounting=accounting, block_ids=np.array([7]), capacity=capacity[None],
-                       unlocked=block.unlocked[None], pipelines=pipelines)
+    view = PendingView(
+        accounting=accounting, block_ids=np.array([7]), capacity=capacity[None], unlocked=block.unlocked[None], pipelines=pipelines
+    )
     return view, {7: block}
 
 
@@ -70,7 +74,6 @@ def test_only_a_demand_above_the_unconsumed_remainder_at_every_live_order_is_hop
     view, blocks = _view(accounting, capacity, consumed, allocated, demand)
     hopeless = 3 in never_grantable(view, blocks)
     could_fit = np.any((demand <= capacity - consumed) & (capacity > 0))
-    assert hopeless == (not could_fit) or np.any(
-        np.isclose(demand, capacity - consumed, rtol=1e-8) & (capacity > 0))
+    assert hopeless == (not could_fit) or np.any(np.isclose(demand, capacity - consumed, rtol=1e-8) & (capacity > 0))
     if np.any((demand <= capacity - consumed - allocated) & (capacity > 0)):
         assert not hopeless

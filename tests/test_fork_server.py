@@ -34,18 +34,26 @@ GRANT = [1.0, 1e-9]
 landlock = pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock")
 
 
-def launch_for(folder: Path, function: str, *, pipeline_id: int = 1, cpus: float = 1.0, token: str | None = None,
-               params: dict | None = None) -> Launch:
+def launch_for(
+    folder: Path, function: str, *, pipeline_id: int = 1, cpus: float = 1.0, token: str | None = None, params: dict | None = None
+) -> Launch:
     folder.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(
-        pipeline_id=pipeline_id, name="job", dataset="reviews", accounting=Accounting.basic(), delta=1e-9,
-        blocks={"d1": BlockGrant("d1", "/data/d1", np.array(GRANT))}, device="cpu", workdir=folder / "work",
+        pipeline_id=pipeline_id,
+        name="job",
+        dataset="reviews",
+        accounting=Accounting.basic(),
+        delta=1e-9,
+        blocks={"d1": BlockGrant("d1", "/data/d1", np.array(GRANT))},
+        device="cpu",
+        workdir=folder / "work",
         params=params or {},
     )
     job = {"function": f"tests.fork_jobs:{function}", "pythonpath": [str(REPO)]}
     (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
-    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                  Placement((), cpus, 0), time.time(), token=token)
+    return Launch(
+        pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement((), cpus, 0), time.time(), token=token
+    )
 
 
 def warm_server(executor: LocalExecutor) -> ForkServer:
@@ -104,8 +112,7 @@ def test_the_sandbox_holds_in_a_forked_job(executor: LocalExecutor, tmp_path: Pa
     assert secret.read_text() == "budget\n"
 
 
-def test_a_forked_job_holds_no_descriptor_but_its_log_and_its_supervisor_channel(executor: LocalExecutor,
-                                                                                  tmp_path: Path):
+def test_a_forked_job_holds_no_descriptor_but_its_log_and_its_supervisor_channel(executor: LocalExecutor, tmp_path: Path):
     launch = launch_for(tmp_path, "lists_descriptors")
     assert run(executor, launch).completed
     fds = seen(launch)["fds"]
@@ -148,8 +155,7 @@ def test_a_child_forked_for_a_launch_given_up_on_runs_nothing(executor: LocalExe
     assert not (tmp_path / "work").exists() and not launch.result.exists()
 
 
-def test_a_child_that_cannot_take_its_launch_over_is_refused_with_its_data_untouched(executor: LocalExecutor,
-                                                                                     tmp_path: Path):
+def test_a_child_that_cannot_take_its_launch_over_is_refused_with_its_data_untouched(executor: LocalExecutor, tmp_path: Path):
     server = warm_server(executor)
     launch = launch_for(tmp_path, "draws")
     spec = {"argv": [str(launch.context), str(launch.result)], "env": {}, "cwd": str(tmp_path / "gone"), "threads": 1}
@@ -189,11 +195,11 @@ def test_a_job_forked_under_one_scheduler_is_adopted_and_settled_by_the_next(cli
     executor = LocalExecutor()
     server = warm_server(executor)
     job = {"function": "tests.fault_jobs:counted_wait_then_spend"}
-    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON,
-                                 "job": job}).id
+    pipeline_id = client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": EPSILON, "job": job}).id
     stop = threading.Event()
-    first = threading.Thread(target=serve, args=(client.path, make_policy("fcfs"), executor, Pool((), cpus=4.0, memory=0)),
-                             kwargs={"tick": 0.05, "stop": stop})
+    first = threading.Thread(
+        target=serve, args=(client.path, make_policy("fcfs"), executor, Pool((), cpus=4.0, memory=0)), kwargs={"tick": 0.05, "stop": stop}
+    )
     first.start()
     work = RunDirs(client.path).workdir(pipeline_id)
     while not (work / "runs.txt").exists():

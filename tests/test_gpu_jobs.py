@@ -20,11 +20,17 @@ def test_a_dpsgd_pipeline_placed_on_a_gpu_trains_there(tmp_path: Path):
     with connect(tmp_path / "p.db") as client:
         client.create_dataset("reviews", epsilon=10.0, delta=1e-7, accounting="rdp")
         client.add_blocks("reviews", [(path.stem, str(path)) for path in paths])
-        run = client.submit({
-            "name": "on-gpu", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9,
-            "resources": {"gpus": 1, "cpus": 1},
-            "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.1, "epochs": 1, "lr": 0.05}},
-        })
+        run = client.submit(
+            {
+                "name": "on-gpu",
+                "dataset": "reviews",
+                "blocks": {"last": 2},
+                "epsilon": 1.0,
+                "delta": 1e-9,
+                "resources": {"gpus": 1, "cpus": 1},
+                "job": {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.1, "epochs": 1, "lr": 0.05}},
+            }
+        )
         client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=torch.cuda.device_count())
         info = client.status(run.id)
         assert info.state == "completed", info.message

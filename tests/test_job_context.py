@@ -69,11 +69,15 @@ def test_json_round_trip_preserves_grant_and_scope():
         copy.block_path("c")
 
 
-@pytest.mark.parametrize("plan", [
-    None,
-    Laplace(scale=10.0),
-    Composed(parts=[SubsampledGaussian(sample_rate=0.05, noise_multiplier=1.3, steps=40), EpsilonDelta(epsilon=0.1)]),
-], ids=["none", "laplace", "dpsgd"])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        None,
+        Laplace(scale=10.0),
+        Composed(parts=[SubsampledGaussian(sample_rate=0.05, noise_multiplier=1.3, steps=40), EpsilonDelta(epsilon=0.1)]),
+    ],
+    ids=["none", "laplace", "dpsgd"],
+)
 def test_json_round_trip_preserves_the_typed_plan_and_what_it_was_planned_with(plan):
     ctx = make_context(Accounting.basic(), {"a": [0.5, 1e-9]})
     ctx.plan, ctx.epsilon, ctx.max_runtime = plan, 0.5, 90.0

@@ -55,8 +55,7 @@ def test_an_explicit_actor_is_recorded_on_every_event_of_that_write(ledger: Ledg
     ledger.grant([pipeline], now=2)
     ledger.fail(pipeline, "crashed", now=3)
     ledger.release(pipeline, "operator error", now=4, actor="ana")
-    assert actors(ledger, pipeline) == [("submit", "ana"), ("grant", OPERATOR), ("fail", OPERATOR),
-                                        ("release", "ana")]
+    assert actors(ledger, pipeline) == [("submit", "ana"), ("grant", OPERATOR), ("fail", OPERATOR), ("release", "ana")]
     release_moves = [e for e in ledger.events(pipeline_id=pipeline) if e.kind == "release"]
     assert release_moves and all(e.actor == "ana" for e in release_moves)
 
@@ -77,8 +76,7 @@ def test_the_lease_holder_writes_as_the_scheduler(ledger: Ledger, tmp_db: Path):
         scheduler.complete(pipeline, np.array([0.05, 1e-7]), now=4)
         scheduler.release_lease("s1")
         scheduler.unlock({1: 0.0}, now=5)
-    assert actors(ledger, pipeline) == [("submit", OPERATOR), ("grant", SCHEDULER), ("run", SCHEDULER),
-                                        ("complete", SCHEDULER)]
+    assert actors(ledger, pipeline) == [("submit", OPERATOR), ("grant", SCHEDULER), ("run", SCHEDULER), ("complete", SCHEDULER)]
 
 
 def test_an_actor_must_be_a_printable_name_and_a_refused_one_writes_nothing(ledger: Ledger):
@@ -114,8 +112,9 @@ def test_an_event_without_an_actor_after_one_with_is_reported(ledger: Ledger, tm
     conn = sqlite3.connect(tmp_db, isolation_level=None)
     last_id, last_hash = conn.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
     row = (last_id + 1, 9.0, "expire", 1, None, 1, "cancelled", "timed_out", None, None, None, None)
-    conn.execute(f"INSERT INTO events ({', '.join(chain.COLUMNS)}, hash) VALUES ({', '.join('?' * 13)})",
-                 [*row, chain.link(last_hash, row)])
+    conn.execute(
+        f"INSERT INTO events ({', '.join(chain.COLUMNS)}, hash) VALUES ({', '.join('?' * 13)})", [*row, chain.link(last_hash, row)]
+    )
     conn.close()
     violations = "\n".join(ledger.audit().violations)
     assert f"event {last_id + 1}: records no actor" in violations

@@ -21,8 +21,7 @@ from tests.support.blockdata import block_file
 def ledger(tmp_db):
     with Ledger.init(tmp_db) as ledger:
         ledger.create_dataset("stats", 1.0, 1e-6, accounting="basic", now=0)
-        ledger.add_blocks("stats", [BlockSpec("d1", block_file(tmp_db.parent, "d1")), BlockSpec("d2")],
-                          unlocked_fraction=1.0, now=0)
+        ledger.add_blocks("stats", [BlockSpec("d1", block_file(tmp_db.parent, "d1")), BlockSpec("d2")], unlocked_fraction=1.0, now=0)
         ledger.create_dataset("reviews", 10.0, 1e-7, now=0)
         ledger.add_blocks("reviews", ["r1", "r2"], now=0)
         yield ledger
@@ -83,7 +82,7 @@ def test_a_damaged_privsched_file_gives_a_ledger_error_not_a_crash(tmp_db):
         ledger.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     data = bytearray(tmp_db.read_bytes())
     page = 4096
-    data[page: 6 * page] = os.urandom(5 * page)
+    data[page : 6 * page] = os.urandom(5 * page)
     tmp_db.write_bytes(bytes(data))
     with pytest.raises(LedgerError) as raised:
         with Ledger(tmp_db) as ledger:
@@ -307,8 +306,7 @@ def test_every_balance_is_recomputable_from_the_events(ledger):
 
 def test_audit_names_the_block_and_dimension_of_a_tampered_balance(ledger):
     d1 = ledger.get_block("stats", "d1")
-    ledger.db.execute("UPDATE balances SET consumed = ? WHERE block_id = ?",
-                      [np.array([2.0, 0.0]).tobytes(), d1.id])
+    ledger.db.execute("UPDATE balances SET consumed = ? WHERE block_id = ?", [np.array([2.0, 0.0]).tobytes(), d1.id])
     report = ledger.audit()
     assert not report.ok
     text = "\n".join(report.violations)
@@ -330,10 +328,15 @@ def test_lease_admits_one_scheduler_at_a_time(ledger):
 
 def test_a_lease_held_by_a_dead_process_of_this_host_can_be_taken(ledger):
     child = subprocess.run(
-        [sys.executable, "-c",
-         "import sys; from privsched.ledger import Ledger; "
-         "print(Ledger(sys.argv[1]).acquire_lease('crashed', ttl=3600))", str(ledger.path)],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from privsched.ledger import Ledger; print(Ledger(sys.argv[1]).acquire_lease('crashed', ttl=3600))",
+            str(ledger.path),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert child.stdout.strip() == "True"
     assert ledger.lease_holder()["holder"] == "crashed"
@@ -379,11 +382,9 @@ K_RDP = 12
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.zeros(3))), "2 values"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([1.5, 0]))), "never be granted"),
         # fits only at the dead orders α ≤ 2.5 (capacity 0 there)
-        (lambda L: L.submit(PipelineRequest("p", "reviews", ["r1"], demand=np.r_[np.zeros(4), np.full(8, 20.0)])),
-         "never be granted"),
+        (lambda L: L.submit(PipelineRequest("p", "reviews", ["r1"], demand=np.r_[np.zeros(4), np.full(8, 20.0)])), "never be granted"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"])), "needs a demand"),
-        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], mechanism='{"kind": "gaussian", "sigma": 1}')),
-         "basic accounting"),
+        (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], mechanism='{"kind": "gaussian", "sigma": 1}')), "basic accounting"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([0.1, 0.0]), weight=0)), "weight"),
         (lambda L: L.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([0.1, 0.0]), timeout=-1)), "timeout"),
         (lambda L: L.grant([999]), "unknown pipeline"),

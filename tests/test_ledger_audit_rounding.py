@@ -23,8 +23,7 @@ def test_grants_released_in_any_order_leave_a_clean_audit(tmp_path_factory, scal
         alphas = np.array(ledger.get_dataset("reviews").accounting.alphas)
         # Gaussian-shaped curves α·s/50: positive at the dead low orders too, where the
         # unlocked budget goes negative and allocated sums terms of different sizes.
-        ids = [ledger.submit(PipelineRequest(f"p{i}", "reviews", ["r1"], demand=alphas * s / 50), now=1)
-               for i, s in enumerate(scales)]
+        ids = [ledger.submit(PipelineRequest(f"p{i}", "reviews", ["r1"], demand=alphas * s / 50), now=1) for i, s in enumerate(scales)]
         granted = ledger.grant(ids, now=2)
         order.shuffle(granted)
         for pipeline_id in granted:
@@ -40,8 +39,7 @@ def test_an_over_spend_far_beyond_rounding_is_still_reported(tmp_path):
     with Ledger.init(path) as ledger:
         ledger.create_dataset("reviews", 10.0, 1e-7, now=0)
         (block,) = ledger.add_blocks("reviews", ["r1"], unlocked_fraction=1.0, now=0)
-        ledger.db.execute("UPDATE balances SET allocated = ? WHERE block_id = ?",
-                          [np.full(block.capacity.size, -1e-6).tobytes(), block.id])
+        ledger.db.execute("UPDATE balances SET allocated = ? WHERE block_id = ?", [np.full(block.capacity.size, -1e-6).tobytes(), block.id])
         ledger.db.conn.commit()
         report = ledger.audit()
     assert not report.ok and any("negative allocated" in v for v in report.violations)

@@ -34,8 +34,17 @@ def build(path: Path) -> dict[str, int]:
         ledger.create_dataset("reviews", 10.0, 1e-7, now=0)
         ledger.add_blocks("reviews", ["r1"], unlocked_fraction=0.5, now=0)
         curve = ledger.get_dataset("reviews").capacity * 0.1 + 0.01
-        request = lambda keys, eps=0.2: PipelineRequest("p", "stats", keys, demand=np.array([eps, 1e-7]),  # noqa: E731
-                                                        owner="ann", job={"kind": "statistic"})
+
+        def request(keys, eps=0.2):
+            return PipelineRequest(
+                "p",
+                "stats",
+                keys,
+                demand=np.array([eps, 1e-7]),
+                owner="ann",
+                job={"kind": "statistic"},
+            )
+
         done, failed, cancelled, held, waiting = (ledger.submit(request(["d1", "d2"]), now=1) for _ in range(5))
         curved = ledger.submit(PipelineRequest("c", "reviews", ["r1"], demand=curve), now=1)
         ledger.grant([done, failed, cancelled, held, curved], now=2)
@@ -44,8 +53,7 @@ def build(path: Path) -> dict[str, int]:
         ledger.fail(failed, "crashed", now=4)
         ledger.cancel(cancelled, now=4)
         assert ledger.audit().ok
-    return {"done": done, "failed": failed, "cancelled": cancelled, "held": held, "waiting": waiting,
-            "curved": curved}
+    return {"done": done, "failed": failed, "cancelled": cancelled, "held": held, "waiting": waiting, "curved": curved}
 
 
 @pytest.fixture
@@ -73,8 +81,7 @@ def violations(path: Path, expect: str | None = None) -> str:
 def cli(*args: object) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PRIVSCHED_DB"}
     env["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "privsched", *map(str, args)], capture_output=True, text=True,
-                          env=env)
+    return subprocess.run([sys.executable, "-m", "privsched", *map(str, args)], capture_output=True, text=True, env=env)
 
 
 def event_id(path: Path, where: str, params: list) -> int:
@@ -97,15 +104,18 @@ def test_every_event_row_links_to_the_previous_one(db):
     assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
 
 
-field = st.one_of(st.none(), st.integers(-2**63, 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=8),
-                  st.binary(max_size=8))
+field = st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), st.text(max_size=8), st.binary(max_size=8))
 
 
-@given(st.lists(field, min_size=len(chain.COLUMNS), max_size=len(chain.COLUMNS)),
-       st.lists(field, min_size=len(chain.COLUMNS), max_size=len(chain.COLUMNS)))
+@given(
+    st.lists(field, min_size=len(chain.COLUMNS), max_size=len(chain.COLUMNS)),
+    st.lists(field, min_size=len(chain.COLUMNS), max_size=len(chain.COLUMNS)),
+)
 def test_distinct_rows_encode_differently(a, b):
-    same = all(type(x) is type(y) and (x == y if not isinstance(x, float) else
-                                       np.float64(x).tobytes() == np.float64(y).tobytes()) for x, y in zip(a, b))
+    same = all(
+        type(x) is type(y) and (x == y if not isinstance(x, float) else np.float64(x).tobytes() == np.float64(y).tobytes())
+        for x, y in zip(a, b)
+    )
     assert (chain.encode(a) == chain.encode(b)) == same
 
 
@@ -157,8 +167,13 @@ def assert_cli_names(path: Path, *words: str) -> None:
 
 def test_a_raised_block_capacity_is_reported(db):
     path, _ = db
-    edit(path, ("UPDATE balances SET capacity = ?, unlocked = ? WHERE block_id = "
-                "(SELECT id FROM blocks WHERE key = 'd1')", [pack(np.array([5.0, 1e-6])), pack(np.array([4.6, 1e-6]))]))
+    edit(
+        path,
+        (
+            "UPDATE balances SET capacity = ?, unlocked = ? WHERE block_id = (SELECT id FROM blocks WHERE key = 'd1')",
+            [pack(np.array([5.0, 1e-6])), pack(np.array([4.6, 1e-6]))],
+        ),
+    )
     text = violations(path)
     assert "stats/d1: stored capacity differs from the event log at ε" in text
     assert_cli_names(path, "stats/d1", "capacity")
@@ -173,8 +188,9 @@ def test_a_raised_dataset_capacity_is_reported(db):
 
 def test_a_changed_balance_is_reported(db):
     path, _ = db
-    edit(path, ("UPDATE balances SET unlocked = ? WHERE block_id = (SELECT id FROM blocks WHERE key = 'd2')",
-                [pack(np.array([1.0, 1e-6]))]))
+    edit(
+        path, ("UPDATE balances SET unlocked = ? WHERE block_id = (SELECT id FROM blocks WHERE key = 'd2')", [pack(np.array([1.0, 1e-6]))])
+    )
     assert "stats/d2: stored unlocked differs from the event log" in violations(path)
     assert_cli_names(path, "stats/d2", "unlocked")
 
@@ -194,8 +210,11 @@ def test_a_changed_pipeline_state_is_reported(db):
 
 def test_a_changed_block_location_or_state_is_reported(db):
     path, _ = db
-    edit(path, ("UPDATE blocks SET location = '/data/other' WHERE key = 'd1'", []),
-         ("UPDATE blocks SET state = 'retired' WHERE key = 'd2'", []))
+    edit(
+        path,
+        ("UPDATE blocks SET location = '/data/other' WHERE key = 'd1'", []),
+        ("UPDATE blocks SET state = 'retired' WHERE key = 'd2'", []),
+    )
     text = violations(path)
     assert "block 'd1' (id 1): stored location differs from the event log" in text
     assert "block 'd2' (id 2): stored state differs from the event log" in text
@@ -203,8 +222,7 @@ def test_a_changed_block_location_or_state_is_reported(db):
 
 def test_a_deleted_pipeline_row_is_reported(db):
     path, ids = db
-    edit(path, ("DELETE FROM demands WHERE pipeline_id = ?", [ids["waiting"]]),
-         ("DELETE FROM pipelines WHERE id = ?", [ids["waiting"]]))
+    edit(path, ("DELETE FROM demands WHERE pipeline_id = ?", [ids["waiting"]]), ("DELETE FROM pipelines WHERE id = ?", [ids["waiting"]]))
     assert f"pipeline {ids['waiting']}: submitted by event" in violations(path)
 
 
@@ -252,8 +270,11 @@ def test_any_change_to_any_event_column_is_reported_on_that_event(template, tmp_
 
 def test_blobs_of_the_wrong_length_are_reported_not_a_crash(db):
     path, ids = db
-    edit(path, ("UPDATE balances SET locked = x'00' WHERE block_id = (SELECT id FROM blocks WHERE key = 'r1')", []),
-         ("UPDATE demands SET demand = x'0000' WHERE pipeline_id = ?", [ids["held"]]))
+    edit(
+        path,
+        ("UPDATE balances SET locked = x'00' WHERE block_id = (SELECT id FROM blocks WHERE key = 'r1')", []),
+        ("UPDATE demands SET demand = x'0000' WHERE pipeline_id = ?", [ids["held"]]),
+    )
     text = violations(path)
     assert "block reviews/r1: a stored balance is not a budget vector" in text
     assert f"pipeline {ids['held']}: stored demands differ" in text
@@ -284,8 +305,7 @@ def test_an_inserted_event_is_reported(db):
     conn = sqlite3.connect(path)
     last_id, last_hash = conn.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
     conn.close()
-    edit(path, ("INSERT INTO events (id, at, kind, source, target, hash) VALUES (?, 9, 'note', NULL, 'x', ?)",
-                [last_id + 1, b"\0" * 32]))
+    edit(path, ("INSERT INTO events (id, at, kind, source, target, hash) VALUES (?, 9, 'note', NULL, 'x', ?)", [last_id + 1, b"\0" * 32]))
     assert f"event {last_id + 1}: hash does not match" in violations(path)
 
 
@@ -340,8 +360,7 @@ def test_an_untouched_ledger_passes_after_a_sigkill_mid_grant(tmp_db, kill_after
     with Ledger.init(tmp_db) as ledger:
         ledger.create_dataset("data", 1000.0, 1e-6, accounting="basic")
         ledger.add_blocks("data", [f"k{i}" for i in range(20)], unlocked_fraction=1.0)
-        ledger.submit_many([PipelineRequest("p", "data", [f"k{i}" for i in range(20)], demand=np.array([0.5, 0.0]))
-                            for _ in range(120)])
+        ledger.submit_many([PipelineRequest("p", "data", [f"k{i}" for i in range(20)], demand=np.array([0.5, 0.0])) for _ in range(120)])
         head = ledger.audit().head
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", GRANT_FOREVER, str(tmp_db)], env=env, stdout=subprocess.PIPE)
@@ -441,8 +460,9 @@ def count_pipelines(ledger: Ledger) -> int:
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.sampled_from([0.0, -0.0, 1e-12, 0.3, -0.1]), min_size=12, max_size=12),
-       st.sampled_from(["demand", "demands", "explicit"]))
+@given(
+    st.lists(st.sampled_from([0.0, -0.0, 1e-12, 0.3, -0.1]), min_size=12, max_size=12), st.sampled_from(["demand", "demands", "explicit"])
+)
 def test_a_demand_is_accepted_only_if_positive_at_every_live_order(demand_ledger, values, how):
     ledger = demand_ledger
     curve = np.array(values)
@@ -485,9 +505,11 @@ def test_a_zero_explicit_mechanism_is_refused_by_the_cli_in_one_line(tmp_path, t
         ledger.create_dataset("reviews", 10.0, 1e-7)
         ledger.add_blocks("reviews", ["r1"], unlocked_fraction=1.0)
     spec = tmp_path / "free.yaml"
-    spec.write_text("name: free\ndataset: reviews\nblocks: [r1]\n"
-                    f"mechanism: {{kind: explicit, values: {[0.0] * 12}}}\n"
-                    "job: {function: 'tests.test_service_jobs:spend_half'}\n")
+    spec.write_text(
+        "name: free\ndataset: reviews\nblocks: [r1]\n"
+        f"mechanism: {{kind: explicit, values: {[0.0] * 12}}}\n"
+        "job: {function: 'tests.test_service_jobs:spend_half'}\n"
+    )
     before = dump_db(tmp_db)
     result = cli("submit", spec, "--db", tmp_db)
     assert result.returncode == 1

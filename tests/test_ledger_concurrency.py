@@ -90,8 +90,9 @@ def test_a_process_killed_mid_stream_leaves_no_half_applied_grant(tmp_db, kill_a
     with Ledger.init(tmp_db) as ledger:
         ledger.create_dataset("data", 1000.0, 1e-6, accounting="basic")
         ledger.add_blocks("data", [f"k{i}" for i in range(n_blocks)], unlocked_fraction=1.0)
-        requests = [PipelineRequest("p", "data", [f"k{i}" for i in range(n_blocks)], demand=np.array([0.5, 0.0]))
-                    for _ in range(n_pipelines)]
+        requests = [
+            PipelineRequest("p", "data", [f"k{i}" for i in range(n_blocks)], demand=np.array([0.5, 0.0])) for _ in range(n_pipelines)
+        ]
         ids = ledger.submit_many(requests)
     child = FORK.Process(target=grant_stream, args=(str(tmp_db), ids))
     child.start()

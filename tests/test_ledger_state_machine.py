@@ -27,8 +27,9 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.dir = tempfile.TemporaryDirectory()
         self.ledger = Ledger.init(Path(self.dir.name) / "ledger.db")
-        self.ledger.create_dataset("data", self.epsilon, self.delta, accounting=self.accounting.name,
-                                   alphas=self.accounting.alphas or None, now=0)
+        self.ledger.create_dataset(
+            "data", self.epsilon, self.delta, accounting=self.accounting.name, alphas=self.accounting.alphas or None, now=0
+        )
         self.capacity = block_capacity(self.accounting, self.epsilon, self.delta)
         self.live = self.accounting.live(self.capacity)
         self.now = 1.0
@@ -63,8 +64,12 @@ class LedgerMachine(RuleBasedStateMachine):
         (info,) = self.ledger.add_blocks("data", [key], unlocked_fraction=unlocked, now=self.now)
         self.ids[key] = info.id
         zero = np.zeros_like(self.capacity)
-        self.blocks[key] = {"locked": self.capacity * (1 - unlocked), "unlocked": self.capacity * unlocked,
-                            "allocated": zero, "consumed": zero}
+        self.blocks[key] = {
+            "locked": self.capacity * (1 - unlocked),
+            "unlocked": self.capacity * unlocked,
+            "allocated": zero,
+            "consumed": zero,
+        }
 
     @precondition(lambda self: self.blocks)
     @rule(data=st.data(), share=fraction)
@@ -77,21 +82,23 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(data=st.data(), scale=st.floats(0.0, 1.3), timeout=st.none() | st.floats(1.0, 5.0))
     def submit(self, data, scale, timeout):
         keys = data.draw(st.lists(st.sampled_from(sorted(self.blocks)), min_size=1, max_size=3, unique=True))
-        shape = np.array(data.draw(st.lists(st.floats(0.2, 1.0), min_size=self.capacity.size,
-                                            max_size=self.capacity.size)))
+        shape = np.array(data.draw(st.lists(st.floats(0.2, 1.0), min_size=self.capacity.size, max_size=self.capacity.size)))
         demand = self.capacity * shape * scale
         request = PipelineRequest("p", "data", keys, demand=demand, timeout=timeout)
         charged = demand[self.live] if self.accounting.is_rdp else demand[:1]  # basic: ε > 0, δ may be 0
-        if self.retired & set(keys) or not self.accounting.fits(demand, self.capacity, self.live) or \
-                not np.all(charged > 0):
+        if self.retired & set(keys) or not self.accounting.fits(demand, self.capacity, self.live) or not np.all(charged > 0):
             try:
                 self.ledger.submit(request, now=self.now)
             except LedgerError:
                 return
             raise AssertionError("a demand above capacity, free somewhere, or on a retired block, was accepted")
         pid = self.ledger.submit(request, now=self.now)
-        self.pipelines[pid] = {"state": "pending", "demands": {k: demand for k in keys}, "consumed": {},
-                               "deadline": None if timeout is None else self.now + timeout}
+        self.pipelines[pid] = {
+            "state": "pending",
+            "demands": {k: demand for k in keys},
+            "consumed": {},
+            "deadline": None if timeout is None else self.now + timeout,
+        }
 
     @precondition(lambda self: self.pipelines)
     @rule(data=st.data())
@@ -102,8 +109,9 @@ class LedgerMachine(RuleBasedStateMachine):
             info = self.pipelines[pid]
             if info["state"] != "pending":
                 continue
-            if all(k not in self.retired and self.accounting.fits(d, self.blocks[k]["unlocked"], self.live)
-                   for k, d in info["demands"].items()):
+            if all(
+                k not in self.retired and self.accounting.fits(d, self.blocks[k]["unlocked"], self.live) for k, d in info["demands"].items()
+            ):
                 for key, demand in info["demands"].items():
                     self.shift(key, "unlocked", "allocated", demand)
                 info["state"] = "granted"
@@ -170,16 +178,16 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(step=st.floats(0.5, 3.0))
     def tick_and_expire(self, step):
         self.now += step
-        due = [p for p in self.in_state("pending") if self.pipelines[p]["deadline"] is not None
-               and self.pipelines[p]["deadline"] <= self.now]
+        due = [
+            p for p in self.in_state("pending") if self.pipelines[p]["deadline"] is not None and self.pipelines[p]["deadline"] <= self.now
+        ]
         assert self.ledger.expire(now=self.now) == due
         for pid in due:
             self.pipelines[pid]["state"] = "timed_out"
 
     @rule()
     def retire(self):
-        due = [k for k, b in self.blocks.items()
-               if k not in self.retired and np.all(leq(self.capacity, b["consumed"]) | ~self.live)]
+        due = [k for k, b in self.blocks.items() if k not in self.retired and np.all(leq(self.capacity, b["consumed"]) | ~self.live)]
         assert self.ledger.retire_exhausted(now=self.now) == sorted(self.ids[k] for k in due)
         self.retired.update(due)
 
@@ -188,8 +196,9 @@ class LedgerMachine(RuleBasedStateMachine):
     def balances_match_the_model(self):
         for block in self.ledger.list_blocks("data"):
             for bucket in BUCKETS:
-                np.testing.assert_allclose(getattr(block, bucket), self.blocks[block.key][bucket],
-                                           rtol=1e-9, atol=1e-12 * self.capacity.max())
+                np.testing.assert_allclose(
+                    getattr(block, bucket), self.blocks[block.key][bucket], rtol=1e-9, atol=1e-12 * self.capacity.max()
+                )
 
     @invariant()
     def block_states_match_the_model(self):
@@ -214,8 +223,9 @@ class RdpLedgerMachine(LedgerMachine):
     epsilon, delta = 10.0, 1e-7
 
 
-machine_settings = settings(max_examples=20, stateful_step_count=25, deadline=None,
-                            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+machine_settings = settings(
+    max_examples=20, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
+)
 TestBasicLedger = LedgerMachine.TestCase
 TestBasicLedger.settings = machine_settings
 TestRdpLedger = RdpLedgerMachine.TestCase

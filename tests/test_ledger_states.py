@@ -17,6 +17,5 @@ def test_granted_and_running_pipelines_hold_an_allocation() -> None:
 
 def test_a_state_reads_as_its_name_in_text_json_and_comparisons() -> None:
     state = PipelineState.TIMED_OUT
-    assert (str(state), f"{state}", f"{state:>10}", json.dumps(state)) == ("timed_out", "timed_out", " timed_out",
-                                                                           '"timed_out"')
+    assert (str(state), f"{state}", f"{state:>10}", json.dumps(state)) == ("timed_out", "timed_out", " timed_out", '"timed_out"')
     assert state == "timed_out" and PipelineState("timed_out") is state

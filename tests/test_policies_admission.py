@@ -45,9 +45,7 @@ def test_admission_is_all_or_nothing_across_blocks() -> None:
 def test_rdp_demand_fits_at_some_live_order_and_is_charged_at_every_order() -> None:
     rdp = Accounting.rdp((2.0, 4.0))
     # Fits at α = 4 only; once charged, α = 2 is overdrawn and α = 4 has 0.5 left.
-    snapshot = make_snapshot(
-        [{0: [3.0, 0.5]}, {0: [0.1, 0.6]}, {0: [0.1, 0.5]}], unlocked=[[1.0, 1.0]], accounting=rdp
-    )
+    snapshot = make_snapshot([{0: [3.0, 0.5]}, {0: [0.1, 0.6]}, {0: [0.1, 0.5]}], unlocked=[[1.0, 1.0]], accounting=rdp)
     assert admit_in_order(snapshot, np.arange(3)).tolist() == [0, 2]
 
 
@@ -84,8 +82,7 @@ def test_admission_worked_through_in_small_slices_equals_the_naive_walk(monkeypa
     rng = np.random.default_rng(7)
     dims = accounting.dims
     demands = [
-        {int(b): (rng.integers(0, 6, dims) / 4).tolist() for b in rng.choice(6, rng.integers(1, 4), replace=False)}
-        for _ in range(150)
+        {int(b): (rng.integers(0, 6, dims) / 4).tolist() for b in rng.choice(6, rng.integers(1, 4), replace=False)} for _ in range(150)
     ]
     snapshot = make_snapshot(demands, unlocked=(rng.integers(4, 40, (6, dims)) / 4).tolist(), accounting=accounting)
     order = rng.permutation(150)

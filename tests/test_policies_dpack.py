@@ -43,9 +43,7 @@ def test_dpack_beats_dpf_on_heterogeneous_blocks() -> None:
 
 
 def test_dpack_admits_in_descending_efficiency_ties_by_arrival() -> None:
-    snapshot = make_snapshot(
-        [{0: 0.5}, {0: 0.25}, {0: 0.25, 1: 0.5}, {0: 0.25}], unlocked=[4.0, 1.0], arrival=[0, 2, 3, 1]
-    )
+    snapshot = make_snapshot([{0: 0.5}, {0: 0.25}, {0: 0.25, 1: 0.5}, {0: 0.25}], unlocked=[4.0, 1.0], arrival=[0, 2, 3, 1])
     assert make_policy("dpack").policy.allocate(snapshot).granted.tolist() == [3, 1, 0, 2]
 
 
@@ -57,7 +55,9 @@ def test_dpack_weighs_pipelines_by_their_profit() -> None:
 def test_a_block_without_budget_is_an_infinite_cost() -> None:
     snapshot = make_snapshot(
         [{0: [0.1, 0.1], 1: [0.0, 0.0]}, {0: [0.2, 0.2], 1: [0.1, 0.1]}, {0: [0.3, 0.3]}],
-        unlocked=[[1.0, 1.0], [-1.0, 0.0]], capacity=[[1.0, 1.0], [1.0, 1.0]], accounting=RDP,
+        unlocked=[[1.0, 1.0], [-1.0, 0.0]],
+        capacity=[[1.0, 1.0], [1.0, 1.0]],
+        accounting=RDP,
     )
     assert make_policy("dpack").policy.allocate(snapshot).granted.tolist() == [0, 2]
 
@@ -112,8 +112,7 @@ def reference_best_orders(snapshot: Snapshot, available: np.ndarray, waiting: se
     live = snapshot.accounting.live(snapshot.capacity)
     best = []
     for block in range(snapshot.n_blocks):
-        on_block = [e for e in range(len(snapshot.edge_block))
-                    if snapshot.edge_block[e] == block and snapshot.edge_pipeline[e] in waiting]
+        on_block = [e for e in range(len(snapshot.edge_block)) if snapshot.edge_block[e] == block and snapshot.edge_pipeline[e] in waiting]
         counts = []
         for order in range(snapshot.accounting.dims):
             running, count = 0.0, 0
@@ -144,9 +143,14 @@ def reference_dpack(snapshot: Snapshot, k: int) -> list[int]:
         def edge_cost(e: int) -> float:
             block = snapshot.edge_block[e]
             orders = [best[block]] if best is not None else range(accounting.dims)
-            ratios = [0.0 if snapshot.edge_demand[e, a] == 0 else
-                      snapshot.edge_demand[e, a] / available[block, a] if available[block, a] > 0 else np.inf
-                      for a in orders]
+            ratios = [
+                0.0
+                if snapshot.edge_demand[e, a] == 0
+                else snapshot.edge_demand[e, a] / available[block, a]
+                if available[block, a] > 0
+                else np.inf
+                for a in orders
+            ]
             return max(ratios)
 
         def urgency(p: int) -> float:
@@ -179,8 +183,7 @@ def reweighted(snapshot: Snapshot, weight: list[float]) -> Snapshot:
 @settings(max_examples=200, deadline=None)
 @given(snapshot=snapshots(), k=st.sampled_from([1, 2, 3, 50]), data=st.data())
 def test_dpack_equals_the_literal_reference_pass(snapshot: Snapshot, k: int, data) -> None:
-    weights = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=snapshot.n_pipelines,
-                                 max_size=snapshot.n_pipelines))
+    weights = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0, 2.0]), min_size=snapshot.n_pipelines, max_size=snapshot.n_pipelines))
     snapshot = reweighted(snapshot, weights)
     assert DPack(k=k).allocate(snapshot).granted.tolist() == reference_dpack(snapshot, k)
 
@@ -230,8 +233,7 @@ def test_best_orders_follow_the_grants() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(values=st.lists(st.floats(0.0, 1e6, allow_subnormal=False) | st.sampled_from([0.1, 1 / 3, np.inf]),
-                       min_size=1, max_size=300))
+@given(values=st.lists(st.floats(0.0, 1e6, allow_subnormal=False) | st.sampled_from([0.1, 1 / 3, np.inf]), min_size=1, max_size=300))
 def test_a_pipelines_cost_is_summed_as_numpy_sums_it(values: list[float]) -> None:
     """The compiled pass sums a pipeline's edge costs in NumPy's order, bit for bit (the
     last bit decides exact ties between efficiencies)."""

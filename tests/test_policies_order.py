@@ -46,25 +46,19 @@ def test_dpf_breaks_dominant_share_ties_on_the_remaining_shares_sorted_descendin
 
 
 def test_dpf_breaks_full_ties_by_arrival_then_id() -> None:
-    snapshot = make_snapshot(
-        [{0: 1.0}, {0: 1.0}, {0: 1.0}], unlocked=[3.0], arrival=[2.0, 1.0, 1.0], ids=["a", "z", "m"]
-    )
+    snapshot = make_snapshot([{0: 1.0}, {0: 1.0}, {0: 1.0}], unlocked=[3.0], arrival=[2.0, 1.0, 1.0], ids=["a", "z", "m"])
     assert dpf_order(snapshot).tolist() == [2, 1, 0]
 
 
 def test_dpf_under_rdp_ignores_dead_orders() -> None:
     rdp = Accounting.rdp((2.0, 4.0))
-    snapshot = make_snapshot(
-        [{0: [100.0, 0.5]}, {0: [0.0, 0.6]}], unlocked=[[0.0, 1.0]], capacity=[[0.0, 1.0]], accounting=rdp
-    )
+    snapshot = make_snapshot([{0: [100.0, 0.5]}, {0: [0.0, 0.6]}], unlocked=[[0.0, 1.0]], capacity=[[0.0, 1.0]], accounting=rdp)
     assert dpf_order(snapshot).tolist() == [0, 1]
 
 
 def test_dpf_under_rdp_takes_the_largest_share_over_live_orders() -> None:
     rdp = Accounting.rdp((2.0, 4.0))
-    snapshot = make_snapshot(
-        [{0: [0.9, 0.1]}, {0: [0.5, 0.5]}], unlocked=[[1.0, 1.0]], accounting=rdp
-    )
+    snapshot = make_snapshot([{0: [0.9, 0.1]}, {0: [0.5, 0.5]}], unlocked=[[1.0, 1.0]], accounting=rdp)
     assert dpf_order(snapshot).tolist() == [1, 0]
 
 
@@ -82,8 +76,13 @@ def _drive_per_arrival(policy_name: str, n: int, capacity: float, arrivals: list
             unlocked[b] = np.minimum(cap[b], unlocked[b] + spec.unlock.on_pipeline_arrival() * cap[b])
         pending.append(i)
         granted_at[i] = None
-        snapshot = make_snapshot([arrivals[p][1] for p in pending], unlocked.tolist(), cap.tolist(),
-                                 arrival=[arrivals[p][0] for p in pending], ids=[f"P{p + 1}" for p in pending])
+        snapshot = make_snapshot(
+            [arrivals[p][1] for p in pending],
+            unlocked.tolist(),
+            cap.tolist(),
+            arrival=[arrivals[p][0] for p in pending],
+            ids=[f"P{p + 1}" for p in pending],
+        )
         snapshot = Snapshot(**{**snapshot.__dict__, "clock": t})
         for g in spec.policy.allocate(snapshot).granted:
             pipeline = pending[g]

@@ -87,10 +87,13 @@ def test_per_time_unlocking_rejects_negative_elapsed_time() -> None:
         UnlockPerTime(20.0).on_tick(-1.0)
 
 
-@pytest.mark.parametrize(("name", "kwargs", "unlock"), [
-    ("dpack-n", {"n": 4, "k": 3}, UnlockPerArrival(4)),
-    ("dpack-t", {"lifetime": 30.0, "k": 3}, UnlockPerTime(30.0)),
-])
+@pytest.mark.parametrize(
+    ("name", "kwargs", "unlock"),
+    [
+        ("dpack-n", {"n": 4, "k": 3}, UnlockPerArrival(4)),
+        ("dpack-t", {"lifetime": 30.0, "k": 3}, UnlockPerTime(30.0)),
+    ],
+)
 def test_dpack_aliases_fix_the_unlock_rule_and_keep_their_name(name, kwargs, unlock) -> None:
     spec = make_policy(name, **kwargs)
     assert (spec.name, spec.unlock, spec.policy) == (name, unlock, DPack(k=3))
@@ -108,8 +111,11 @@ def test_serve_and_simulate_accept_every_registry_name_with_the_same_options(tmp
     from privsched.simulation import parse_trace, simulate
 
     Ledger.init(tmp_path / "db").close()
-    trace = {"accounting": "basic", "blocks": [{"id": "b0", "epsilon": 1.0}],
-             "pipelines": [{"id": "p0", "arrival": 0.0, "blocks": ["b0"], "epsilon": 0.5}]}
+    trace = {
+        "accounting": "basic",
+        "blocks": [{"id": "b0", "epsilon": 1.0}],
+        "pipelines": [{"id": "p0", "arrival": 0.0, "blocks": ["b0"], "epsilon": 0.5}],
+    }
     for name in POLICY_NAMES:
         options = {"n": 2, "lifetime": 10.0, "k": 2, "unlock": None}
         served = serve_options(tmp_path / "db", name, **options, until_idle=True, cpus=1, memory="1G")

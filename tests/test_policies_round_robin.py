@@ -51,10 +51,12 @@ def test_granted_pipelines_are_listed_in_arrival_order() -> None:
 @settings(max_examples=100, deadline=None)
 @given(snapshot=snapshots(rdp=False), data=st.data())
 def test_water_filling_conserves_budget_and_never_exceeds_a_need(snapshot: Snapshot, data) -> None:
-    reserved = snapshot.edge_demand * np.array(
-        data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=len(snapshot.edge_demand),
-                           max_size=len(snapshot.edge_demand)))
-    )[:, None]
+    reserved = (
+        snapshot.edge_demand
+        * np.array(
+            data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=len(snapshot.edge_demand), max_size=len(snapshot.edge_demand)))
+        )[:, None]
+    )
     allocation = _pass(snapshot, reserved)
     added = allocation.reserved - reserved
     need = snapshot.edge_demand - reserved

@@ -53,13 +53,11 @@ accountings = st.sampled_from([RDP, BASIC])
 
 
 @given(st.data(), accountings, st.floats(1.0, 1e6), st.floats(0.0, 2e9), st.floats(0.0, 1.2))
-def test_at_the_estimated_time_the_demand_fits_and_just_before_it_does_not(data, accounting, lifetime, created,
-                                                                             waited):
+def test_at_the_estimated_time_the_demand_fits_and_just_before_it_does_not(data, accounting, lifetime, created, waited):
     block = data.draw(blocks(accounting))
     rule, now = UnlockPerTime(lifetime), created + waited * lifetime
     capacity, locked, unlocked, demand = _one(block)
-    t = earliest_fit_time(rule, accounting, demand, unlocked, capacity, locked, np.zeros(1), np.array([created]),
-                          now)[0]
+    t = earliest_fit_time(rule, accounting, demand, unlocked, capacity, locked, np.zeros(1), np.array([created]), now)[0]
     if math.isinf(t):
         assert not _fits_at_time(rule, accounting, block, created, created + 2 * lifetime)
     elif t == now:
@@ -75,8 +73,7 @@ def test_on_a_grid_the_estimate_is_the_first_instant_the_demand_fits(data, accou
     block = data.draw(blocks(accounting))
     rule, grid, wait = UnlockPerTime(lifetime), UnlockGrid(0.0, period), waited * lifetime
     capacity, locked, unlocked, demand = _one(block)
-    t = earliest_fit_time(rule, accounting, demand, unlocked, capacity, locked, np.zeros(1), np.zeros(1), wait,
-                          grid)[0]
+    t = earliest_fit_time(rule, accounting, demand, unlocked, capacity, locked, np.zeros(1), np.zeros(1), wait, grid)[0]
     if math.isinf(t):
         assert not _fits_at_time(rule, accounting, block, 0.0, 2 * lifetime + period, grid)
     elif t == wait:
@@ -107,8 +104,7 @@ def test_after_the_estimated_arrivals_the_demand_fits_and_one_fewer_does_not(dat
 def test_a_quarter_of_a_block_short_waits_a_quarter_of_its_lifetime_or_n_over_four_arrivals():
     capacity, locked, unlocked = np.array([[1.0, 1e-6]]), np.array([[0.5, 5e-7]]), np.array([[0.5, 5e-7]])
     demand = np.array([[0.75, 0.0]])
-    t = earliest_fit_time(UnlockPerTime(100.0), BASIC, demand, unlocked, capacity, locked, np.zeros(1),
-                          np.array([1000.0]), 1050.0)
+    t = earliest_fit_time(UnlockPerTime(100.0), BASIC, demand, unlocked, capacity, locked, np.zeros(1), np.array([1000.0]), 1050.0)
     assert t[0] == 1075.0
     k = arrivals_to_fit(UnlockPerArrival(8), BASIC, demand, unlocked, capacity, locked, np.array([4]), np.zeros(1))
     assert k.tolist() == [2]

@@ -40,21 +40,32 @@ def test_a_cluster_that_wants_a_token_and_gets_none_is_a_one_line_error(address:
     with pytest.raises(ValueError) as refused:
         RayExecutor(address)
     message = str(refused.value)
-    assert message == (f"the Ray cluster at {address} requires an authentication token: set RAY_AUTH_TOKEN or "
-                       "RAY_AUTH_TOKEN_PATH, or write it to ~/.ray/auth_token")
+    assert message == (
+        f"the Ray cluster at {address} requires an authentication token: set RAY_AUTH_TOKEN or "
+        "RAY_AUTH_TOKEN_PATH, or write it to ~/.ray/auth_token"
+    )
 
 
-def test_a_wrong_token_is_a_one_line_error_that_does_not_show_it(address: str, no_token: None,
-                                                                  monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
-                                                                  run_cli):
+def test_a_wrong_token_is_a_one_line_error_that_does_not_show_it(
+    address: str, no_token: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, run_cli
+):
     wrong = secrets.token_hex(32)
     monkeypatch.setenv("RAY_AUTH_TOKEN", wrong)
     with pytest.raises(ValueError, match="^the Ray cluster at .* refused the Ray token: it is invalid or incorrect$"):
         RayExecutor(address)
     with connect(tmp_path / "p.db"):
         pass
-    served = run_cli("serve", "--executor", "ray", "--ray-address", address, "--until-idle", "--sandbox", "none",
-                     env={"PRIVSCHED_DB": str(tmp_path / "p.db"), "RAY_AUTH_TOKEN": wrong, "HOME": str(tmp_path)})
+    served = run_cli(
+        "serve",
+        "--executor",
+        "ray",
+        "--ray-address",
+        address,
+        "--until-idle",
+        "--sandbox",
+        "none",
+        env={"PRIVSCHED_DB": str(tmp_path / "p.db"), "RAY_AUTH_TOKEN": wrong, "HOME": str(tmp_path)},
+    )
     assert served.returncode == 1 and served.stdout == ""
     assert served.stderr == f"error: the Ray cluster at {address} refused the Ray token: it is invalid or incorrect\n"
 
@@ -65,8 +76,13 @@ def test_an_unreadable_token_file_is_a_one_line_error(no_token: None, monkeypatc
         RayExecutor("http://127.0.0.1:1")
 
 
-def test_with_the_token_from_its_file_jobs_run_and_none_sees_the_token(address: str, no_token: None, db: Path,  # noqa: F811
-                                                                      monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_with_the_token_from_its_file_jobs_run_and_none_sees_the_token(
+    address: str,
+    no_token: None,
+    db: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+):
     token_file = tmp_path / "ray-token"
     token_file.write_text(TOKEN + "\n")
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_file))

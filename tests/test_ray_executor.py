@@ -59,7 +59,11 @@ def db(tmp_path: Path) -> Path:
 
 def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **params: object) -> dict:
     return {
-        "name": name, "dataset": "reviews", "blocks": {"last": blocks}, "epsilon": 0.5, "delta": 0.0,
+        "name": name,
+        "dataset": "reviews",
+        "blocks": {"last": blocks},
+        "epsilon": 0.5,
+        "delta": 0.0,
         "resources": {"gpus": gpus, "cpus": 0.5},
         "job": {"function": function, "pythonpath": [str(REPO)], "params": params},
     }
@@ -68,8 +72,7 @@ def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **para
 def launch_in(runs_root: Path, pipeline_id: int, started_at: float) -> Launch:
     """The launch of a pipeline whose run folders live under ``runs_root`` (no GPU)."""
     folder = runs_root / str(pipeline_id)
-    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                  Placement((), 1.0, 0), started_at)
+    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement((), 1.0, 0), started_at)
 
 
 @contextmanager
@@ -190,15 +193,29 @@ def test_an_unreachable_cluster_is_a_one_line_error(tmp_db: Path):
 
 def test_dpf_granted_jobs_run_on_exactly_their_gpus_and_the_ledger_stays_consistent(ray_address: str, db: Path):
     with serving(db, ray_address, "dpf-n", n=4) as check, connect(db) as client:
-        runs = client.submit_many([
-            user_job("one-a", GPU_JOB, gpus=1, seconds=3),
-            user_job("one-b", GPU_JOB, gpus=1, seconds=3),
-            user_job("both", GPU_JOB, gpus=2),
-            {"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1, "delta": 1e-9,
-             "job": {"kind": "statistic", "params": {"query": "count"}}},
-            {"name": "sgd", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8,
-             "job": {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}},
-        ])
+        runs = client.submit_many(
+            [
+                user_job("one-a", GPU_JOB, gpus=1, seconds=3),
+                user_job("one-b", GPU_JOB, gpus=1, seconds=3),
+                user_job("both", GPU_JOB, gpus=2),
+                {
+                    "name": "count",
+                    "dataset": "reviews",
+                    "blocks": {"last": 1},
+                    "epsilon": 0.1,
+                    "delta": 1e-9,
+                    "job": {"kind": "statistic", "params": {"query": "count"}},
+                },
+                {
+                    "name": "sgd",
+                    "dataset": "reviews",
+                    "blocks": {"last": 2},
+                    "epsilon": 1.0,
+                    "delta": 1e-8,
+                    "job": {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}},
+                },
+            ]
+        )
         wait_until(ended(client, *(r.id for r in runs)), check)
         one_a, one_b, both, count, sgd = runs
         assert [r.status for r in runs] == ["completed"] * 5, [r.message for r in runs]
@@ -256,8 +273,13 @@ def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_the
 ):
     env = {"PRIVSCHED_DB": str(db)}
     serve = ["serve", "--executor", "ray", "--ray-address", ray_address, "--tick", "200ms"]
-    first = subprocess.Popen([sys.executable, "-m", "privsched", *serve], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env={**os.environ, **env, "PYTHONPATH": str(REPO)})
+    first = subprocess.Popen(
+        [sys.executable, "-m", "privsched", *serve],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+    )
     with connect(db) as client:
         wait_until(lambda: client.runs.recorded_pool() is not None, running(first))
         runs = client.submit_many([user_job(f"slow{i}", GPU_JOB, gpus=1, seconds=3, trace=True) for i in range(2)])

@@ -50,7 +50,9 @@ def reports_secret_variables(ctx: JobContext) -> None:
         initial = Path("/proc/self/environ").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         initial = []
-    ctx.report_metrics(environ=[name for name in SECRET_VARIABLES if name in os.environ],
-                       proc=[name for name in SECRET_VARIABLES if any(e.startswith(name + "=") for e in initial)],
-                       readable=bool(initial))
+    ctx.report_metrics(
+        environ=[name for name in SECRET_VARIABLES if name in os.environ],
+        proc=[name for name in SECRET_VARIABLES if any(e.startswith(name + "=") for e in initial)],
+        readable=bool(initial),
+    )
     ctx.report_spent(ctx.budget)

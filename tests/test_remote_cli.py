@@ -40,9 +40,28 @@ class Served:
     def start(self) -> None:
         env = {**os.environ, "PRIVSCHED_DB": str(self.db), "PYTHONPATH": str(REPO)}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{self.port}", "--tick", "100ms",
-             "--cpus", "2", "--gpus", "0", "--memory", "1G"],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=self.db.parent)
+            [
+                sys.executable,
+                "-m",
+                "privsched",
+                "serve",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--tick",
+                "100ms",
+                "--cpus",
+                "2",
+                "--gpus",
+                "0",
+                "--memory",
+                "1G",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=self.db.parent,
+        )
         line = self.process.stdout.readline()
         assert "HTTP API on" in line, line + self.process.stdout.read()
 
@@ -64,8 +83,9 @@ def served(tmp_path: Path) -> Iterator[Served]:
 
 def write(folder: Path, name: str, blocks: str, epsilon: float) -> Path:
     path = folder / f"{name}.yaml"
-    path.write_text(f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\n"
-                    "job: {function: 'tests.test_service_jobs:spend_half'}\n")
+    path.write_text(
+        f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\njob: {{function: 'tests.test_service_jobs:spend_half'}}\n"
+    )
     return path
 
 
@@ -85,10 +105,24 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\n"), done.stderr
     wait_until(lambda: ps.connect(served.db).status(1).state == "completed")
     assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left: never
-    commands = [["list"], ["list", "--state", "pending"], ["status", "1"], ["status", "3"], ["logs", "1"],
-                ["budget", "show"], ["budget", "show", "reviews"], ["blocks", "list", "reviews"], ["dataset", "list"],
-                ["audit"], ["audit", "--export"], ["status", "99"], ["cancel", "1"], ["logs", "99"], ["budget", "show", "nope"],
-                ["submit", tmp_path / "missing.yaml"]]
+    commands = [
+        ["list"],
+        ["list", "--state", "pending"],
+        ["status", "1"],
+        ["status", "3"],
+        ["logs", "1"],
+        ["budget", "show"],
+        ["budget", "show", "reviews"],
+        ["blocks", "list", "reviews"],
+        ["dataset", "list"],
+        ["audit"],
+        ["audit", "--export"],
+        ["status", "99"],
+        ["cancel", "1"],
+        ["logs", "99"],
+        ["budget", "show", "nope"],
+        ["submit", tmp_path / "missing.yaml"],
+    ]
     for command in commands:
         here, there = run_cli(*command, env=local), run_cli(*command, env=remote)
         assert (there.returncode, there.stdout, there.stderr) == (here.returncode, here.stdout, here.stderr), command
@@ -114,8 +148,13 @@ def test_a_submitter_is_refused_with_the_local_error_format(served: Served, run_
 
 def test_a_server_killed_mid_request_loses_and_duplicates_no_submission(served: Served):
     client = ps.connect(served.url, token=served.tokens["alice"])
-    spec = {"name": "n", "dataset": "reviews", "blocks": ["b3"], "epsilon": 0.001,
-            "job": {"function": "tests.test_service_jobs:spend_half"}}
+    spec = {
+        "name": "n",
+        "dataset": "reviews",
+        "blocks": ["b3"],
+        "epsilon": 0.001,
+        "job": {"function": "tests.test_service_jobs:spend_half"},
+    }
     acknowledged: dict[str, int] = {}
 
     def submit_many() -> None:

@@ -20,8 +20,24 @@ from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixt
 from tests.support.blockdata import block_files
 
 #: Client methods a remote client has too (the rest run a scheduler in-process or read files).
-SHARED_METHODS = ("create_dataset", "datasets", "dataset", "add_blocks", "blocks", "unlock", "submit", "submit_many",
-                  "run", "list", "status", "cancel", "log_chunk", "logs", "scheduler", "audit")
+SHARED_METHODS = (
+    "create_dataset",
+    "datasets",
+    "dataset",
+    "add_blocks",
+    "blocks",
+    "unlock",
+    "submit",
+    "submit_many",
+    "run",
+    "list",
+    "status",
+    "cancel",
+    "log_chunk",
+    "logs",
+    "scheduler",
+    "audit",
+)
 
 
 def test_connect_with_an_address_gives_a_remote_client_with_the_local_methods(server: Server):
@@ -48,8 +64,10 @@ def test_remote_answers_equal_the_local_clients(server: Server):
         for field in ("id", "name", "state", "owner", "block_keys", "demands", "job", "resources", "message"):
             assert same(getattr(local.status(run.id), field), getattr(remote.status(run.id), field)), field
         for mine, theirs in zip(local.blocks(), remote.blocks(), strict=True):
-            assert all(same(getattr(mine, f), getattr(theirs, f))
-                       for f in ("key", "dataset", "capacity", "locked", "unlocked", "allocated", "consumed"))
+            assert all(
+                same(getattr(mine, f), getattr(theirs, f))
+                for f in ("key", "dataset", "capacity", "locked", "unlocked", "allocated", "consumed")
+            )
         assert same(local.dataset("rdp").capacity, remote.dataset("rdp").capacity)
         assert local.dataset("rdp").accounting == remote.dataset("rdp").accounting
         assert remote.audit().ok and remote.audit().events == local.audit().events
@@ -78,8 +96,7 @@ def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
     def work(user: str, n: int) -> None:
         client = ps.connect(server.url, token=server.tokens[user])
         for i in range(6):
-            run = client.submit(spec(name=f"{user}{n}-{i}", blocks=[f"b{(n + i) % 4}", f"b{(n + i + 1) % 4}"],
-                                     epsilon=0.15))
+            run = client.submit(spec(name=f"{user}{n}-{i}", blocks=[f"b{(n + i) % 4}", f"b{(n + i + 1) % 4}"], epsilon=0.15))
             if i % 2:
                 try:
                     run.cancel()
@@ -104,13 +121,16 @@ def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
 
 def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_or_sqlite(server: Server, tmp_path):
     path = tmp_path / "p.yaml"
-    path.write_text("name: t\ndataset: reviews\nblocks: [b0]\nepsilon: 0.5\ndelta: 1e-8\n"
-                    "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.1, epochs: 1, lr: 0.1}}\n")
-    code = ("import sys\nfrom privsched.cli import main\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
-            "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'sqlite_utils', 'sqlite3'}))")
-    env = {**os.environ, "PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"],
-           "PYTHONPATH": str(REPO)}
+    path.write_text(
+        "name: t\ndataset: reviews\nblocks: [b0]\nepsilon: 0.5\ndelta: 1e-8\n"
+        "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.1, epochs: 1, lr: 0.1}}\n"
+    )
+    code = (
+        "import sys\nfrom privsched.cli import main\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
+        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'sqlite_utils', 'sqlite3'}))"
+    )
+    env = {**os.environ, "PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"], "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     pipeline_id, imported = done.stdout.splitlines()

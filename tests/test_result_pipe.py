@@ -42,7 +42,8 @@ LINE = RESULT.to_json().encode()
 ARRIVALS = st.one_of(
     st.binary(max_size=4096),
     st.tuples(st.integers(0, len(LINE)), st.booleans(), st.binary(max_size=256)).map(
-        lambda cut: LINE[: cut[0]] + (b"\n" if cut[1] else b"") + cut[2]),
+        lambda cut: LINE[: cut[0]] + (b"\n" if cut[1] else b"") + cut[2]
+    ),
 )
 
 

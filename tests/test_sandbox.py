@@ -43,8 +43,13 @@ def client(tmp_path: Path) -> Client:
 
 def run(client: Client, function: str, blocks: tuple[str, ...] = ("b0",), **params):
     """Submit one user job, serve until idle, and return its final record."""
-    spec = {"name": function, "dataset": "reviews", "blocks": list(blocks), "epsilon": GRANT,
-            "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": [str(REPO)], "params": params}}
+    spec = {
+        "name": function,
+        "dataset": "reviews",
+        "blocks": list(blocks),
+        "epsilon": GRANT,
+        "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": [str(REPO)], "params": params},
+    }
     pipeline = client.submit(spec)
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
     return client.status(pipeline.id)
@@ -142,8 +147,13 @@ def test_run_folders_and_result_files_are_private_to_their_owner(client: Client)
 
 
 def test_the_status_of_a_job_says_when_it_ran_unconfined(client: Client):
-    spec = {"name": "free", "dataset": "reviews", "blocks": ["b0"], "epsilon": GRANT,
-            "job": {"function": "tests.sandbox_jobs:reads_then_reports_zero", "pythonpath": [str(REPO)]}}
+    spec = {
+        "name": "free",
+        "dataset": "reviews",
+        "blocks": ["b0"],
+        "epsilon": GRANT,
+        "job": {"function": "tests.sandbox_jobs:reads_then_reports_zero", "pythonpath": [str(REPO)]},
+    }
     pipeline = client.submit(spec)
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0, sandbox="none")
     info = client.status(pipeline.id)
@@ -197,8 +207,15 @@ def test_a_ledger_inside_the_source_checkout_stays_out_of_reach_and_jobs_still_r
     checkout's folder (where the ledger lies) nor anything beside the package is readable,
     so jobs start, and cannot open the ledger."""
     client = client_in_checkout
-    count = client.submit({"name": "count", "dataset": "reviews", "blocks": ["b0"], "epsilon": GRANT,
-                           "job": {"kind": "statistic", "params": {"query": "count"}}})
+    count = client.submit(
+        {
+            "name": "count",
+            "dataset": "reviews",
+            "blocks": ["b0"],
+            "epsilon": GRANT,
+            "job": {"kind": "statistic", "params": {"query": "count"}},
+        }
+    )
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
     assert client.status(count.id).state == "completed", client.status(count.id).message
     info = run(client, "reads_file", blocks=("b1",), path=str(client.path))

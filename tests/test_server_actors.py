@@ -34,8 +34,7 @@ def test_an_admin_cancelling_a_users_pipeline_is_recorded_as_the_admin(server: S
 def test_releasing_budget_creating_datasets_and_adding_blocks_record_the_admin(server: Server):
     with Ledger(server.db) as ledger:
         before = ledger.events()[-1].id
-    assert server.call("POST", "/v1/datasets", {"name": "new", "epsilon": 1, "delta": 1e-6,
-                                                "accounting": "basic"})[0] == 201
+    assert server.call("POST", "/v1/datasets", {"name": "new", "epsilon": 1, "delta": 1e-6, "accounting": "basic"})[0] == 201
     assert server.call("POST", "/v1/datasets/new/blocks", {"blocks": [{"key": "k1"}]})[0] == 201
     assert server.call("POST", "/v1/datasets/new/unlock", {"fraction": 0.5})[0] == 200
     with Ledger(server.db) as ledger:
@@ -52,8 +51,7 @@ def test_writes_before_the_server_were_the_operators(server: Server):
 def test_status_shows_who_submitted_and_who_cancelled(server: Server, run_cli):
     pipeline = server.call("POST", "/v1/pipelines", {"spec": spec()}, user="alice")[1]["id"]
     server.call("POST", f"/v1/pipelines/{pipeline}/cancel", user="admin")
-    for env in ({"PRIVSCHED_DB": str(server.db)},
-                {"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["vera"]}):
+    for env in ({"PRIVSCHED_DB": str(server.db)}, {"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["vera"]}):
         shown = run_cli("status", str(pipeline), env=env)
         assert shown.returncode == 0, shown.stderr
         rows = {line.split()[1]: line for line in shown.stdout.splitlines() if line.strip().startswith("│")}

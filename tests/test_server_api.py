@@ -119,9 +119,12 @@ def test_an_oversized_request_gets_413_and_the_server_keeps_serving(server: Serv
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.sampled_from(["name", "dataset", "blocks", "epsilon", "delta", "job", "weight"]),
-                       st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5),
-                                 st.lists(st.text(max_size=3), max_size=2))))
+@given(
+    st.dictionaries(
+        st.sampled_from(["name", "dataset", "blocks", "epsilon", "delta", "job", "weight"]),
+        st.one_of(st.none(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5), st.lists(st.text(max_size=3), max_size=2)),
+    )
+)
 def test_any_malformed_specification_is_refused_with_one_line_and_writes_nothing(server: Server, fields):
     before = dump_database(server.db)
     status, answer = server.call("POST", "/v1/pipelines", {"spec": fields})
@@ -161,8 +164,16 @@ def test_concurrent_submissions_of_one_id_create_one_pipeline(server: Server):
 def test_the_openapi_page_documents_every_route(server: Server):
     status, schema = server.call("GET", "/openapi.json", user=None)
     assert status == 200
-    for path in ("/v1/datasets", "/v1/blocks", "/v1/pipelines", "/v1/pipelines/{pipeline_id}",
-                 "/v1/pipelines/{pipeline_id}/cancel", "/v1/pipelines/{pipeline_id}/logs", "/v1/audit", "/v1/users"):
+    for path in (
+        "/v1/datasets",
+        "/v1/blocks",
+        "/v1/pipelines",
+        "/v1/pipelines/{pipeline_id}",
+        "/v1/pipelines/{pipeline_id}/cancel",
+        "/v1/pipelines/{pipeline_id}/logs",
+        "/v1/audit",
+        "/v1/users",
+    ):
         assert path in schema["paths"]
     assert "PipelineOut" in schema["components"]["schemas"]
 
@@ -177,8 +188,6 @@ def test_an_admin_manages_users_and_a_revoked_token_stops_working(server: Server
     with Ledger(server.db) as ledger:
         stored = ledger.db.execute("SELECT token_hash FROM users WHERE name = 'sam'").fetchone()[0]
     assert token not in stored and len(stored) == 64  # only the SHA-256 is kept
-
-
 
 
 def test_concurrent_submissions_each_get_their_own_outcome(server: Server):
@@ -219,8 +228,19 @@ def test_answers_carry_every_float_exactly_including_infinities(vector: list[flo
     from privsched.server.app import reply
     from privsched.server.models import BlockOut
 
-    block = BlockOut(id=1, dataset="d", key="k", location=None, state="active", created_at=1.5, capacity=vector,
-                     locked=vector, unlocked=[], allocated=vector, consumed=[0.0])
+    block = BlockOut(
+        id=1,
+        dataset="d",
+        key="k",
+        location=None,
+        state="active",
+        created_at=1.5,
+        capacity=vector,
+        locked=vector,
+        unlocked=[],
+        allocated=vector,
+        consumed=[0.0],
+    )
     assert json.loads(reply(block).body) == block.model_dump()
     assert json.loads(reply([block] * copies).body) == [block.model_dump()] * copies
     assert json.loads(reply({"vector": vector}).body) == {"vector": vector}

@@ -17,8 +17,9 @@ from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixt
 
 def held(db, team_users: set[str], key: str) -> float:
     with Ledger(db) as ledger:
-        return sum(float(p.demands[key][0]) for p in ledger.list_pipelines(states=["granted"])
-                   if p.owner in team_users and key in p.demands)
+        return sum(
+            float(p.demands[key][0]) for p in ledger.list_pipelines(states=["granted"]) if p.owner in team_users and key in p.demands
+        )
 
 
 def test_a_team_at_its_quota_waits_for_it_and_is_granted_when_it_allows(server: Server, run_cli):
@@ -27,14 +28,16 @@ def test_a_team_at_its_quota_waits_for_it_and_is_granted_when_it_allows(server: 
     alice = ps.connect(server.url, token=server.tokens["alice"])
     bob = ps.connect(server.url, token=server.tokens["bob"])
     rita = ps.connect(server.url, token=server.tokens["rita"])
-    first, second, other = (alice.submit(spec(blocks=["b0"], epsilon=0.4)), bob.submit(spec(blocks=["b0"], epsilon=0.3)),
-                            rita.submit(spec(blocks=["b0"], epsilon=0.3)))
+    first, second, other = (
+        alice.submit(spec(blocks=["b0"], epsilon=0.4)),
+        bob.submit(spec(blocks=["b0"], epsilon=0.3)),
+        rita.submit(spec(blocks=["b0"], epsilon=0.3)),
+    )
     with Ledger(server.db) as ledger:
         assert ledger.grant([first.id, second.id, other.id]) == [first.id, other.id]  # blue would hold 0.7 > 0.5
     why = alice.reasons("reviews")[second.id]
     assert (why.code, why.team, why.block) == ("quota", "blue", "b0")
-    listed = run_cli("list", env={"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["bob"],
-                                  "COLUMNS": "200"}).stdout
+    listed = run_cli("list", env={"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["bob"], "COLUMNS": "200"}).stdout
     assert "quota blue b0" in listed
     with pytest.raises(RemoteError) as refused:
         bob.set_quota("reviews", "blue", 1.0)

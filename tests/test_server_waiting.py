@@ -23,8 +23,7 @@ def test_a_pending_pipeline_names_the_block_it_falls_short_on_and_its_rank(serve
     assert set(reasons) == {first.id, short.id, fits.id}
     assert reasons[first.id].code == "compute"  # granted: it waits for a scheduler to start its job
     why = reasons[short.id]
-    assert (why.code, why.block, why.dimension, why.rank, why.pending, why.order) == ("budget", "b0", "ε", 1, 2,
-                                                                                       "arrival")
+    assert (why.code, why.block, why.dimension, why.rank, why.pending, why.order) == ("budget", "b0", "ε", 1, 2, "arrival")
     assert (why.demand, why.unlocked, why.shortfall) == pytest.approx((0.7, 0.4, 0.3))
     assert (reasons[fits.id].code, reasons[fits.id].rank) == ("turn", 2)
     assert "block b0 ε needs 0.7, unlocked 0.4 (short 0.3)" in why.text()
@@ -46,15 +45,19 @@ def test_list_and_status_show_the_reason(server: Server, run_cli):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.floats(0.01, 0.99), st.sets(st.sampled_from(["b0", "b1", "b2", "b3"]), min_size=1)),
-                min_size=1, max_size=6), st.floats(0.0, 1.0))
+@given(
+    st.lists(st.tuples(st.floats(0.01, 0.99), st.sets(st.sampled_from(["b0", "b1", "b2", "b3"]), min_size=1)), min_size=1, max_size=6),
+    st.floats(0.0, 1.0),
+)
 def test_a_reason_says_turn_exactly_when_the_pipeline_fits_now(tmp_path_factory, demands, unlocked):
     path = tmp_path_factory.mktemp("w") / "p.db"
     with ps.connect(path) as client:
         client.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
         client.add_blocks("d", ["b0", "b1", "b2", "b3"], unlocked=unlocked)
-        runs = [client.submit({"name": "p", "dataset": "d", "blocks": sorted(keys), "epsilon": epsilon,
-                               "job": {"function": "m:f"}}) for epsilon, keys in demands]
+        runs = [
+            client.submit({"name": "p", "dataset": "d", "blocks": sorted(keys), "epsilon": epsilon, "job": {"function": "m:f"}})
+            for epsilon, keys in demands
+        ]
         reasons = client.reasons("d")
         assert sorted(r.rank for r in reasons.values()) == list(range(1, len(runs) + 1))
         for run, (epsilon, _) in zip(runs, demands):
@@ -78,8 +81,10 @@ def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing
     path = tmp_path / "p.yaml"
     path.write_text("name: p\ndataset: reviews\nblocks: [b0, b1]\nepsilon: 0.7\njob: {function: 'm:f'}\n")
     here = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_DB": str(server.db)})
-    there = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_SERVER": server.url,
-                                                      "PRIVSCHED_TOKEN": server.tokens["alice"]})
-    assert here.stdout == there.stdout == (
-        "pipeline p on reviews: demand ε=0.7 at δ=0\nblock b0: fits now\nblock b1: does not fit now: ε short 0.2\n")
+    there = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"]})
+    assert (
+        here.stdout
+        == there.stdout
+        == ("pipeline p on reviews: demand ε=0.7 at δ=0\nblock b0: fits now\nblock b1: does not fit now: ε short 0.2\n")
+    )
     assert dump_database(server.db) == before

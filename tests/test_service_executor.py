@@ -21,18 +21,32 @@ REPO = Path(__file__).resolve().parents[1]
 GRANT = [1.0, 1e-9]
 
 
-def launch_for(folder: Path, function: str, *, pipeline_id: int = 1, gpus: tuple[str, ...] = (),
-               max_runtime: float | None = None, params: dict | None = None) -> Launch:
+def launch_for(
+    folder: Path,
+    function: str,
+    *,
+    pipeline_id: int = 1,
+    gpus: tuple[str, ...] = (),
+    max_runtime: float | None = None,
+    params: dict | None = None,
+) -> Launch:
     folder.mkdir(parents=True, exist_ok=True)
     ctx = JobContext(
-        pipeline_id=pipeline_id, name="job", dataset="reviews", accounting=Accounting.basic(), delta=1e-9,
+        pipeline_id=pipeline_id,
+        name="job",
+        dataset="reviews",
+        accounting=Accounting.basic(),
+        delta=1e-9,
         blocks={k: BlockGrant(k, f"/data/{k}", np.array(GRANT)) for k in ("d1", "d2")},
-        device="cuda" if gpus else "cpu", workdir=folder, params=params or {},
+        device="cuda" if gpus else "cpu",
+        workdir=folder,
+        params=params or {},
     )
     job = {"function": f"tests.test_service_jobs:{function}", "pythonpath": [str(REPO)]}
     (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
-    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log",
-                  Placement(gpus, 1.0, 0), time.time(), max_runtime)
+    return Launch(
+        pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement(gpus, 1.0, 0), time.time(), max_runtime
+    )
 
 
 def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResult]:
@@ -98,8 +112,11 @@ def test_cancel_stops_the_job(tmp_path: Path):
 
 
 def test_the_job_sees_only_its_gpus_and_logs_to_its_file(tmp_path: Path):
-    run_to_end(LocalExecutor(), launch_for(tmp_path / "gpu", "writes_environment", gpus=("1", "3")),
-               launch_for(tmp_path / "cpu", "writes_environment", pipeline_id=2))
+    run_to_end(
+        LocalExecutor(),
+        launch_for(tmp_path / "gpu", "writes_environment", gpus=("1", "3")),
+        launch_for(tmp_path / "cpu", "writes_environment", pipeline_id=2),
+    )
     assert (tmp_path / "gpu" / "env.txt").read_text() == "'1,3' cuda\n"
     assert (tmp_path / "cpu" / "env.txt").read_text() == "'' cpu\n"
     assert "hello from pipeline 2" in (tmp_path / "cpu" / "job.log").read_text()

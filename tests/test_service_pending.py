@@ -52,8 +52,7 @@ def assert_same_view(mine: PendingView, truth: PendingView, label: object) -> No
     for name in ("pipeline_ids", "arrival", "weight", "deadline", "edge_pipeline", "edge_block", "edge_demand"):
         assert np.array_equal(getattr(mine.pipelines, name), getattr(truth.pipelines, name)), (label, name)
     ours, theirs = snapshot_of(mine), snapshot_of(truth)
-    for name in ("capacity", "unlocked", "pipeline_ids", "arrival", "weight", "edge_pipeline", "edge_block",
-                 "edge_demand"):
+    for name in ("capacity", "unlocked", "pipeline_ids", "arrival", "weight", "edge_pipeline", "edge_block", "edge_demand"):
         assert np.array_equal(getattr(ours, name), getattr(theirs, name)), (label, name)
 
 
@@ -83,23 +82,22 @@ class PendingMachine(RuleBasedStateMachine):
     def ids(self, *states: str) -> list[int]:
         return [p.id for p in self.ledger.list_pipelines(states=list(states))]
 
-    @rule(dataset=st.sampled_from(sorted(DATASETS)), count=st.integers(1, 3), unlocked=st.sampled_from([0.0, 0.5, 1.0]),
-          other=st.booleans())
+    @rule(
+        dataset=st.sampled_from(sorted(DATASETS)), count=st.integers(1, 3), unlocked=st.sampled_from([0.0, 0.5, 1.0]), other=st.booleans()
+    )
     def add_blocks(self, dataset: str, count: int, unlocked: float, other: bool) -> None:
         keys = [f"b{len(self.keys[dataset]) + i}" for i in range(count)]
         self.by(other).add_blocks(dataset, keys, unlocked_fraction=unlocked)
         self.keys[dataset] += keys
 
-    @rule(dataset=st.sampled_from(sorted(DATASETS)), data=st.data(), share=st.sampled_from([0.05, 0.3, 0.9]),
-          other=st.booleans())
+    @rule(dataset=st.sampled_from(sorted(DATASETS)), data=st.data(), share=st.sampled_from([0.05, 0.3, 0.9]), other=st.booleans())
     def submit(self, dataset: str, data: st.DataObject, share: float, other: bool) -> None:
         if not self.keys[dataset]:
             return
         keys = data.draw(st.lists(st.sampled_from(self.keys[dataset]), min_size=1, max_size=3, unique=True))
         info = self.ledger.get_dataset(dataset)
         try:
-            self.by(other).submit(PipelineRequest(name="p", dataset=dataset, block_keys=keys,
-                                                  demand=info.capacity * share))
+            self.by(other).submit(PipelineRequest(name="p", dataset=dataset, block_keys=keys, demand=info.capacity * share))
         except LedgerError:  # a retired block
             pass
 
@@ -135,8 +133,9 @@ class PendingMachine(RuleBasedStateMachine):
 
     @rule(data=st.data(), other=st.booleans())
     def release(self, data: st.DataObject, other: bool) -> None:
-        candidates = [p.id for p in self.ledger.list_pipelines(states=["failed"]) if p.consumed and
-                      any(np.any(c > 0) for c in p.consumed.values())]
+        candidates = [
+            p.id for p in self.ledger.list_pipelines(states=["failed"]) if p.consumed and any(np.any(c > 0) for c in p.consumed.values())
+        ]
         if candidates:
             self.by(other).release(data.draw(st.sampled_from(candidates)), "refund")
 
@@ -154,8 +153,7 @@ class PendingMachine(RuleBasedStateMachine):
 
 
 TestPendingMachine = PendingMachine.TestCase
-TestPendingMachine.settings = settings(max_examples=25, stateful_step_count=12, deadline=None,
-                                       suppress_health_check=[HealthCheck.too_slow])
+TestPendingMachine.settings = settings(max_examples=25, stateful_step_count=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def test_changes_made_by_another_process_are_read(tmp_db: Path) -> None:

@@ -22,13 +22,16 @@ def test_declared_sizes_override_detection():
     assert pool == Pool(("0", "1", "2"), 2.0, 2**30)
 
 
-@pytest.mark.parametrize("sizes, bound", [
-    ({"gpus": -1}, r"\[0, 1024\]"),
-    ({"gpus": 10**30}, r"\[0, 1024\]"),
-    ({"cpus": float("nan")}, "finite"),
-    ({"cpus": 1e-9}, r"\[0.01, 4096\]"),
-    ({"memory": 10**400}, "memory"),
-])
+@pytest.mark.parametrize(
+    "sizes, bound",
+    [
+        ({"gpus": -1}, r"\[0, 1024\]"),
+        ({"gpus": 10**30}, r"\[0, 1024\]"),
+        ({"cpus": float("nan")}, "finite"),
+        ({"cpus": 1e-9}, r"\[0.01, 4096\]"),
+        ({"memory": 10**400}, "memory"),
+    ],
+)
 def test_pool_sizes_out_of_bounds_are_refused_naming_the_bound(sizes, bound):
     with pytest.raises(ValueError, match=bound):
         make_pool(**sizes)

@@ -35,8 +35,14 @@ def client(tmp_db: Path) -> Client:
 
 
 def pipeline(name: str, function: str, blocks: list[str], epsilon: float = 0.3, **extra) -> dict:
-    return {"name": name, "dataset": "reviews", "blocks": blocks, "epsilon": epsilon,
-            "job": {"function": f"tests.test_service_jobs:{function}", "params": extra.pop("params", {})}, **extra}
+    return {
+        "name": name,
+        "dataset": "reviews",
+        "blocks": blocks,
+        "epsilon": epsilon,
+        "job": {"function": f"tests.test_service_jobs:{function}", "params": extra.pop("params", {})},
+        **extra,
+    }
 
 
 def scheduler(client: Client, policy: str = "fcfs", pool: Pool = POOL, **params) -> Scheduler:
@@ -85,14 +91,19 @@ def test_per_time_unlocking_follows_block_age_across_restarts(client: Client):
 
 
 def test_every_way_a_job_ends_is_settled_and_the_scheduler_keeps_going(client: Client):
-    jobs = {"b0": "spend_half", "b1": "no_report", "b2": "raises_after_reading", "b3": "reads_directly_then_raises",
-            "b4": "hangs", "b5": "exits_without_result"}
+    jobs = {
+        "b0": "spend_half",
+        "b1": "no_report",
+        "b2": "raises_after_reading",
+        "b3": "reads_directly_then_raises",
+        "b4": "hangs",
+        "b5": "exits_without_result",
+    }
     limits = {"b4": {"max_runtime": 3}}  # only the hanging job: others may start slowly on a busy machine
     runs = {key: client.submit(pipeline(f, f, [key], epsilon=0.4, **limits.get(key, {}))) for key, f in jobs.items()}
     run_until_idle(client)
     states = {key: run.status for key, run in runs.items()}
-    assert states == {"b0": "completed", "b1": "completed", "b2": "failed", "b3": "failed", "b4": "failed",
-                      "b5": "failed"}
+    assert states == {"b0": "completed", "b1": "completed", "b2": "failed", "b3": "failed", "b4": "failed", "b5": "failed"}
     spent = {key: consumed(client, key) for key in jobs}
     assert spent == pytest.approx({key: 0.4 for key in jobs})  # user jobs: their grant, whatever they say
     assert "max_runtime" in runs["b4"].message and "without writing its result" in runs["b5"].message

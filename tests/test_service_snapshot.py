@@ -19,24 +19,24 @@ def views(draw: st.DrawFn) -> tuple[PendingView, np.ndarray]:
     """A view over some blocks (ascending, gapped ids) with pipelines asking for some of
     them, and a reservation per edge."""
     block_ids = np.array(sorted(draw(st.sets(st.integers(1, 1000), min_size=1, max_size=6))), dtype=np.int64)
-    asks = draw(st.lists(st.lists(st.sampled_from(block_ids.tolist()), min_size=1, max_size=3, unique=True),
-                         max_size=5))
+    asks = draw(st.lists(st.lists(st.sampled_from(block_ids.tolist()), min_size=1, max_size=3, unique=True), max_size=5))
     edges = [(p, b) for p, blocks in enumerate(asks) for b in blocks]
     budget = st.floats(0.0, 1.0, allow_nan=False)
-    unlocked = np.array(draw(st.lists(st.tuples(budget, budget), min_size=len(block_ids), max_size=len(block_ids))),
-                        dtype=float).reshape(-1, 2)
-    reserved = np.array(draw(st.lists(st.tuples(budget, budget), min_size=len(edges), max_size=len(edges))),
-                        dtype=float).reshape(-1, 2)
+    unlocked = np.array(draw(st.lists(st.tuples(budget, budget), min_size=len(block_ids), max_size=len(block_ids))), dtype=float).reshape(
+        -1, 2
+    )
+    reserved = np.array(draw(st.lists(st.tuples(budget, budget), min_size=len(edges), max_size=len(edges))), dtype=float).reshape(-1, 2)
     none = np.zeros(0, dtype=np.int64)
     pipelines = PendingBatch(
-        pipeline_ids=np.arange(10, 10 + len(asks), dtype=np.int64), arrival=np.arange(len(asks), dtype=float),
-        weight=np.ones(len(asks)), deadline=np.full(len(asks), np.inf),
+        pipeline_ids=np.arange(10, 10 + len(asks), dtype=np.int64),
+        arrival=np.arange(len(asks), dtype=float),
+        weight=np.ones(len(asks)),
+        deadline=np.full(len(asks), np.inf),
         edge_pipeline=np.array([p for p, _ in edges], dtype=np.int64) if edges else none,
         edge_block=np.array([b for _, b in edges], dtype=np.int64) if edges else none,
         edge_demand=np.full((len(edges), 2), 0.1),
     )
-    view = PendingView(accounting=BASIC, block_ids=block_ids, capacity=np.ones((len(block_ids), 2)),
-                       unlocked=unlocked, pipelines=pipelines)
+    view = PendingView(accounting=BASIC, block_ids=block_ids, capacity=np.ones((len(block_ids), 2)), unlocked=unlocked, pipelines=pipelines)
     return view, reserved
 
 

@@ -41,8 +41,7 @@ def test_a_saved_trace_simulates_like_the_generated_workload(tmp_path):
     trace = tmp_path / "multi.json"
     assert invoke("trace", "multi-block", "--seed", "4", "--duration", "30", "--out", trace).exit_code == 0
     by_trace = invoke("simulate", trace, "--policy", "fcfs", "--out", tmp_path / "a")
-    by_name = invoke("simulate", "multi-block", "--seed", "4", "--duration", "30", "--policy", "fcfs",
-                     "--out", tmp_path / "b")
+    by_name = invoke("simulate", "multi-block", "--seed", "4", "--duration", "30", "--policy", "fcfs", "--out", tmp_path / "b")
     assert by_trace.exit_code == 0 and by_name.exit_code == 0
     a, b = (json.loads((tmp_path / d / "result.json").read_text())["pipelines"] for d in "ab")
     assert a == b
@@ -50,17 +49,19 @@ def test_a_saved_trace_simulates_like_the_generated_workload(tmp_path):
 
 def test_an_invalid_trace_is_one_error_line_and_writes_nothing(tmp_path):
     trace = tmp_path / "bad.json"
-    trace.write_text(json.dumps({
-        "accounting": "basic",
-        "blocks": [{"id": "b0", "epsilon": 1.0}],
-        "pipelines": [{"id": "p7", "arrival": 1.0, "blocks": ["b5"], "epsilon": 0.1}],
-    }))
+    trace.write_text(
+        json.dumps(
+            {
+                "accounting": "basic",
+                "blocks": [{"id": "b0", "epsilon": 1.0}],
+                "pipelines": [{"id": "p7", "arrival": 1.0, "blocks": ["b5"], "epsilon": 0.1}],
+            }
+        )
+    )
     out = tmp_path / "out"
     result = invoke("simulate", trace, "--policy", "fcfs", "--out", out)
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() == [
-        "error: invalid trace: pipelines[0] 'p7': asks for unknown block 'b5'"
-    ]
+    assert result.output.strip().splitlines() == ["error: invalid trace: pipelines[0] 'p7': asks for unknown block 'b5'"]
     assert not out.exists()
 
 
@@ -72,12 +73,16 @@ def test_a_missing_policy_parameter_is_rejected_before_running(tmp_path):
 
 def test_sweep_runs_the_grid_in_worker_processes_and_draws_the_figures(tmp_path):
     out = tmp_path / "sweep"
-    result = invoke("sweep", "single-block", "--policies", "fcfs,dpf-n,dpf-t", "--n", "50,150",
-                    "--lifetime", "100", "--workers", "2", "--out", out)
+    result = invoke(
+        "sweep", "single-block", "--policies", "fcfs,dpf-n,dpf-t", "--n", "50,150", "--lifetime", "100", "--workers", "2", "--out", out
+    )
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "sweep.json").read_text())
     assert [(r["policy"], r["n"], r["lifetime"]) for r in rows] == [
-        ("fcfs", None, None), ("dpf-n", 50, None), ("dpf-n", 150, None), ("dpf-t", None, 100.0)
+        ("fcfs", None, None),
+        ("dpf-n", 50, None),
+        ("dpf-n", 150, None),
+        ("dpf-t", None, 100.0),
     ]
     assert rows[2]["granted"] == 99  # as above
     names = {p.name for p in out.glob("*.png")}

@@ -42,14 +42,16 @@ ARRIVAL_ORDER = PolicySpec("arrival-order", ArrivalOrder(), UnlockAll())
 
 def trace(*pipelines, epsilon: float = 1.0) -> dict:
     """One block at time 0 and pipelines given as (arrival, ε, timeout)."""
-    return parse_trace({
-        "accounting": "basic",
-        "blocks": [{"id": "b", "arrival": 0.0, "epsilon": epsilon}],
-        "pipelines": [
-            {"id": f"p{i}", "arrival": t, "blocks": ["b"], "epsilon": e, "timeout": timeout}
-            for i, (t, e, timeout) in enumerate(pipelines)
-        ],
-    })
+    return parse_trace(
+        {
+            "accounting": "basic",
+            "blocks": [{"id": "b", "arrival": 0.0, "epsilon": epsilon}],
+            "pipelines": [
+                {"id": f"p{i}", "arrival": t, "blocks": ["b"], "epsilon": e, "timeout": timeout}
+                for i, (t, e, timeout) in enumerate(pipelines)
+            ],
+        }
+    )
 
 
 def outcome(result: SimulationResult) -> list[tuple[str, float | None]]:
@@ -152,15 +154,22 @@ def test_result_survives_a_json_round_trip():
     assert again.summary() == result.summary()
 
 
-TIES = parse_trace({
-    "accounting": "basic",
-    "blocks": [{"id": f"b{j}", "arrival": 0.0, "epsilon": 1.0 + j} for j in range(3)],
-    "pipelines": [  # equal arrivals with ids out of trace order, equal dominant shares
-        {"id": f"p{(7 * i) % 12:02d}", "arrival": float(i // 4), "blocks": [f"b{j}" for j in range(i % 3 + 1)],
-         "demands": {"b0": 0.1, **({"b1": 0.1 * (1 + i % 2)} if i % 3 else {})}, "epsilon": 0.05}
-        for i in range(12)
-    ],
-})
+TIES = parse_trace(
+    {
+        "accounting": "basic",
+        "blocks": [{"id": f"b{j}", "arrival": 0.0, "epsilon": 1.0 + j} for j in range(3)],
+        "pipelines": [  # equal arrivals with ids out of trace order, equal dominant shares
+            {
+                "id": f"p{(7 * i) % 12:02d}",
+                "arrival": float(i // 4),
+                "blocks": [f"b{j}" for j in range(i % 3 + 1)],
+                "demands": {"b0": 0.1, **({"b1": 0.1 * (1 + i % 2)} if i % 3 else {})},
+                "epsilon": 0.05,
+            }
+            for i in range(12)
+        ],
+    }
+)
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "dpf-n"])

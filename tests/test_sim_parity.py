@@ -43,8 +43,7 @@ def live(path: Path, instance: Instance, accounting: str, spec: PolicySpec, simu
     ledger = Ledger.init(path)
     epsilon, delta = GLOBAL_BUDGET[accounting]
     ledger.create_dataset("d", epsilon, delta, accounting=accounting, now=0.0)
-    scheduler = Scheduler(ledger, spec, InstantExecutor(), Pool((), cpus=1e6, memory=0), RunDirs(path),
-                          unlock_grid=simulator.grid)
+    scheduler = Scheduler(ledger, spec, InstantExecutor(), Pool((), cpus=1e6, memory=0), RunDirs(path), unlock_grid=simulator.grid)
     block_keys = [str(b) for b in instance.block_ids]
     instants = set(instance.block_arrival.tolist()) | set(instance.arrival.tolist())
     if simulator.grid is not None:
@@ -57,15 +56,24 @@ def live(path: Path, instance: Instance, accounting: str, spec: PolicySpec, simu
         arriving = [j for j, t in enumerate(instance.block_arrival.tolist()) if t == now]
         if arriving:
             ledger.add_blocks("d", [block_keys[j] for j in arriving], now=now)
-            assert np.array_equal(ledger.get_block("d", block_keys[arriving[0]]).capacity,
-                                  instance.capacity[arriving[0]])
+            assert np.array_equal(ledger.get_block("d", block_keys[arriving[0]]).capacity, instance.capacity[arriving[0]])
         for i in np.flatnonzero(instance.arrival == now).tolist():
             edges = range(instance.edge_start[i], instance.edge_start[i + 1])
             demands = {block_keys[instance.edge_block[e]]: instance.edge_demand[e] for e in edges}
             timeout = float(instance.timeout[i]) if np.isfinite(instance.timeout[i]) else None
-            ids.append(ledger.submit(PipelineRequest(name=str(instance.pipeline_ids[i]), dataset="d",
-                                                     block_keys=list(demands), demands=demands,
-                                                     timeout=timeout, job={"function": "instant:job"}), now=now))
+            ids.append(
+                ledger.submit(
+                    PipelineRequest(
+                        name=str(instance.pipeline_ids[i]),
+                        dataset="d",
+                        block_keys=list(demands),
+                        demands=demands,
+                        timeout=timeout,
+                        job={"function": "instant:job"},
+                    ),
+                    now=now,
+                )
+            )
         scheduler.tick(now)
     infos = {info.id: info for info in ledger.list_pipelines()}
     ledger.close()
@@ -76,9 +84,7 @@ def live(path: Path, instance: Instance, accounting: str, spec: PolicySpec, simu
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("accounting", ["basic", "rdp"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_simulator_and_live_scheduler_grant_the_same_pipelines_at_the_same_times(
-    tmp_path: Path, accounting: str, policy: str, seed: int
-):
+def test_simulator_and_live_scheduler_grant_the_same_pipelines_at_the_same_times(tmp_path: Path, accounting: str, policy: str, seed: int):
     instance = random_trace(accounting, seed).instance
     spec = make_policy(policy, **POLICIES[policy])
     simulator, sim_states, sim_times = simulate(instance, spec, tick=2.5)
@@ -90,6 +96,5 @@ def test_simulator_and_live_scheduler_grant_the_same_pipelines_at_the_same_times
     np.testing.assert_array_equal(live_times, sim_times)
     # The live scheduler also ends, as failed, a pipeline no future unlock can satisfy; the
     # simulator keeps it waiting until its timeout. Either way it is never granted.
-    waiting = [(live_state, sim_state) for live_state, sim_state in zip(live_states, sim_states)
-               if sim_state != "granted"]
+    waiting = [(live_state, sim_state) for live_state, sim_state in zip(live_states, sim_states) if sim_state != "granted"]
     assert all(live_state in (sim_state, "failed") for live_state, sim_state in waiting)

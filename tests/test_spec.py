@@ -19,8 +19,7 @@ from privsched.spec import (
     select_blocks,
 )
 
-BASE = {"name": "train", "dataset": "reviews", "blocks": {"last": 3}, "epsilon": 1.0, "delta": 1e-9,
-        "job": {"function": "pkg.mod:train"}}
+BASE = {"name": "train", "dataset": "reviews", "blocks": {"last": 3}, "epsilon": 1.0, "delta": 1e-9, "job": {"function": "pkg.mod:train"}}
 
 
 def spec(**changes) -> dict:
@@ -120,14 +119,16 @@ def test_missing_file_is_a_clear_error(tmp_path: Path):
         load_spec(tmp_path / "absent.yaml")
 
 
-@pytest.mark.parametrize("text, seconds", [(90, 90.0), ("90", 90.0), ("30s", 30.0), ("5m", 300.0), ("1.5h", 5400.0),
-                                            ("1d", 86400.0), ("250ms", 0.25)])
+@pytest.mark.parametrize(
+    "text, seconds", [(90, 90.0), ("90", 90.0), ("30s", 30.0), ("5m", 300.0), ("1.5h", 5400.0), ("1d", 86400.0), ("250ms", 0.25)]
+)
 def test_durations_parse_to_seconds(text, seconds):
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text, size", [(1024, 1024), ("512M", 512 * 2**20), ("4GiB", 4 * 2**30), ("2G", 2 * 2**30),
-                                        ("1.5K", 1536), ("0", 0)])
+@pytest.mark.parametrize(
+    "text, size", [(1024, 1024), ("512M", 512 * 2**20), ("4GiB", 4 * 2**30), ("2G", 2 * 2**30), ("1.5K", 1536), ("0", 0)]
+)
 def test_memory_sizes_parse_to_bytes(text, size):
     assert parse_memory(text) == size
 

@@ -28,7 +28,9 @@ from privsched.trainers.plans import parse_job
 BASE = {"name": "p", "dataset": "d", "blocks": ["b"], "epsilon": 0.5, "job": {"function": "m:f"}}
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, "
-    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n" for i in range(8))
+    f"*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+    for i in range(8)
+)
 
 
 def one_line_error(call, error=SpecError) -> str:
@@ -77,22 +79,28 @@ def test_yaml_aliases_are_refused(tmp_path):
     assert "aliases" in one_line_error(lambda: load_spec(bomb))
 
 
-@pytest.mark.parametrize("suffix, text", [
-    (".yaml", "name: p\nname: q\n"),
-    (".json", '{"name": "p", "name": "q"}'),
-    (".yaml", "job: {function: 'm:f', function: 'm:g'}\n"),
-])
+@pytest.mark.parametrize(
+    "suffix, text",
+    [
+        (".yaml", "name: p\nname: q\n"),
+        (".json", '{"name": "p", "name": "q"}'),
+        (".yaml", "job: {function: 'm:f', function: 'm:g'}\n"),
+    ],
+)
 def test_duplicate_keys_are_refused(tmp_path, suffix, text):
     path = tmp_path / f"dup{suffix}"
     path.write_text(text)
     assert "duplicate key" in one_line_error(lambda: load_spec(path))
 
 
-@pytest.mark.parametrize("suffix, text", [
-    (".yaml", "name: " + "[" * 1000 + "]" * 1000 + "\n"),
-    (".json", '{"name": ' + "[" * 1000 + "]" * 1000 + "}"),
-    (".json", '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"),
-])
+@pytest.mark.parametrize(
+    "suffix, text",
+    [
+        (".yaml", "name: " + "[" * 1000 + "]" * 1000 + "\n"),
+        (".json", '{"name": ' + "[" * 1000 + "]" * 1000 + "}"),
+        (".json", '{"name": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+    ],
+)
 def test_deep_nesting_is_refused(tmp_path, suffix, text):
     path = tmp_path / f"deep{suffix}"
     path.write_text(text)
@@ -110,44 +118,53 @@ def test_deep_nesting_given_as_data_is_refused():
     assert "invalid mechanism" in one_line_error(lambda: parse_mechanism(mechanism), ValueError)
 
 
-@pytest.mark.parametrize("field, value, bound", [
-    ("epsilon", True, "number"),
-    ("epsilon", 5e-324, "[1e-06, 1e+06]"),
-    ("epsilon", float("inf"), "finite"),
-    ("delta", 1e-320, "1e-300"),
-    ("timeout", True, "duration"),
-    ("timeout", 10**400, "10 years"),
-    ("max_runtime", "99999999999d", "3.1536e+08]"),
-    ("weight", float("nan"), "finite"),
-    ("resources", {"memory": 10**400}, str(MAX_MEMORY)),
-    ("resources", {"memory": True}, "number"),
-    ("resources", {"cpus": 1e-9}, "[0.01, 4096]"),
-    ("resources", {"cpus": float("nan")}, "finite"),
-    ("resources", {"gpus": 10**30}, "[0, 1024]"),
-    ("resources", {"gpus": True}, "number"),
-    ("blocks", {"last": 10**400}, "[1, 1000000]"),
-])
+@pytest.mark.parametrize(
+    "field, value, bound",
+    [
+        ("epsilon", True, "number"),
+        ("epsilon", 5e-324, "[1e-06, 1e+06]"),
+        ("epsilon", float("inf"), "finite"),
+        ("delta", 1e-320, "1e-300"),
+        ("timeout", True, "duration"),
+        ("timeout", 10**400, "10 years"),
+        ("max_runtime", "99999999999d", "3.1536e+08]"),
+        ("weight", float("nan"), "finite"),
+        ("resources", {"memory": 10**400}, str(MAX_MEMORY)),
+        ("resources", {"memory": True}, "number"),
+        ("resources", {"cpus": 1e-9}, "[0.01, 4096]"),
+        ("resources", {"cpus": float("nan")}, "finite"),
+        ("resources", {"gpus": 10**30}, "[0, 1024]"),
+        ("resources", {"gpus": True}, "number"),
+        ("blocks", {"last": 10**400}, "[1, 1000000]"),
+    ],
+)
 def test_numbers_out_of_bounds_name_the_bound(field, value, bound):
     assert bound in one_line_error(lambda: PipelineSpec.parse({**BASE, field: value}))
 
 
-@pytest.mark.parametrize("mechanism, bound", [
-    ({"kind": "gaussian", "sigma": 1e-300}, "[1e-06, 1e+12]"),
-    ({"kind": "gaussian", "sigma": 1.0, "sensitivity": 1e200}, "[1e-09, 1e+06]"),
-    ({"kind": "laplace", "scale": True}, "number"),
-    ({"kind": "subsampled_gaussian", "sample_rate": 0.1, "noise_multiplier": 1.0, "steps": 10**20}, "10000000"),
-    ({"kind": "explicit", "values": [float("inf")]}, "finite"),
-])
+@pytest.mark.parametrize(
+    "mechanism, bound",
+    [
+        ({"kind": "gaussian", "sigma": 1e-300}, "[1e-06, 1e+12]"),
+        ({"kind": "gaussian", "sigma": 1.0, "sensitivity": 1e200}, "[1e-09, 1e+06]"),
+        ({"kind": "laplace", "scale": True}, "number"),
+        ({"kind": "subsampled_gaussian", "sample_rate": 0.1, "noise_multiplier": 1.0, "steps": 10**20}, "10000000"),
+        ({"kind": "explicit", "values": [float("inf")]}, "finite"),
+    ],
+)
 def test_mechanism_numbers_out_of_bounds_name_the_bound(mechanism, bound):
     assert bound in one_line_error(lambda: parse_mechanism(mechanism), ValueError)
 
 
-@pytest.mark.parametrize("params, bound", [
-    ({"epochs": 1e300}, "10000"),
-    ({"epochs": float("inf")}, "finite"),
-    ({"epochs": 5, "sample_rate": 1e-9}, "noisy steps"),
-    ({"seed": 10**30}, "9223372036854775807"),
-])
+@pytest.mark.parametrize(
+    "params, bound",
+    [
+        ({"epochs": 1e300}, "10000"),
+        ({"epochs": float("inf")}, "finite"),
+        ({"epochs": 5, "sample_rate": 1e-9}, "noisy steps"),
+        ({"seed": 10**30}, "9223372036854775807"),
+    ],
+)
 def test_training_plans_that_could_never_be_calibrated_are_refused(params, bound):
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.01, "epochs": 1, "lr": 0.1, **params}
     assert bound in one_line_error(lambda: parse_job(job), ValueError)
@@ -172,8 +189,11 @@ def test_memory_sizes_parse_within_bounds_or_fail_with_a_value_error(value):
 
 
 def test_traces_are_read_strictly(tmp_path):
-    trace = {"accounting": "basic", "blocks": [{"id": "b", "epsilon": 1.0}],
-             "pipelines": [{"id": "p", "arrival": 0.0, "blocks": ["b"], "epsilon": 0.1}]}
+    trace = {
+        "accounting": "basic",
+        "blocks": [{"id": "b", "epsilon": 1.0}],
+        "pipelines": [{"id": "p", "arrival": 0.0, "blocks": ["b"], "epsilon": 0.1}],
+    }
     path = tmp_path / "t.json"
     path.write_text(json.dumps(trace)[:-1] + ', "accounting": "rdp"}')
     assert "duplicate key" in one_line_error(lambda: load_trace(path), TraceError)
@@ -181,8 +201,12 @@ def test_traces_are_read_strictly(tmp_path):
     assert "not a number" in one_line_error(lambda: load_trace(path), TraceError)
     os.mkfifo(tmp_path / "fifo.json")
     assert "not a regular file" in one_line_error(lambda: load_trace(tmp_path / "fifo.json"), TraceError)
-    for bad, bound in (({"epsilon": True}, "number"), ({"weight": 1e300}, "1e+06"), ({"timeout": 0}, "0.001"),
-                       ({"class": "\x1b[2J"}, "control")):
+    for bad, bound in (
+        ({"epsilon": True}, "number"),
+        ({"weight": 1e300}, "1e+06"),
+        ({"timeout": 0}, "0.001"),
+        ({"class": "\x1b[2J"}, "control"),
+    ):
         entry = {**trace["pipelines"][0], **bad}
         assert bound in one_line_error(lambda: parse_trace({**trace, "pipelines": [entry]}), TraceError)
     deep: list = []

@@ -31,9 +31,16 @@ GRANT = [0.5, 1e-9]
 
 def write_context(folder: Path, job: dict, blocks: dict[str, str], **extra) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
-    ctx = JobContext(1, "job", "reviews", Accounting.basic(), 1e-9,
-                     {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in blocks.items()},
-                     workdir=folder / "work", params=extra.pop("params", {}))
+    ctx = JobContext(
+        1,
+        "job",
+        "reviews",
+        Accounting.basic(),
+        1e-9,
+        {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in blocks.items()},
+        workdir=folder / "work",
+        params=extra.pop("params", {}),
+    )
     path = folder / "context.json"
     path.write_text(json.dumps({**json.loads(ctx.to_json()), "job": job, **extra}))
     return path
@@ -41,8 +48,11 @@ def write_context(folder: Path, job: dict, blocks: dict[str, str], **extra) -> P
 
 def supervise(context: Path, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "privsched.jobs.runner", str(context),
-                             str(context.parent / "result.json"), *args], env=env, cwd=context.parent)
+    return subprocess.Popen(
+        [sys.executable, "-m", "privsched.jobs.runner", str(context), str(context.parent / "result.json"), *args],
+        env=env,
+        cwd=context.parent,
+    )
 
 
 def result_of(context: Path, *args: str) -> JobResult:
@@ -58,8 +68,7 @@ def blocks(tmp_path: Path) -> dict[str, str]:
     data = tmp_path / "data"
     data.mkdir(exist_ok=True)
     for key in ("d1", "d2"):
-        np.savez(data / f"{key}.npz", rating=np.linspace(0, 5, 40), vocab_size=np.asarray(5),
-                 n_categories=np.asarray(2))
+        np.savez(data / f"{key}.npz", rating=np.linspace(0, 5, 40), vocab_size=np.asarray(5), n_categories=np.asarray(2))
     return {k: str(data / f"{k}.npz") for k in ("d1", "d2")}
 
 
@@ -107,8 +116,9 @@ def test_a_failed_user_job_has_touched_its_data_whatever_it_says(tmp_path: Path)
 
 @needs_landlock
 def test_a_job_is_not_started_when_its_readable_folders_hold_a_protected_path(tmp_path: Path):
-    context = write_context(tmp_path / "run", hostile("reads_then_reports_zero"), blocks(tmp_path),
-                            protected=[str(REPO / "tests" / "ledger.db")])  # beside the job's own code
+    context = write_context(
+        tmp_path / "run", hostile("reads_then_reports_zero"), blocks(tmp_path), protected=[str(REPO / "tests" / "ledger.db")]
+    )  # beside the job's own code
     result = result_of(context)
     assert not result.completed and not result.touched_data
     assert "ledger.db" in result.message and result.message.startswith("not started")
@@ -139,7 +149,7 @@ def _gone(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True
-    return stat[stat.rindex(")") + 2:].split()[0] in ("Z", "X")
+    return stat[stat.rindex(")") + 2 :].split()[0] in ("Z", "X")
 
 
 @needs_landlock
@@ -151,8 +161,8 @@ def test_confine_denies_reads_writes_and_tcp_outside_the_rules(tmp_path: Path):
         import socket, sys
         from privsched.jobs.sandbox import Confinement, confine, python_roots
         confine(Confinement(read=tuple(python_roots()), write=({str(allowed)!r},)))
-        open({str(allowed / 'out.txt')!r}, "w").write("ok")
-        for attempt in (lambda: open({str(secret)!r}).read(), lambda: open({str(tmp_path / 'new.txt')!r}, "w"),
+        open({str(allowed / "out.txt")!r}, "w").write("ok")
+        for attempt in (lambda: open({str(secret)!r}).read(), lambda: open({str(tmp_path / "new.txt")!r}, "w"),
                         lambda: socket.create_connection(("127.0.0.1", 9), timeout=2)):
             try:
                 attempt()
@@ -177,8 +187,15 @@ def account_blocks(tmp_path_factory) -> dict[str, str]:
 def account_for(block_files: dict[str, str], folder: Path):
     from privsched.jobs.primitives import Account
 
-    ctx = JobContext(1, "job", "reviews", Accounting.basic(), 1e-9,
-                     {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in block_files.items()}, workdir=folder)
+    ctx = JobContext(
+        1,
+        "job",
+        "reviews",
+        Accounting.basic(),
+        1e-9,
+        {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in block_files.items()},
+        workdir=folder,
+    )
     return Account(ctx, folder)
 
 
@@ -206,9 +223,12 @@ def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(acco
     assert account.spent == pytest.approx([0.1, 1e-10])
 
 
-@given(st.binary(max_size=200) | st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.floats(),
-                                                                                   st.text(max_size=8)), max_size=5)
-       .map(lambda d: json.dumps(d).encode()))
+@given(
+    st.binary(max_size=200)
+    | st.dictionaries(st.text(max_size=8), st.one_of(st.none(), st.integers(), st.floats(), st.text(max_size=8)), max_size=5).map(
+        lambda d: json.dumps(d).encode()
+    )
+)
 @settings(max_examples=100, deadline=None)
 def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_blocks, line):
     account = account_for(account_blocks, Path(tempfile.mkdtemp()))
@@ -221,8 +241,7 @@ def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_b
 
 @needs_landlock
 @pytest.mark.skipif(ABI < 4, reason="Landlock TCP rules need ABI 4")
-@pytest.mark.parametrize(("asks", "allowed", "connects"), [(True, True, True), (True, False, False),
-                                                           (False, True, False)])
+@pytest.mark.parametrize(("asks", "allowed", "connects"), [(True, True, True), (True, False, False), (False, True, False)])
 def test_tcp_stays_open_only_when_the_pipeline_asks_and_the_operator_allows(tmp_path: Path, asks, allowed, connects):
     import socket
 

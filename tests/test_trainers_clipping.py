@@ -126,7 +126,7 @@ def test_noise_has_standard_deviation_sigma_c_over_the_expected_batch(model_name
         assert abs(noise.std().item() / expected - 1) < 6 / (2 * n) ** 0.5
         assert abs(noise.mean().item()) < 6 * expected / n**0.5
     heads = [v[:6] for v in noises.values()]  # every parameter has noise of its own
-    assert all(not torch.equal(a, b) for i, a in enumerate(heads) for b in heads[i + 1:])
+    assert all(not torch.equal(a, b) for i, a in enumerate(heads) for b in heads[i + 1 :])
     assert noisy.history == [(sigma, 0.1, 1)]
 
 

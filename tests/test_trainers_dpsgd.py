@@ -51,7 +51,12 @@ def large_blocks(tmp_path_factory) -> list[Path]:
 
 
 def job_context(
-    paths, job: dict, accounting: Accounting, workdir: Path, epsilon: float = 1.0, grant_scale: float = 1.0,
+    paths,
+    job: dict,
+    accounting: Accounting,
+    workdir: Path,
+    epsilon: float = 1.0,
+    grant_scale: float = 1.0,
     device: str = "cpu",
 ) -> JobContext:
     """A granted job as the scheduler hands it over: its grant is the plan's demand (times
@@ -59,13 +64,12 @@ def job_context(
     mechanism = plan_mechanism(job, epsilon, DELTA, accounting)
     grant = demand_vector(mechanism, accounting) * grant_scale
     blocks = {p.stem: BlockGrant(p.stem, str(p), grant) for p in paths}
-    return JobContext(1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=job,
-                      plan=mechanism, epsilon=epsilon)
+    return JobContext(
+        1, "job", "reviews", accounting, DELTA, blocks, device=device, workdir=workdir, params=job, plan=mechanism, epsilon=epsilon
+    )
 
 
-def expected_spent(
-    accounting: Accounting, q: float, sigma: float, steps: int, epsilon: float = 1.0, accuracy: bool = True
-) -> np.ndarray:
+def expected_spent(accounting: Accounting, q: float, sigma: float, steps: int, epsilon: float = 1.0, accuracy: bool = True) -> np.ndarray:
     """What Opacus' RDP accountant says ``steps`` steps cost, plus the pure-DP held-out
     accuracy release at 10 % of ε (when the job released it)."""
     accuracy = demand_vector(EpsilonDelta(epsilon=0.1 * epsilon), accounting) * accuracy
@@ -86,9 +90,7 @@ def expected_spent(
     grant_scale=st.sampled_from([0.3, 0.7, 1.0]),
     max_steps=st.one_of(st.none(), st.integers(1, 8)),
 )
-def test_spent_budget_is_within_the_grant_and_what_opacus_counts(
-    small_blocks, tmp_path, q, epochs, rdp, grant_scale, max_steps
-):
+def test_spent_budget_is_within_the_grant_and_what_opacus_counts(small_blocks, tmp_path, q, epochs, rdp, grant_scale, max_steps):
     accounting = Accounting.rdp() if rdp else Accounting.basic()
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": q, "epochs": epochs, "lr": 0.05, "optimizer": "adam"}
     if max_steps is not None:
@@ -172,18 +174,21 @@ def test_a_job_trains_with_the_noise_multiplier_it_was_charged(small_blocks, tmp
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.01}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
     training, accuracy = ctx.plan.parts
-    ctx.plan = Composed(parts=[training.model_copy(update={"noise_multiplier": 2 * training.noise_multiplier}),
-                               accuracy])
+    ctx.plan = Composed(parts=[training.model_copy(update={"noise_multiplier": 2 * training.noise_multiplier}), accuracy])
     run_builtin(ctx)
     assert ctx.metrics["noise_multiplier"] == 2 * training.noise_multiplier  # taken as charged, not recalibrated
     assert ctx.metrics["planned_steps"] == training.steps
     assert np.all(leq(ctx.spent, ctx.budget))
 
 
-@pytest.mark.parametrize("charged", [
-    lambda training, accuracy: Composed(parts=[training.model_copy(update={"sample_rate": 0.2}), accuracy]),
-    lambda training, accuracy: training,
-], ids=["another-sample-rate", "no-accuracy-release"])
+@pytest.mark.parametrize(
+    "charged",
+    [
+        lambda training, accuracy: Composed(parts=[training.model_copy(update={"sample_rate": 0.2}), accuracy]),
+        lambda training, accuracy: training,
+    ],
+    ids=["another-sample-rate", "no-accuracy-release"],
+)
 def test_a_job_whose_charged_mechanism_is_not_its_training_plan_fails_before_reading(small_blocks, tmp_path, charged):
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.01}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
@@ -222,15 +227,26 @@ def test_two_runs_of_the_same_job_release_different_models_and_metrics(small_blo
     (first, weights_a), (second, weights_b) = runs
     assert any(not torch.equal(weights_a[k], weights_b[k]) for k in weights_a)
     assert (first.metrics["heldout_accuracy"], first.metrics["heldout_records_noisy"]) != (
-        second.metrics["heldout_accuracy"], second.metrics["heldout_records_noisy"])
+        second.metrics["heldout_accuracy"],
+        second.metrics["heldout_records_noisy"],
+    )
 
 
 def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small_blocks, tmp_path):
     job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.2, "epochs": 1, "lr": 0.05}
     ctx = job_context(small_blocks, job, Accounting.rdp(), tmp_path)
     run_builtin(ctx)
-    plan = {"model", "grad_sample_mode", "sample_rate", "noise_multiplier", "planned_steps", "steps", "stopped",
-            "accuracy_epsilon", "spent"}  # depend on the plan and the grant, not on the data
+    plan = {
+        "model",
+        "grad_sample_mode",
+        "sample_rate",
+        "noise_multiplier",
+        "planned_steps",
+        "steps",
+        "stopped",
+        "accuracy_epsilon",
+        "spent",
+    }  # depend on the plan and the grant, not on the data
     assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
     # 200 records: no record count is released except the noisy held-out size
     public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon")}

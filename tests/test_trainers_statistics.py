@@ -19,8 +19,9 @@ from workloads.reviews import write_blocks
 VALUES = np.array([-4.0, 0.5, 1.0, 2.0, 2.5, 3.0, 9.0, 4.0])
 
 
-def granted_statistic(paths: list[Path], job: dict, accounting: Accounting, grant: np.ndarray,
-                      plan: Mechanism | None, workdir: Path) -> JobContext:
+def granted_statistic(
+    paths: list[Path], job: dict, accounting: Accounting, grant: np.ndarray, plan: Mechanism | None, workdir: Path
+) -> JobContext:
     """A statistic job as the scheduler hands it over: ``grant`` on every block, ``plan`` charged."""
     blocks = {p.stem: BlockGrant(p.stem, str(p), grant) for p in paths}
     return JobContext(7, "statistic", "reviews", accounting, 1e-6, blocks, workdir=workdir, params=job, plan=plan)
@@ -40,7 +41,7 @@ def test_count_sum_and_histogram_are_unbiased(noise):
 
     def within(job: dict, expected) -> None:
         spec = parse_job(job)
-        (_, sensitivity), = spec.parts()
+        ((_, sensitivity),) = spec.parts()
         kind, scale = noise_of(plan_mechanism(job, 1.0, 1e-6, Accounting.rdp()), sensitivity)
         spread = scale * np.sqrt(2) if kind == "laplace" else scale  # standard deviation
         mean = np.mean(releases(job, 1.0, draws), axis=0)

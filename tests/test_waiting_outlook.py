@@ -18,8 +18,14 @@ from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixt
 
 
 def pipeline(blocks: list[str], epsilon: float, gpus: int = 0, cpus: float = 1.0) -> dict:
-    return {"name": "p", "dataset": "d", "blocks": blocks, "epsilon": epsilon, "job": {"function": "m:f"},
-            "resources": {"gpus": gpus, "cpus": cpus}}
+    return {
+        "name": "p",
+        "dataset": "d",
+        "blocks": blocks,
+        "epsilon": epsilon,
+        "job": {"function": "m:f"},
+        "resources": {"gpus": gpus, "cpus": cpus},
+    }
 
 
 #: The compute the tests' scheduler serves with: two GPUs and four CPUs.
@@ -161,7 +167,8 @@ def test_the_dashboard_shows_why_a_pipeline_waits_on_its_page_and_in_the_queue(s
     assert status == 200 and page["waiting"].startswith("budget: block b0 ε needs 0.5, unlocked 0.1")
     status, queue = server.call("GET", "/v1/dashboard/queue", user="alice")
     assert [row["reason"] for row in queue["granted"]] == [
-        "compute: fits the free compute, starts at the scheduler's next pass; rank 1/1 (grant)"]
+        "compute: fits the free compute, starts at the scheduler's next pass; rank 1/1 (grant)"
+    ]
     assert server.call("GET", f"/v1/dashboard/pipelines/{first.id}", user="alice")[1]["waiting"].startswith("compute")
 
 

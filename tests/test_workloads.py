@@ -63,8 +63,7 @@ def test_macrobenchmark_has_daily_blocks_and_elephant_curves_calibrated_to_their
         assert target in (0.5, 1.0, 5.0) and accuracy.delta == 0
         # the training gets what the accuracy release leaves; Opacus' calibration stops within 1 % below it
         assert 0.98 * training_epsilon(target) <= epsilon <= training_epsilon(target)
-        assert plan.noise_multiplier == calibrate_noise(plan.sample_rate, plan.steps, training_epsilon(target),
-                                                        ELEPHANT_DELTA)
+        assert plan.noise_multiplier == calibrate_noise(plan.sample_rate, plan.steps, training_epsilon(target), ELEPHANT_DELTA)
 
 
 def test_unknown_workload_or_parameter_is_a_clear_error():

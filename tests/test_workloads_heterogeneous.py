@@ -145,18 +145,35 @@ def test_bad_size_range_and_selection_parameters_are_one_line_errors(params, mes
 def test_the_cli_passes_sizes_ranges_and_selection_through_and_rejects_bad_ones_writing_nothing(tmp_path):
     runner = CliRunner()
     out = tmp_path / "trace.json"
-    ok = runner.invoke(app, ["trace", "heterogeneous", "--duration", "20", "--out", str(out),
-                             "--param", "size_mean=0.1", "--param", "size_std=0", "--param", "range_mean=0.04",
-                             "--param", "block_selection=random"])
+    ok = runner.invoke(
+        app,
+        [
+            "trace",
+            "heterogeneous",
+            "--duration",
+            "20",
+            "--out",
+            str(out),
+            "--param",
+            "size_mean=0.1",
+            "--param",
+            "size_std=0",
+            "--param",
+            "range_mean=0.04",
+            "--param",
+            "block_selection=random",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     trace = load_trace(out)
     np.testing.assert_allclose(_shares(trace.instance).min(axis=1), 0.1, rtol=1e-12)
     np.testing.assert_allclose(curve_range(_shares(trace.instance)), 0.04, rtol=1e-9)
     assert all(isinstance(p.blocks, list) for p in trace.pipelines)
-    for param, message in (("size_mean=2", "size_mean must be a number in (0.01, 1), got 2"),
-                           ("block_selection=oldest", "block_selection must be 'latest' or 'random', got 'oldest'")):
-        bad = runner.invoke(app, ["simulate", "heterogeneous", "--policy", "fcfs", "--out", str(tmp_path / "run"),
-                                  "--param", param])
+    for param, message in (
+        ("size_mean=2", "size_mean must be a number in (0.01, 1), got 2"),
+        ("block_selection=oldest", "block_selection must be 'latest' or 'random', got 'oldest'"),
+    ):
+        bad = runner.invoke(app, ["simulate", "heterogeneous", "--policy", "fcfs", "--out", str(tmp_path / "run"), "--param", param])
         assert bad.exit_code != 0
         assert bad.output.strip() == f"error: {message}"
         assert not (tmp_path / "run").exists()
@@ -169,8 +186,18 @@ def test_offline_with_the_papers_sizes_dpack_packs_the_optimum_and_a_third_more_
     granted = {"dpf": 0.0, "dpack": 0.0}
     for seed in (0, 1, 2):
         instance = workloads.generate(
-            "heterogeneous", seed=seed, duration=1.0, rate=200.0, batch=None, initial_blocks=1, max_blocks=1,
-            blocks_mean=1.0, blocks_std=0.0, alpha_std=0.0, size_mean=0.05, size_std=0.01,
+            "heterogeneous",
+            seed=seed,
+            duration=1.0,
+            rate=200.0,
+            batch=None,
+            initial_blocks=1,
+            max_blocks=1,
+            blocks_mean=1.0,
+            blocks_std=0.0,
+            alpha_std=0.0,
+            size_mean=0.05,
+            size_std=0.01,
         ).instance
         policies = {"dpf": make_policy("dpf-n", n=1).policy, "dpack": make_policy("dpack", k=1).policy}
         result = compare_offline(instance, policies, time_limit=30.0)
@@ -217,8 +244,9 @@ def test_bending_applies_to_the_mechanisms_own_sizes_too():
 
 
 def test_random_selection_picks_distinct_existing_blocks_not_only_the_latest():
-    trace = workloads.generate("heterogeneous", seed=9, duration=60.0, blocks_mean=3.0, blocks_std=0.0,
-                               initial_blocks=2, block_selection="random")
+    trace = workloads.generate(
+        "heterogeneous", seed=9, duration=60.0, blocks_mean=3.0, blocks_std=0.0, initial_blocks=2, block_selection="random"
+    )
     arrival = {b.id: b.arrival for b in trace.blocks}
     older = 0
     for p in trace.pipelines:
@@ -234,8 +262,9 @@ def test_random_selection_picks_distinct_existing_blocks_not_only_the_latest():
 
 def test_the_default_block_selection_and_no_range_change_nothing():
     default = workloads.generate("heterogeneous", seed=5, duration=30.0, size_mean=0.05, size_std=0.01)
-    explicit = workloads.generate("heterogeneous", seed=5, duration=30.0, size_mean=0.05, size_std=0.01,
-                                  range_mean=None, range_std=0.0, block_selection="latest")
+    explicit = workloads.generate(
+        "heterogeneous", seed=5, duration=30.0, size_mean=0.05, size_std=0.01, range_mean=None, range_std=0.0, block_selection="latest"
+    )
     assert default.to_dict() == explicit.to_dict()
     assert all(isinstance(p.blocks, LastBlocks) for p in default.pipelines)
 
@@ -245,9 +274,20 @@ def test_offline_on_the_artifacts_one_block_construction_dpack_reaches_the_optim
     # (K = 1) grants 30, 28, 27 on seeds 0-2, the proven optimum, and DPF 21, 19, 19.
     for seed in (0, 1, 2):
         instance = workloads.generate(
-            "heterogeneous", seed=seed, duration=1.0, rate=200.0, batch=None, initial_blocks=1, max_blocks=1,
-            blocks_mean=1.0, blocks_std=0.0, alpha_std=0.0, size_mean=0.05, size_std=0.01,
-            range_mean=0.05, range_std=0.03,
+            "heterogeneous",
+            seed=seed,
+            duration=1.0,
+            rate=200.0,
+            batch=None,
+            initial_blocks=1,
+            max_blocks=1,
+            blocks_mean=1.0,
+            blocks_std=0.0,
+            alpha_std=0.0,
+            size_mean=0.05,
+            size_std=0.01,
+            range_mean=0.05,
+            range_std=0.03,
         ).instance
         policies = {"dpf": make_policy("dpf-n", n=1).policy, "dpack": make_policy("dpack", k=1).policy}
         result = compare_offline(instance, policies, time_limit=30.0)

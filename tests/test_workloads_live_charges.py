@@ -44,13 +44,11 @@ def test_every_macrobenchmark_pipeline_is_charged_what_submitting_its_builtin_jo
     client = connect(tmp_path / "macro.db", accounting, macro.BLOCK_EPSILON, macro.BLOCK_DELTA)
     live = {"mice": [], "elephants": []}
     for epsilon in macro.MICE_EPSILONS:  # a Laplace count, pure epsilon-DP
-        live["mice"].append(submitted_demand(client, f"mouse-{epsilon}", job=builtin(macro.MOUSE_JOB),
-                                             epsilon=epsilon, delta=0.0))
+        live["mice"].append(submitted_demand(client, f"mouse-{epsilon}", job=builtin(macro.MOUSE_JOB), epsilon=epsilon, delta=0.0))
     for label, model, _, rate, epochs in macro.MODELS:
         for epsilon in macro.ELEPHANT_EPSILONS:
             job = builtin(macro.elephant_job(model, rate, epochs))
-            live["elephants"].append(submitted_demand(client, f"{label}-{epsilon}", job=job, epsilon=epsilon,
-                                                      delta=macro.ELEPHANT_DELTA))
+            live["elephants"].append(submitted_demand(client, f"{label}-{epsilon}", job=job, epsilon=epsilon, delta=macro.ELEPHANT_DELTA))
     client.close()
     name = "macro-rdp" if accounting == "rdp" else "macro"
     instance = workloads.generate(name, seed=5, days=3, pipelines_per_day=60).instance

@@ -146,8 +146,7 @@ def _candidates() -> list[tuple[str, dict]]:
         for q in (0.001, 0.01, 0.05, 0.1, 0.2, 0.5):
             for noise in (0.1, 0.5, 1, 2):
                 steps = round(epochs / q)
-                zoo.append(("dp-sgd", {"kind": "subsampled_gaussian", "sample_rate": q, "noise_multiplier": noise,
-                                       "steps": steps}))
+                zoo.append(("dp-sgd", {"kind": "subsampled_gaussian", "sample_rate": q, "noise_multiplier": noise, "steps": steps}))
     return zoo
 
 
@@ -228,9 +227,7 @@ def check_block_selection(block_selection: str) -> None:
         raise ValueError(f"block_selection must be 'latest' or 'random', got {block_selection!r}")
 
 
-def truncated_normal(
-    rng: np.random.Generator, mean: float, std: float, n: int, bounds: tuple[float, float] = SIZE_RANGE
-) -> np.ndarray:
+def truncated_normal(rng: np.random.Generator, mean: float, std: float, n: int, bounds: tuple[float, float] = SIZE_RANGE) -> np.ndarray:
     """``n`` draws from a normal(mean, std) truncated to ``bounds``, by inverting its CDF (one
     uniform per draw); ``std = 0`` gives ``mean`` itself."""
     low, high = bounds

@@ -107,10 +107,7 @@ def macrobenchmark(
     if days > MAX_WORKLOAD_BLOCKS:
         raise ValueError(f"the workload would have {days} daily blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
     rng = np.random.default_rng(seed)
-    blocks = [
-        {"id": f"day{d}", "arrival": d * block_period, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}
-        for d in range(days)
-    ]
+    blocks = [{"id": f"day{d}", "arrival": d * block_period, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA} for d in range(days)]
     horizon = days * block_period if duration is None else duration
     times = poisson_arrivals(rng, pipelines_per_day / block_period, horizon)
     pipelines = []
@@ -123,7 +120,6 @@ def macrobenchmark(
         else:
             (demand, n_blocks), klass = _elephant(rng, accounting), "elephants"
         pipelines.append(
-            {"id": f"p{i}", "arrival": t, "blocks": {"last": n_blocks}, **demand,
-             "timeout": timeout_periods * block_period, "class": klass}
+            {"id": f"p{i}", "arrival": t, "blocks": {"last": n_blocks}, **demand, "timeout": timeout_periods * block_period, "class": klass}
         )
     return parse_trace({"accounting": accounting, "blocks": blocks, "pipelines": pipelines})

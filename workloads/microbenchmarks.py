@@ -40,8 +40,9 @@ def poisson_arrivals(rng: np.random.Generator, rate: float, duration: float) -> 
     if not rate > 0 or not duration > 0:
         raise ValueError(f"rate and duration must be positive, got {rate!r} and {duration!r}")
     if rate * duration > MAX_PIPELINES:
-        raise ValueError(f"rate {rate:g}/s over {duration:g} s means about {rate * duration:.3g} pipelines, "
-                         f"more than the limit of {MAX_PIPELINES}")
+        raise ValueError(
+            f"rate {rate:g}/s over {duration:g} s means about {rate * duration:.3g} pipelines, more than the limit of {MAX_PIPELINES}"
+        )
     return np.sort(rng.uniform(0.0, duration, rng.poisson(rate * duration)))
 
 
@@ -53,9 +54,7 @@ def periodic_blocks(initial: int, interval: float, duration: float, epsilon: flo
     if count > MAX_BLOCKS:
         raise ValueError(f"the workload would have about {count:.3g} blocks, more than the limit of {MAX_BLOCKS}")
     times = np.concatenate([np.zeros(initial), np.arange(interval, duration, interval)])
-    return [
-        {"id": f"b{j}", "arrival": float(t), "epsilon": epsilon, "delta": delta} for j, t in enumerate(times.tolist())
-    ]
+    return [{"id": f"b{j}", "arrival": float(t), "epsilon": epsilon, "delta": delta} for j, t in enumerate(times.tolist())]
 
 
 def _document(accounting: str, blocks: list[dict], pipelines: list[dict]) -> Trace:
@@ -63,9 +62,7 @@ def _document(accounting: str, blocks: list[dict], pipelines: list[dict]) -> Tra
     return parse_trace(data)
 
 
-def _pipelines(
-    rng: np.random.Generator, times: np.ndarray, blocks_of, timeout: float
-) -> list[dict]:
+def _pipelines(rng: np.random.Generator, times: np.ndarray, blocks_of, timeout: float) -> list[dict]:
     mice = rng.random(len(times)) < MICE_FRACTION
     return [
         {

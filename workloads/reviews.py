@@ -84,9 +84,7 @@ def generate_reviews(n: int, rng: np.random.Generator, spec: ReviewSpec = Review
     }
 
 
-def write_blocks(
-    directory: str | Path, days: int, per_day: int, seed: int = 0, spec: ReviewSpec = ReviewSpec()
-) -> list[Path]:
+def write_blocks(directory: str | Path, days: int, per_day: int, seed: int = 0, spec: ReviewSpec = ReviewSpec()) -> list[Path]:
     """One block file ``day-XXXX.npz`` per day, each from its own seeded stream."""
     if days < 1 or per_day < 1:
         raise ValueError("need at least one day and one review per day")
@@ -123,7 +121,11 @@ MICE_QUERIES = (
 
 
 def pipeline_mix(
-    days: int, per_day: int, seed: int = 0, dataset: str = "reviews", block_period: float = 86400.0,
+    days: int,
+    per_day: int,
+    seed: int = 0,
+    dataset: str = "reviews",
+    block_period: float = 86400.0,
     timeout_periods: float = 5.0,
 ) -> list[dict]:
     """Pipelines arriving as a Poisson process of ``per_day`` per block period for ``days``.
@@ -172,9 +174,7 @@ def write_pipelines(path: str | Path, pipelines: list[dict]) -> Path:
     return path
 
 
-def non_private_baseline(
-    block_paths: list[str | Path], job: dict, device: str = "cpu"
-) -> dict[str, float]:
+def non_private_baseline(block_paths: list[str | Path], job: dict, device: str = "cpu") -> dict[str, float]:
     """Train the model of a ``dpsgd`` job on the same blocks and held-out split without
     privacy (same optimiser, epochs and expected batch size); returns held-out loss and
     accuracy, the reference a private model is compared with."""

@@ -37,8 +37,7 @@ def shown(value: Any, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def check_number(value: Any, what: str, low: float, high: float, *, low_open: bool = False,
-                 integer: bool = False) -> float | int:
+def check_number(value: Any, what: str, low: float, high: float, *, low_open: bool = False, integer: bool = False) -> float | int:
     """``value`` if it is a real number (not a bool) in [low, high] (or (low, high]); an
     integral value is returned as an ``int`` when ``integer``. Raises ``ValueError``."""
     must = f"{what} must" if what else "must"

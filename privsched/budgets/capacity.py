@@ -22,9 +22,7 @@ def validate_epsilon_delta(epsilon: float, delta: float) -> None:
     check_delta(delta, "delta")
 
 
-def rdp_capacity(
-    epsilon: float, delta: float, alphas: tuple[float, ...] | np.ndarray, conversion: Conversion = "paper"
-) -> np.ndarray:
+def rdp_capacity(epsilon: float, delta: float, alphas: tuple[float, ...] | np.ndarray, conversion: Conversion = "paper") -> np.ndarray:
     """RDP capacity curve ε_G(α) that guarantees (ε_G, δ_G)-DP through composition.
 
     ``paper`` (Luo et al., OSDI'21 §4.2, from Mironov 2017 Prop. 3):
@@ -60,9 +58,7 @@ def rdp_capacity(
     return np.maximum(curve, 0.0)
 
 
-def block_capacity(
-    accounting: Accounting, epsilon: float, delta: float, conversion: Conversion = "paper"
-) -> np.ndarray:
+def block_capacity(accounting: Accounting, epsilon: float, delta: float, conversion: Conversion = "paper") -> np.ndarray:
     """A block's capacity vector: (ε_G, δ_G) under basic accounting, ε_G(α) under RDP."""
     if accounting.is_rdp:
         return rdp_capacity(epsilon, delta, accounting.alphas, conversion)

@@ -22,12 +22,10 @@ from privsched.budgets.bounds import (
 )
 
 
-def bounded(low: float, high: float, what: str = "", *, low_open: bool = False,
-            integer: bool = False) -> Any:
+def bounded(low: float, high: float, what: str = "", *, low_open: bool = False, integer: bool = False) -> Any:
     """An annotated pydantic type accepting only :func:`check_number`'s values."""
     kind = int if integer else float
-    return Annotated[kind, BeforeValidator(
-        lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))]
+    return Annotated[kind, BeforeValidator(lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))]
 
 
 Epsilon = bounded(MIN_EPSILON, MAX_EPSILON)

@@ -140,9 +140,7 @@ def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
         if isinstance(mechanism, Laplace):
             return laplace_curve(mechanism.scale, alphas, mechanism.sensitivity)
         if isinstance(mechanism, SubsampledGaussian):
-            return subsampled_gaussian_curve(
-                mechanism.sample_rate, mechanism.noise_multiplier, mechanism.steps, alphas
-            )
+            return subsampled_gaussian_curve(mechanism.sample_rate, mechanism.noise_multiplier, mechanism.steps, alphas)
     else:
         if isinstance(mechanism, EpsilonDelta):
             return np.array([mechanism.epsilon, mechanism.delta])

@@ -162,9 +162,7 @@ def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, ste
 
 
 @functools.lru_cache(maxsize=256)
-def calibrate_noise_multiplier(
-    sample_rate: float, steps: int, epsilon: float, delta: float, tolerance: float = 0.01
-) -> float:
+def calibrate_noise_multiplier(sample_rate: float, steps: int, epsilon: float, delta: float, tolerance: float = 0.01) -> float:
     """A noise multiplier σ, found by bisection, with which ``steps`` steps at rate q reach
     at most (ε, δ) under the RDP accountant and at least (1 − ``tolerance``)·ε.
 

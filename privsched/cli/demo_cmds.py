@@ -14,9 +14,7 @@ from privsched.cli.registry import app
 
 @app.command()
 def demo(
-    out: Annotated[Path, typer.Option(help="Folder for the database, block files, job runs and figure.")] = Path(
-        "runs/demo"
-    ),
+    out: Annotated[Path, typer.Option(help="Folder for the database, block files, job runs and figure.")] = Path("runs/demo"),
     days: Annotated[int, typer.Option(min=2, help="Daily blocks of synthetic reviews.")] = 12,
     reviews_per_day: Annotated[int, typer.Option(min=100, help="Reviews in each daily block.")] = 1000,
     n: Annotated[int, typer.Option(min=1, help="DPF-N: arrivals that unlock a block fully.")] = 12,

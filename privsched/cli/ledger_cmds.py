@@ -27,8 +27,7 @@ if TYPE_CHECKING:
     from privsched.readouts import Readout
     from privsched.remote import RemoteClient
 
-dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.",
-                          no_args_is_help=True)
+dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.", no_args_is_help=True)
 #: Image formats ``budget show --plot`` writes.
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 blocks_app = typer.Typer(help="Blocks: the partitions of a dataset that carry budget.", no_args_is_help=True)
@@ -59,8 +58,7 @@ def _page(blocks: list[T], states: Sequence[str], every: bool) -> tuple[list[T],
         return blocks, None
     counted = Counter(states)
     counts = ", ".join(f"{count} {state}" for state, count in sorted(counted.items()))
-    return blocks[-SHOWN_BLOCKS:], (f"showing the {SHOWN_BLOCKS} most recent of {len(blocks)} blocks ({counts}); "
-                                    "--all shows every block")
+    return blocks[-SHOWN_BLOCKS:], (f"showing the {SHOWN_BLOCKS} most recent of {len(blocks)} blocks ({counts}); --all shows every block")
 
 
 def _when(timestamp: float) -> str:
@@ -82,9 +80,13 @@ def dataset_create(
     delta: Annotated[float, typer.Option("--delta", help="Global δ_G of every block.")],
     accounting: Annotated[str, typer.Option(help="basic (ε, δ) composition or rdp.")] = "rdp",
     alphas: Annotated[Optional[str], typer.Option(help="RDP orders, comma-separated (default grid).")] = None,
-    conversion: Annotated[str, typer.Option(
-        help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive "
-             "(δ_G split over the orders: (ε_G, δ_G) under adaptive demands).")] = "paper",
+    conversion: Annotated[
+        str,
+        typer.Option(
+            help="RDP capacity rule: paper, tight, or paper-adaptive / tight-adaptive "
+            "(δ_G split over the orders: (ε_G, δ_G) under adaptive demands)."
+        ),
+    ] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""
@@ -112,8 +114,7 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
-        add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders,
-                _when(info.created_at))
+        add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders, _when(info.created_at))
     show(table)
 
 
@@ -123,8 +124,10 @@ def blocks_add(
     keys: Annotated[list[str], typer.Argument(help="Block keys, e.g. dates or user ranges.")],
     location: Annotated[Optional[list[str]], typer.Option(help="KEY=PATH data location (repeatable).")] = None,
     location_template: Annotated[
-        Optional[str], typer.Option(help="Data location of every block, with {key} (and {dataset}) replaced, "
-                                         "e.g. 'data/{key}.npz'; {{ and }} stand for braces.")
+        Optional[str],
+        typer.Option(
+            help="Data location of every block, with {key} (and {dataset}) replaced, e.g. 'data/{key}.npz'; {{ and }} stand for braces."
+        ),
     ] = None,
     unlocked: Annotated[float, typer.Option(help="Fraction of each block's capacity unlocked at once.")] = 0.0,
     db: DbOption = DEFAULT_DB,
@@ -136,8 +139,7 @@ def blocks_add(
     say(f"added {len(added)} block(s) to {dataset}")
 
 
-def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None,
-                     dataset: str) -> dict[str, str]:
+def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | None, dataset: str) -> dict[str, str]:
     locations = {}
     if template is not None:
         with errors():
@@ -164,8 +166,7 @@ def blocks_list(
     blocks, note = _page(listed, [block.state for block in listed], every)
     table = new_table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
-        add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-",
-                _when(block.created_at))
+        add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-", _when(block.created_at))
     show(table)
 
 
@@ -173,9 +174,10 @@ def blocks_list(
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
     every: AllOption = False,
-    plot: Annotated[Optional[Path], typer.Option(
-        "--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).",
-        dir_okay=False)] = None,
+    plot: Annotated[
+        Optional[Path],
+        typer.Option("--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).", dir_okay=False),
+    ] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ)
@@ -200,8 +202,9 @@ def budget_show(
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
         shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
-        table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)",
-                      title=text(title), caption=text(caption))
+        table = new_table(
+            "block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=text(title), caption=text(caption)
+        )
         for row in shown:
             cells = [budget_text(amount, rdp) for amount in (row.locked, row.unlocked, row.allocated, row.consumed)]
             remaining = budget_text(row.remaining, rdp)
@@ -224,11 +227,15 @@ def budget_text(amount: Readout, rdp: bool) -> str:
 @app.command()
 def audit(
     db: DbOption = DEFAULT_DB,
-    export: Annotated[bool, typer.Option(
-        "--export", help="Print only the event log's chain head (<event id>:<sha256>) to keep elsewhere.")] = False,
-    expect: Annotated[Optional[str], typer.Option(
-        "--expect", metavar="HEAD",
-        help="A chain head kept earlier: fail unless the log still holds it (history not rewritten).")] = None,
+    export: Annotated[
+        bool, typer.Option("--export", help="Print only the event log's chain head (<event id>:<sha256>) to keep elsewhere.")
+    ] = False,
+    expect: Annotated[
+        Optional[str],
+        typer.Option(
+            "--expect", metavar="HEAD", help="A chain head kept earlier: fail unless the log still holds it (history not rewritten)."
+        ),
+    ] = None,
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""

@@ -33,12 +33,23 @@ _LEDGER, _SIMULATION, _SERVICE, _DEMO, _USERS = (
 
 #: Command (or command group) name -> the module that registers it on :data:`app`.
 COMMANDS: dict[str, str] = {
-    "init": _LEDGER, "dataset": _LEDGER, "blocks": _LEDGER, "budget": _LEDGER, "audit": _LEDGER,
-    "simulate": _SIMULATION, "sweep": _SIMULATION, "trace": _SIMULATION,
-    "submit": _SERVICE, "list": _SERVICE, "status": _SERVICE, "cancel": _SERVICE, "logs": _SERVICE,
+    "init": _LEDGER,
+    "dataset": _LEDGER,
+    "blocks": _LEDGER,
+    "budget": _LEDGER,
+    "audit": _LEDGER,
+    "simulate": _SIMULATION,
+    "sweep": _SIMULATION,
+    "trace": _SIMULATION,
+    "submit": _SERVICE,
+    "list": _SERVICE,
+    "status": _SERVICE,
+    "cancel": _SERVICE,
+    "logs": _SERVICE,
     "serve": _SERVICE,
     "demo": _DEMO,
-    "user": _USERS, "quota": _USERS,
+    "user": _USERS,
+    "quota": _USERS,
 }
 
 #: Global options that take a value (the word after them is not a command).

@@ -25,9 +25,12 @@ _server: dict[str, str | None] = {"url": None}
 
 @app.callback()
 def main_options(
-    server: Annotated[Optional[str], typer.Option(
-        "--server", envvar=SERVER_ENV,
-        help="A privsched server's address, e.g. https://host:8470 (token from PRIVSCHED_TOKEN).")] = None,
+    server: Annotated[
+        Optional[str],
+        typer.Option(
+            "--server", envvar=SERVER_ENV, help="A privsched server's address, e.g. https://host:8470 (token from PRIVSCHED_TOKEN)."
+        ),
+    ] = None,
 ) -> None:
     """Privacy-budget-aware job scheduler for differentially private machine learning."""
     _server["url"] = server or None

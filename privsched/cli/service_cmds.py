@@ -35,8 +35,15 @@ def _client(db: Path) -> Client | RemoteClient:
 
 
 #: The timing row of ``status`` that each state change of a pipeline sets.
-_TIMING_ROWS = {"submit": "submitted", "grant": "granted", "run": "started", "complete": "finished",
-                "fail": "finished", "cancel": "finished", "expire": "finished"}
+_TIMING_ROWS = {
+    "submit": "submitted",
+    "grant": "granted",
+    "run": "started",
+    "complete": "finished",
+    "fail": "finished",
+    "cancel": "finished",
+    "expire": "finished",
+}
 
 
 def _caused_by(events: list[Event]) -> tuple[dict[str, str], list[str]]:
@@ -71,10 +78,10 @@ def submit(
     pipeline: Annotated[Path, typer.Argument(help="Pipeline specification (YAML, or .json).")],
     wait: Annotated[bool, typer.Option("--wait", help="Wait for the pipeline to end and print its outcome.")] = False,
     owner: Annotated[Optional[str], typer.Option(help="Owner, when the file gives none (default: you).")] = None,
-    submission_id: Annotated[Optional[str], typer.Option(
-        "--id", help="Submission id (with --server): submitting it again returns the same pipeline.")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
+    submission_id: Annotated[
+        Optional[str], typer.Option("--id", help="Submission id (with --server): submitting it again returns the same pipeline.")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
@@ -118,8 +125,18 @@ def list_pipelines(
     table = new_table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
-        add_row(table, str(info.id), info.name, info.dataset, info.state, info.owner, str(len(info.block_keys)),
-                _when(info.submitted_at), _when(info.finished_at), reason)
+        add_row(
+            table,
+            str(info.id),
+            info.name,
+            info.dataset,
+            info.state,
+            info.owner,
+            str(len(info.block_keys)),
+            _when(info.submitted_at),
+            _when(info.finished_at),
+            reason,
+        )
     show(table)
 
 
@@ -152,8 +169,12 @@ def status(
         add_row(table, f"block {grant.key}", f"demand {budget_text(grant.demand, acc.is_rdp)}{consumed} ({unit})")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
-    for label, at in (("submitted", info.submitted_at), ("granted", info.granted_at), ("started", info.started_at),
-                      ("finished", info.finished_at)):
+    for label, at in (
+        ("submitted", info.submitted_at),
+        ("granted", info.granted_at),
+        ("started", info.started_at),
+        ("finished", info.finished_at),
+    ):
         add_row(table, label, _when(at) + by.get(label, ""))
     for released in releases:
         add_row(table, "released", released)
@@ -209,21 +230,26 @@ def serve(
     cpus: Annotated[Optional[float], typer.Option(help="CPUs jobs may use (default: this machine's).")] = None,
     memory: Annotated[Optional[str], typer.Option(help="Memory jobs may use, e.g. 64G (default: this machine's).")] = None,
     executor: Annotated[str, typer.Option(help="Where jobs run: local, or ray (a Ray cluster).")] = "local",
-    ray_address: Annotated[Optional[str], typer.Option(
-        help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")] = None,
-    sandbox: Annotated[Optional[str], typer.Option(
-        help="Job confinement: landlock, or none to run jobs unconfined (default: $PRIVSCHED_SANDBOX, "
-             "else landlock).")] = None,
-    allow_network: Annotated[bool, typer.Option(
-        "--allow-network", help="Let jobs that ask for it (job.network) open TCP connections.")] = False,
+    ray_address: Annotated[
+        Optional[str], typer.Option(help="Ray dashboard address, e.g. http://head:8265 (default: $RAY_ADDRESS, else this machine).")
+    ] = None,
+    sandbox: Annotated[
+        Optional[str],
+        typer.Option(help="Job confinement: landlock, or none to run jobs unconfined (default: $PRIVSCHED_SANDBOX, else landlock)."),
+    ] = None,
+    allow_network: Annotated[
+        bool, typer.Option("--allow-network", help="Let jobs that ask for it (job.network) open TCP connections.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
-    listen: Annotated[Optional[str], typer.Option(
-        help="Serve the HTTP API on HOST:PORT; 'none' for no API (default: 127.0.0.1:8470, none with --until-idle).")]
-    = None,
+    listen: Annotated[
+        Optional[str],
+        typer.Option(help="Serve the HTTP API on HOST:PORT; 'none' for no API (default: 127.0.0.1:8470, none with --until-idle)."),
+    ] = None,
     tls_cert: Annotated[Optional[str], typer.Option(help="TLS certificate (PEM) of the HTTP API.")] = None,
     tls_key: Annotated[Optional[str], typer.Option(help="TLS private key (PEM) of the HTTP API.")] = None,
-    insecure: Annotated[bool, typer.Option(
-        "--insecure", help="Allow plain HTTP on a non-loopback address (tokens travel in clear).")] = False,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Allow plain HTTP on a non-loopback address (tokens travel in clear).")
+    ] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Run the scheduler on the database (one per database) until interrupted."""
@@ -234,9 +260,21 @@ def serve(
     local_only("serve")
     with errors():
         options = ServeOptions.parse(
-            policy=policy, n=n, lifetime=lifetime, k=k, unlock=unlock, tick=tick, until_idle=until_idle, gpus=gpus,
-            cpus=cpus, memory=memory, executor=executor, ray_address=ray_address, sandbox=sandbox,
-            allow_network=allow_network)
+            policy=policy,
+            n=n,
+            lifetime=lifetime,
+            k=k,
+            unlock=unlock,
+            tick=tick,
+            until_idle=until_idle,
+            gpus=gpus,
+            cpus=cpus,
+            memory=memory,
+            executor=executor,
+            ray_address=ray_address,
+            sandbox=sandbox,
+            allow_network=allow_network,
+        )
         options.check()  # before the API or any job starts
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -246,8 +284,10 @@ def serve(
         if not quiet:
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
-    with local_client(db) as client, errors(), \
-            api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec()):
+    with (
+        local_client(db) as client,
+        errors(),
+        api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec()),
+    ):
         summary = client.serve(options, stop=stop, log=log)
-    say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, "
-        f"{summary.pending} still pending")
+    say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, {summary.pending} still pending")

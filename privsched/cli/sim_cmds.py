@@ -107,9 +107,7 @@ def _summary_table(summary: dict) -> Table:
     for name, counts in summary["by_class"].items():
         add_row(table, name, str(counts["pipelines"]), str(counts["granted"]))
     add_row(table, text("total", "bold"), str(summary["pipelines"]), text(summary["granted"], "bold"))
-    delays = "no grant" if summary["delay_p50"] is None else (
-        f"delay p50 {summary['delay_p50']:.2f} s, p99 {summary['delay_p99']:.2f} s"
-    )
+    delays = "no grant" if summary["delay_p50"] is None else (f"delay p50 {summary['delay_p50']:.2f} s, p99 {summary['delay_p99']:.2f} s")
     table.caption = text(
         f"timed out {summary['timed_out']}, pending {summary['pending']}; {delays}; "
         f"mean block budget used {summary['mean_block_used']:.3f}; "
@@ -120,11 +118,11 @@ def _summary_table(summary: dict) -> Table:
 
 @app.command()
 def simulate(
-    workload: Annotated[str, typer.Argument(
-        help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")],
+    workload: Annotated[
+        str, typer.Argument(help="Workload (single-block, multi-block, macro with optional -rdp, heterogeneous) or trace file.")
+    ],
     out: Annotated[Path, typer.Option(help="Directory for result.json, summary.json and (with --plots) figures.")],
-    policy: Annotated[str, typer.Option(
-        help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal).")] = "dpf-n",
+    policy: Annotated[str, typer.Option(help="Policy name (fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal).")] = "dpf-n",
     n: Annotated[Optional[int], typer.Option("--n", help="N: per-arrival unlock divisor.")] = None,
     lifetime: Annotated[Optional[float], typer.Option(help="T: data lifetime in seconds (per-time unlock).")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,

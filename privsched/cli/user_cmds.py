@@ -38,8 +38,9 @@ def user_list(db: DbOption = DEFAULT_DB) -> None:
     table = new_table("name", "role", "team", "created", "revoked")
     for user in users:
         revoked = user["revoked_at"]
-        add_row(table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]),
-                "-" if revoked is None else _when(revoked))
+        add_row(
+            table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]), "-" if revoked is None else _when(revoked)
+        )
     show(table)
 
 

@@ -29,9 +29,13 @@ def plot_budgets(datasets: list[tuple[DatasetInfo, list[BlockInfo]]], path: str 
 
     path = Path(path)
     heights = [min(len(blocks), MAX_BARS) for _, blocks in datasets] or [1]
-    figure, axes = plt.subplots(len(heights), 1, squeeze=False,
-                                figsize=(8, 1.2 + 0.28 * sum(max(h, 2) for h in heights)),
-                                gridspec_kw={"height_ratios": [max(h, 2) for h in heights]})
+    figure, axes = plt.subplots(
+        len(heights),
+        1,
+        squeeze=False,
+        figsize=(8, 1.2 + 0.28 * sum(max(h, 2) for h in heights)),
+        gridspec_kw={"height_ratios": [max(h, 2) for h in heights]},
+    )
     for axis, (dataset, blocks) in zip(axes[:, 0], datasets):
         shown = blocks[:MAX_BARS]
         bars = [budget_bar(block, dataset.accounting) for block in shown]
@@ -48,8 +52,9 @@ def plot_budgets(datasets: list[tuple[DatasetInfo, list[BlockInfo]]], path: str 
         axis.invert_yaxis()
         axis.set_xlim(0, 1)
         more = f" (first {MAX_BARS} of {len(blocks)} blocks)" if len(blocks) > MAX_BARS else ""
-        axis.set_title(f"{plain(dataset.name)}: {dataset.accounting.name}, ε_G={dataset.epsilon:g}, "
-                       f"δ_G={dataset.delta:g}{more}", fontsize=9)
+        axis.set_title(
+            f"{plain(dataset.name)}: {dataset.accounting.name}, ε_G={dataset.epsilon:g}, δ_G={dataset.delta:g}{more}", fontsize=9
+        )
         axis.set_xlabel("share of capacity (binding dimension; RDP: best order)", fontsize=8)
     axes[0, 0].legend(loc="lower right", fontsize=7, ncol=4)
     figure.tight_layout()

@@ -60,18 +60,22 @@ class LedgerCollector(Collector):
             by_state.add_metric([state], states.get(state, 0))
         yield by_state
 
-        waiting = Counter(self.reasons[info.id].code for info in pipelines
-                          if info.state == "pending" and info.id in self.reasons)
-        by_reason = GaugeMetricFamily("privsched_pending_pipelines", "Pending pipelines by why they wait.",
-                                      labels=["reason"])
+        waiting = Counter(self.reasons[info.id].code for info in pipelines if info.state == "pending" and info.id in self.reasons)
+        by_reason = GaugeMetricFamily("privsched_pending_pipelines", "Pending pipelines by why they wait.", labels=["reason"])
         for code in REASON_CODES:
             by_reason.add_metric([code], waiting.get(code, 0))
         yield by_reason
 
-        yield histogram("privsched_admission_wait_time_seconds", "Submit-to-grant time of granted pipelines.",
-                        [info.granted_at - info.submitted_at for info in pipelines if info.granted_at is not None])
-        yield histogram("privsched_pending_wait_time_seconds", "How long each pending pipeline has waited so far.",
-                        [now - info.submitted_at for info in pipelines if info.state == "pending"])
+        yield histogram(
+            "privsched_admission_wait_time_seconds",
+            "Submit-to-grant time of granted pipelines.",
+            [info.granted_at - info.submitted_at for info in pipelines if info.granted_at is not None],
+        )
+        yield histogram(
+            "privsched_pending_wait_time_seconds",
+            "How long each pending pipeline has waited so far.",
+            [now - info.submitted_at for info in pipelines if info.state == "pending"],
+        )
 
         runs = CounterMetricFamily("privsched_job_runs", "Ended job runs by outcome.", labels=["outcome"])
         outcomes = Counter(info.state.value for info in pipelines if info.started_at is not None and info.finished_at)

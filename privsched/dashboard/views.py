@@ -64,13 +64,14 @@ def budget_history(client: Client, dataset: DatasetInfo, blocks: list[BlockInfo]
             elif bucket == "allocated":
                 allocated[event.block_id] = allocated.get(event.block_id, 0.0) + sign * amount
         consumed.setdefault(event.block_id, 0.0)
-        shares = [(consumed[b] / capacity[b], (consumed[b] + allocated.get(b, 0.0)) / capacity[b])
-                  for b in consumed if capacity[b] > 0]
-        history.append({
-            "at": event.at,
-            "consumed": float(np.mean([s[0] for s in shares])) if shares else 0.0,
-            "given_out": float(np.mean([s[1] for s in shares])) if shares else 0.0,
-        })
+        shares = [(consumed[b] / capacity[b], (consumed[b] + allocated.get(b, 0.0)) / capacity[b]) for b in consumed if capacity[b] > 0]
+        history.append(
+            {
+                "at": event.at,
+                "consumed": float(np.mean([s[0] for s in shares])) if shares else 0.0,
+                "given_out": float(np.mean([s[1] for s in shares])) if shares else 0.0,
+            }
+        )
     return history
 
 
@@ -79,14 +80,16 @@ def blocks_page(client: Client, readable: Readable) -> list[dict[str, Any]]:
     page = []
     for dataset in filter(readable, client.datasets()):
         blocks = client.blocks(dataset.name)
-        page.append({
-            "name": dataset.name,
-            "accounting": dataset.accounting.name,
-            "epsilon": dataset.epsilon,
-            "delta": dataset.delta,
-            "blocks": [block_view(block, dataset) for block in blocks],
-            "history": budget_history(client, dataset, blocks),
-        })
+        page.append(
+            {
+                "name": dataset.name,
+                "accounting": dataset.accounting.name,
+                "epsilon": dataset.epsilon,
+                "delta": dataset.delta,
+                "blocks": [block_view(block, dataset) for block in blocks],
+                "history": budget_history(client, dataset, blocks),
+            }
+        )
     return page
 
 
@@ -108,8 +111,9 @@ def pipeline_row(info: PipelineInfo, message: str | None) -> dict[str, Any]:
     }
 
 
-def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingReason],
-               message: Callable[[PipelineInfo], str | None]) -> dict[str, Any]:
+def queue_page(
+    client: Client, readable: Readable, reasons: dict[int, WaitingReason], message: Callable[[PipelineInfo], str | None]
+) -> dict[str, Any]:
     """On the readable datasets: pending pipelines in the serving policy's order with why each
     waits (``reasons``, :mod:`privsched.service.waiting`), granted ones waiting for compute,
     running jobs with their placement, and the most recently ended pipelines; and what keeps
@@ -119,8 +123,9 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
     by_state: dict[str, list[PipelineInfo]] = {}
     for info in pipelines:
         by_state.setdefault(info.state, []).append(info)
-    pending = sorted(by_state.get("pending", []),
-                     key=lambda info: (info.dataset, reasons[info.id].rank if info.id in reasons else 0, info.id))
+    pending = sorted(
+        by_state.get("pending", []), key=lambda info: (info.dataset, reasons[info.id].rank if info.id in reasons else 0, info.id)
+    )
     ended = [info for info in pipelines if info.finished_at is not None]
     ended.sort(key=lambda info: info.finished_at or 0.0, reverse=True)
 
@@ -128,11 +133,13 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
         return [pipeline_row(info, message(info)) for info in infos]
 
     return {
-        "pending": [{**pipeline_row(info, message(info)),
-                     "reason": reasons[info.id].text() if info.id in reasons else None} for info in pending],
-        "granted": [{**pipeline_row(info, message(info)),
-                     "reason": reasons[info.id].text() if info.id in reasons else None}
-                    for info in by_state.get("granted", [])],
+        "pending": [
+            {**pipeline_row(info, message(info)), "reason": reasons[info.id].text() if info.id in reasons else None} for info in pending
+        ],
+        "granted": [
+            {**pipeline_row(info, message(info)), "reason": reasons[info.id].text() if info.id in reasons else None}
+            for info in by_state.get("granted", [])
+        ],
         "running": rows(by_state.get("running", [])),
         "recent": rows(ended[:RECENT]),
         "condition": client.scheduler_condition(),
@@ -140,12 +147,12 @@ def queue_page(client: Client, readable: Readable, reasons: dict[int, WaitingRea
 
 
 def _curve(vector: np.ndarray, accounting: Accounting) -> list[dict[str, Any]]:
-    return [{"dimension": label, "value": float(value)}
-            for label, value in zip(accounting.dimension_labels(), vector)]
+    return [{"dimension": label, "value": float(value)} for label, value in zip(accounting.dimension_labels(), vector)]
 
 
-def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool,
-                  reason: WaitingReason | None = None) -> dict[str, Any]:
+def pipeline_page(
+    client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool, reason: WaitingReason | None = None
+) -> dict[str, Any]:
     """One pipeline: its row, why it waits (``reason``, pending or granted), spec (job and
     resources), charged demand against each block's capacity, consumed budget, and what its job released. A built-in job releases only DP
     metrics (docs/privacy.md); a user job is untrusted code whose metrics, like its log, only
@@ -158,13 +165,15 @@ def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trust
     for key in info.block_keys:
         demand = info.demands[key]
         capacity = blocks[key].capacity if key in blocks else dataset.capacity
-        demands.append({
-            "block": key,
-            "demand": _pair(demand, dataset, capacity),
-            "curve": _curve(demand, dataset.accounting),
-            "capacity": _curve(capacity, dataset.accounting),
-            "consumed": None if info.consumed is None else _pair(info.consumed[key], dataset, capacity),
-        })
+        demands.append(
+            {
+                "block": key,
+                "demand": _pair(demand, dataset, capacity),
+                "curve": _curve(demand, dataset.accounting),
+                "capacity": _curve(capacity, dataset.accounting),
+                "consumed": None if info.consumed is None else _pair(info.consumed[key], dataset, capacity),
+            }
+        )
     return {
         **pipeline_row(info, message),
         "waiting": None if reason is None else reason.text(),
@@ -180,5 +189,4 @@ def pipeline_page(client: Client, info: PipelineInfo, message: str | None, trust
 def audit_page(client: Client) -> dict[str, Any]:
     """A fresh audit of the ledger."""
     report = client.audit()
-    return {"ok": report.ok, "violations": report.violations, "blocks": report.blocks, "events": report.events,
-            "head": report.head}
+    return {"ok": report.ok, "violations": report.violations, "blocks": report.blocks, "events": report.events, "head": report.head}

@@ -94,21 +94,19 @@ class JobContext:
         """The number of records of the granted blocks, with ``noise`` (laplace or gaussian) for (ε, δ)."""
         return self._primitive("count", epsilon, delta, noise=noise)
 
-    def dp_sum(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
-               noise: str = "laplace") -> float:
+    def dp_sum(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0, noise: str = "laplace") -> float:
         """The sum of ``column`` clipped to ``bounds``, with noise for (ε, δ)."""
         return self._primitive("sum", epsilon, delta, column=column, bounds=list(bounds), noise=noise)
 
-    def dp_mean(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0,
-                noise: str = "laplace") -> float:
+    def dp_mean(self, column: str, bounds: tuple[float, float], epsilon: float, delta: float = 0.0, noise: str = "laplace") -> float:
         """A noisy sum over a noisy count, each with half of (ε, δ), clipped to ``bounds``."""
         return self._primitive("mean", epsilon, delta, column=column, bounds=list(bounds), noise=noise)
 
-    def dp_histogram(self, column: str, bounds: tuple[float, float], bins: int, epsilon: float,
-                     delta: float = 0.0, noise: str = "laplace") -> dict:
+    def dp_histogram(
+        self, column: str, bounds: tuple[float, float], bins: int, epsilon: float, delta: float = 0.0, noise: str = "laplace"
+    ) -> dict:
         """Noisy counts of ``column`` in ``bins`` equal bins over ``bounds`` (``value``, ``edges``)."""
-        return self._primitive("histogram", epsilon, delta, column=column, bounds=list(bounds), bins=bins,
-                               noise=noise)
+        return self._primitive("histogram", epsilon, delta, column=column, bounds=list(bounds), bins=bins, noise=noise)
 
     def report_spent(self, spent: np.ndarray | list[float]) -> None:
         """Record the budget actually spent on each granted block.
@@ -133,9 +131,7 @@ class JobContext:
                 "dataset": self.dataset,
                 "accounting": self.accounting.to_dict(),
                 "delta": self.delta,
-                "blocks": [
-                    {"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()
-                ],
+                "blocks": [{"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()],
                 "device": self.device,
                 "workdir": str(self.workdir),
                 "params": self.params,
@@ -154,10 +150,7 @@ class JobContext:
             dataset=data["dataset"],
             accounting=Accounting.from_dict(data["accounting"]),
             delta=data["delta"],
-            blocks={
-                b["key"]: BlockGrant(b["key"], b["location"], np.asarray(b["grant"], dtype=float))
-                for b in data["blocks"]
-            },
+            blocks={b["key"]: BlockGrant(b["key"], b["location"], np.asarray(b["grant"], dtype=float)) for b in data["blocks"]},
             device=data["device"],
             workdir=Path(data["workdir"]),
             params=data["params"],

@@ -170,8 +170,13 @@ class Account:
         epsilon, delta = float(request["epsilon"]), float(request.get("delta") or 0.0)
         if not (np.isfinite(epsilon) and epsilon > 0 and 0 <= delta < 1):
             raise ValueError("a primitive needs epsilon > 0 and 0 <= delta < 1")
-        job = StatisticJob(query=query, column=request.get("column"), bounds=request.get("bounds"),
-                           bins=request.get("bins"), noise=request.get("noise", "laplace"))
+        job = StatisticJob(
+            query=query,
+            column=request.get("column"),
+            bounds=request.get("bounds"),
+            bins=request.get("bins"),
+            noise=request.get("noise", "laplace"),
+        )
         mechanism = statistic_mechanism(job, epsilon, delta, self.ctx.accounting)
         total = self.spent + demand_vector(mechanism, self.ctx.accounting)
         if not np.all(total <= self.ctx.budget):

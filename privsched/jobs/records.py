@@ -43,9 +43,7 @@ def read_block_files(paths: Iterable[str | Path]) -> dict[str, np.ndarray]:
     columns = set(parts[0])
     if any(set(p) != columns for p in parts):
         raise ValueError("blocks hold different columns")
-    records = {
-        name: np.concatenate([p[name] for p in parts]) for name in sorted(columns) if name not in METADATA
-    }
+    records = {name: np.concatenate([p[name] for p in parts]) for name in sorted(columns) if name not in METADATA}
     if len({len(v) for v in records.values()}) != 1:
         raise ValueError("a block's columns have different numbers of records")
     for name in METADATA:

@@ -112,8 +112,7 @@ def write_atomic(path: Path, text: str) -> None:
 NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
-def deliver(result: JobResult, path: Path, result_fd: int | None = None, first_wait: float = 0.1,
-            longest_wait: float = 10.0) -> None:
+def deliver(result: JobResult, path: Path, result_fd: int | None = None, first_wait: float = 0.1, longest_wait: float = 10.0) -> None:
     """Hand the result to the scheduler: first through the executor's result pipe (which
     needs no disk), then in the result file, retried (waits doubling from ``first_wait`` to
     ``longest_wait`` seconds) for as long as the disk is full; any other error is raised."""
@@ -187,8 +186,7 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     else:
         read.append(str(private / "blocks"))
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
-    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable,
-                       network=network)
+    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable, network=network)
 
 
 def _source_checkout(package: Path) -> str | None:
@@ -261,8 +259,9 @@ def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket,
-               tmp: Path, private_fds: tuple[int, ...]) -> None:
+def _run_child(
+    document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket, tmp: Path, private_fds: tuple[int, ...]
+) -> None:
     """The job's process: close the supervisor's ``private_fds``, confine itself, then import
     and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
@@ -280,8 +279,7 @@ def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | N
         ctx.channel = Channel(sock, mediates_blocks=rules is not None and not job.get("kind"))
         try:
             job_callable(job)(ctx)
-            report = {"completed": True, "spent": None if ctx.spent is None else ctx.spent.tolist(),
-                      "metrics": ctx.metrics}
+            report = {"completed": True, "spent": None if ctx.spent is None else ctx.spent.tolist(), "metrics": ctx.metrics}
         except BaseException as exc:  # the job's own failure, whatever it is, is its result
             traceback.print_exc()
             message = f"{type(exc).__name__}: {exc}".splitlines()[0]
@@ -296,8 +294,7 @@ def _run_child(document: dict[str, Any], ctx: JobContext, rules: Confinement | N
         os._exit(code)
 
 
-def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = False,
-              private_fds: tuple[int, ...] = ()) -> JobResult:
+def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = False, private_fds: tuple[int, ...] = ()) -> JobResult:
     """Run the job a context document describes in a confined child process and say how it
     ended; the child's own report is believed only where it cannot lie (module docstring).
     ``network``: whether the operator lets a job that asks for it (``job.network``) keep TCP;
@@ -317,9 +314,13 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
         if rules is not None:
             hits = exposed(rules.read + rules.write, document.get("protected", ()))
             if hits:
-                return JobResult(ctx.pipeline_id, False, touched_data=False,
-                                 message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger "
-                                 "and the data out of the Python environment and the job's code)")
+                return JobResult(
+                    ctx.pipeline_id,
+                    False,
+                    touched_data=False,
+                    message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger "
+                    "and the data out of the Python environment and the job's code)",
+                )
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         ours, theirs = socket.socketpair()
         pid = os.fork()
@@ -355,8 +356,7 @@ def _end_on_signal(signum: int, frame: Any) -> None:
     os._exit(128 + signum)
 
 
-def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None,
-            status: int) -> JobResult:
+def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None, status: int) -> JobResult:
     """How the job is settled (docs/design.md §4.4). A built-in job's report is privsched's own code
     measuring its spend; a user job is charged its whole grant unless, confined, it spent
     only through primitives (then exactly their sum). A failed job has touched its data,
@@ -370,8 +370,7 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
     if not report.get("completed"):
-        return JobResult(ctx.pipeline_id, False, touched_data=True, message=str(report.get("message", ""))[:500],
-                         metrics=metrics)
+        return JobResult(ctx.pipeline_id, False, touched_data=True, message=str(report.get("message", ""))[:500], metrics=metrics)
     if builtin:
         spent = grant if report.get("spent") is None else {key: report["spent"] for key in ctx.blocks}
     elif confined and account.used_primitives and not account.read_blocks:
@@ -381,8 +380,7 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     return JobResult(ctx.pipeline_id, True, spent, True, "", metrics)
 
 
-def run_job(context_path: Path, mode: str = "landlock", network: bool = False,
-            private_fds: tuple[int, ...] = ()) -> JobResult:
+def run_job(context_path: Path, mode: str = "landlock", network: bool = False, private_fds: tuple[int, ...] = ()) -> JobResult:
     """Supervise the job of a context file (see :func:`supervise`)."""
     return supervise(json.loads(context_path.read_text()), mode, network, private_fds)
 

@@ -72,8 +72,7 @@ class SandboxError(OSError):
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -92,8 +91,7 @@ def abi_version() -> int:
     libc = _libc()
     if libc is None:
         return 0
-    version = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0),
-                           ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    version = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     return max(0, int(version))
 
 
@@ -109,8 +107,9 @@ def sandbox_mode(option: str | None = None) -> str:
 def require_sandbox(mode: str) -> None:
     """Refuse to run jobs confined where Landlock is missing (``SandboxError``, one line)."""
     if mode == "landlock" and abi_version() == 0:
-        raise SandboxError("this kernel offers no Landlock sandbox: pass --sandbox none (or set "
-                           f"{SANDBOX_VARIABLE}=none) to run jobs unconfined")
+        raise SandboxError(
+            f"this kernel offers no Landlock sandbox: pass --sandbox none (or set {SANDBOX_VARIABLE}=none) to run jobs unconfined"
+        )
 
 
 @dataclass(frozen=True)
@@ -159,8 +158,9 @@ def confine(rules: Confinement) -> int:
     if abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
     size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else (16 if abi >= 4 else 8)
-    ruleset = _check(libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size),
-                                  ctypes.c_uint32(0)), "create_ruleset")
+    ruleset = _check(
+        libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)), "create_ruleset"
+    )
     try:
         grants = [(p, READ) for p in rules.read] + [(p, WRITE) for p in rules.write]
         # The process's own /proc entry: CUDA's driver writes there when it initialises (seen on
@@ -171,8 +171,7 @@ def confine(rules: Confinement) -> int:
         for path, access in grants:
             _add_path(libc, ruleset, path, access & fs)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-        _check(libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)),
-               "restrict_self")
+        _check(libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "restrict_self")
     finally:
         os.close(ruleset)
     return abi
@@ -187,8 +186,16 @@ def _add_path(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         if not os.path.isdir(path):
             access &= _FILE_RIGHTS
         rule = _PathBeneathAttr(access, fd)
-        _check(libc.syscall(ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
-                            ctypes.byref(rule), ctypes.c_uint32(0)), f"add_rule({path})")
+        _check(
+            libc.syscall(
+                ctypes.c_long(_SYS_ADD_RULE),
+                ctypes.c_int(ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            ),
+            f"add_rule({path})",
+        )
     finally:
         os.close(fd)
 

@@ -118,8 +118,7 @@ def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> Audi
         names[block_id] = name
         try:
             stored = {"capacity": unpack(capacity)} | {k: unpack(v) for k, v in zip(BUCKETS, buckets)}
-            violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id),
-                                           replay.flows.get(block_id)))
+            violations.extend(_check_block(f"block {name}", accounting, stored, replay.blocks.get(block_id), replay.flows.get(block_id)))
         except ValueError:  # a BLOB whose length is no budget vector of the dataset
             violations.append(f"block {name}: a stored balance is not a budget vector of its dataset")
             continue
@@ -132,7 +131,10 @@ def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> Audi
 
 
 def _check_block(
-    label: str, accounting: Accounting, stored: dict[str, np.ndarray], replayed: dict[str, np.ndarray] | None,
+    label: str,
+    accounting: Accounting,
+    stored: dict[str, np.ndarray],
+    replayed: dict[str, np.ndarray] | None,
     flow: np.ndarray | None = None,
 ) -> list[str]:
     labels = accounting.dimension_labels()
@@ -193,15 +195,22 @@ def _check_pipelines(
     return out
 
 
-def _check_holding(label: str, labels: list[str], state: str, demand: bytes, consumed: bytes | None,
-                   capacity: np.ndarray, replay: _Replay, key: tuple[int, int]) -> list[str]:
+def _check_holding(
+    label: str,
+    labels: list[str],
+    state: str,
+    demand: bytes,
+    consumed: bytes | None,
+    capacity: np.ndarray,
+    replay: _Replay,
+    key: tuple[int, int],
+) -> list[str]:
     out: list[str] = []
     expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
     held = replay.held[key] + np.zeros_like(capacity)
     bad = ~_close(held, expected, capacity)
     if bad.any():
-        out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} "
-                   f"(at {_dims(labels, bad)})")
+        out.append(f"{label}: holds {held.tolist()} while {state}, expected {expected.tolist()} (at {_dims(labels, bad)})")
     recorded = unpack(consumed) if consumed is not None else np.zeros_like(capacity)
     spent = replay.spent[key] + np.zeros_like(capacity)
     bad = ~_close(spent, recorded, capacity)

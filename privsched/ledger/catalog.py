@@ -18,38 +18,42 @@ from privsched.ledger.schema import pack
 from privsched.ledger.transaction import Transaction
 
 
-def create_dataset(tx: Transaction, name: str, mode: Accounting, epsilon: float, delta: float, conversion: str,
-                   capacity: np.ndarray) -> DatasetInfo:
+def create_dataset(
+    tx: Transaction, name: str, mode: Accounting, epsilon: float, delta: float, conversion: str, capacity: np.ndarray
+) -> DatasetInfo:
     """Record a dataset and the event that defines it (docs/design.md §3.2)."""
     if tx.sql("SELECT 1 FROM datasets WHERE name = ?", [name]):
         raise LedgerError(f"dataset {name!r} already exists")
     cursor = tx.db.execute(
-        "INSERT INTO datasets (name, accounting, alphas, epsilon, delta, conversion, capacity, created_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO datasets (name, accounting, alphas, epsilon, delta, conversion, capacity, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         [name, mode.name, json.dumps(list(mode.alphas)), epsilon, delta, conversion, pack(capacity), tx.at],
     )
     dataset_id = int(cursor.lastrowid or 0)  # set by the INSERT
-    definition = {"name": name, "accounting": mode.name, "alphas": list(mode.alphas), "epsilon": epsilon,
-                  "delta": delta, "conversion": conversion, "capacity": capacity.tolist()}
-    tx.moves.state_event("create", None, "created", dataset_id=dataset_id, reason=f"dataset {name}",
-                         detail=detail_text(definition))
+    definition = {
+        "name": name,
+        "accounting": mode.name,
+        "alphas": list(mode.alphas),
+        "epsilon": epsilon,
+        "delta": delta,
+        "conversion": conversion,
+        "capacity": capacity.tolist(),
+    }
+    tx.moves.state_event("create", None, "created", dataset_id=dataset_id, reason=f"dataset {name}", detail=detail_text(definition))
     return tx.read.dataset_by_id(dataset_id)
 
 
-def add_blocks(tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list[str],
-               fraction: float) -> list[BlockInfo]:
+def add_blocks(tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list[str], fraction: float) -> list[BlockInfo]:
     """Insert blocks with the dataset's capacity, locked but for ``fraction`` of it."""
     info = tx.read.dataset(dataset)
-    taken = tx.sql("SELECT key FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))",
-                   [info.id, json.dumps(keys)])
+    taken = tx.sql("SELECT key FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])
     if taken:
         raise LedgerError(f"block {taken[0][0]!r} already exists in dataset {dataset!r}")
     tx.db.table("blocks").insert_all(
-        {"dataset_id": info.id, "key": s.key, "location": s.location, "state": "active", "created_at": tx.at}
-        for s in specs
+        {"dataset_id": info.id, "key": s.key, "location": s.location, "state": "active", "created_at": tx.at} for s in specs
     )
-    ids = dict(tx.sql("SELECT key, id FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))",
-                      [info.id, json.dumps(keys)]))
+    ids = dict(
+        tx.sql("SELECT key, id FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])
+    )
     zero = pack(np.zeros_like(info.capacity))
     tx.db.conn.executemany(
         "INSERT INTO balances (block_id, capacity, locked, unlocked, allocated, consumed) VALUES (?, ?, ?, ?, ?, ?)",

@@ -28,8 +28,7 @@ import struct
 from collections.abc import Iterable, Iterator, Sequence
 
 #: The columns a link covers, in the order they are encoded (the whole ``events`` row but its hash).
-COLUMNS = ("id", "at", "kind", "dataset_id", "block_id", "pipeline_id", "source", "target", "amount",
-           "reason", "detail", "actor")
+COLUMNS = ("id", "at", "kind", "dataset_id", "block_id", "pipeline_id", "source", "target", "amount", "reason", "detail", "actor")
 #: How many leading columns an event recorded before schema version 4 (no actor) is linked over.
 LEGACY_COLUMNS = len(COLUMNS) - 1
 #: The link before the first event (a domain-separated constant, not all zeros).

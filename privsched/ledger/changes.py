@@ -44,9 +44,7 @@ def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None
     docstring). Call inside one read transaction."""
     if since is None:
         return _everything(db)
-    found = db.execute(
-        "SELECT id, kind, dataset_id, block_id, pipeline_id FROM events WHERE id >= ? ORDER BY id", [since]
-    ).fetchall()
+    found = db.execute("SELECT id, kind, dataset_id, block_id, pipeline_id FROM events WHERE id >= ? ORDER BY id", [since]).fetchall()
     if since > 0:
         if not found or found[0][0] != since:
             return None
@@ -59,9 +57,9 @@ def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None
     block_ids = sorted({b for _, _, _, b, _ in found if b is not None})
     pipeline_ids = sorted({p for _, _, _, _, p in found if p is not None})
     submitted = sorted({p for _, kind, _, _, p in found if kind == "submit" and p is not None})
-    states = dict(db.execute(
-        "SELECT id, state FROM pipelines WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(pipeline_ids)]
-    ).fetchall())
+    states = dict(
+        db.execute("SELECT id, state FROM pipelines WHERE id IN (SELECT value FROM json_each(?))", [json.dumps(pipeline_ids)]).fetchall()
+    )
     still = [p for p in submitted if states.get(p) == "pending"]
     return Changes(
         head=found[-1][0],
@@ -70,9 +68,14 @@ def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None
         blocks=_blocks(db, "b.id IN (SELECT value FROM json_each(?))", [json.dumps(block_ids)]),
         pending=pending_batches(db, "p.id IN (SELECT value FROM json_each(?))", [json.dumps(still)]),
         left=[p for p in pipeline_ids if states.get(p) != "pending"],
-        arrivals=Counter(dict(db.execute(
-            "SELECT block_id, count(*) FROM demands WHERE pipeline_id IN (SELECT value FROM json_each(?)) "
-            "GROUP BY block_id", [json.dumps(submitted)]).fetchall())),
+        arrivals=Counter(
+            dict(
+                db.execute(
+                    "SELECT block_id, count(*) FROM demands WHERE pipeline_id IN (SELECT value FROM json_each(?)) GROUP BY block_id",
+                    [json.dumps(submitted)],
+                ).fetchall()
+            )
+        ),
     )
 
 
@@ -90,13 +93,16 @@ def _everything(db: sqlite_utils.Database) -> Changes:
 
 
 def _datasets(db: sqlite_utils.Database, where: str, params: list) -> list[DatasetInfo]:
-    return [rows.dataset(row) for row in db.execute(
-        f"SELECT {rows.DATASET_COLUMNS} FROM datasets WHERE {where} ORDER BY id", params).fetchall()]
+    return [
+        rows.dataset(row) for row in db.execute(f"SELECT {rows.DATASET_COLUMNS} FROM datasets WHERE {where} ORDER BY id", params).fetchall()
+    ]
 
 
 def _blocks(db: sqlite_utils.Database, where: str, params: list) -> list[BlockInfo]:
-    return [rows.block(row) for row in db.execute(
-        f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY b.id", params).fetchall()]
+    return [
+        rows.block(row)
+        for row in db.execute(f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY b.id", params).fetchall()
+    ]
 
 
 def pending_batches(db: sqlite_utils.Database, where: str, params: list) -> dict[int, PendingBatch]:
@@ -104,12 +110,16 @@ def pending_batches(db: sqlite_utils.Database, where: str, params: list) -> dict
     found = db.execute(
         "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout "
         f"FROM pipelines p WHERE {where} AND p.state = 'pending' "
-        "ORDER BY p.id", params).fetchall()
+        "ORDER BY p.id",
+        params,
+    ).fetchall()
     if not found:
         return {}
     edges = db.execute(
         "SELECT e.pipeline_id, p.dataset_id, e.block_id, e.demand FROM demands e JOIN pipelines p ON p.id = e.pipeline_id "
-        f"WHERE {where} AND p.state = 'pending' ORDER BY e.pipeline_id, e.position", params).fetchall()
+        f"WHERE {where} AND p.state = 'pending' ORDER BY e.pipeline_id, e.position",
+        params,
+    ).fetchall()
     ids, datasets = (np.array(column, dtype=np.int64) for column in list(zip(*found))[:2])
     edge_ids, edge_datasets, edge_blocks = (np.array([row[i] for row in edges], dtype=np.int64) for i in range(3))
     dims = dict(db.execute("SELECT id, length(capacity) / 8 FROM datasets").fetchall())

@@ -96,8 +96,7 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
         raise LedgerError(f"database error: {exc}") from exc
 
 
-def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[..., T], *args: Any,
-           immediate: bool = True) -> T:
+def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[..., T], *args: Any, immediate: bool = True) -> T:
     """``step(*args)`` as one transaction on ``db`` (``immediate``: a write), one at a time on
     this connection (:func:`~privsched.ledger.connection.run_transaction` reruns it whole
     while the database is busy)."""
@@ -170,8 +169,7 @@ def _probe(path: Path, create: bool) -> Path:
         why = "a read-only file system" if _read_only(folder) else "a folder privsched cannot write to"
         raise LedgerError(f"cannot open {path}: {folder} is {why} (the ledger writes its journal next to it)")
     if info is not None and not os.access(resolved, os.R_OK | os.W_OK):
-        why = ("on a read-only file system" if _read_only(resolved)
-               else f"read-only for privsched (mode {stat.S_IMODE(info.st_mode):04o})")
+        why = "on a read-only file system" if _read_only(resolved) else f"read-only for privsched (mode {stat.S_IMODE(info.st_mode):04o})"
         raise LedgerError(f"cannot open {path}: the file is {why}; every command may write to the ledger")
     return resolved
 
@@ -231,8 +229,11 @@ def warn_if_writable_by_others(path: Path) -> None:
             continue
         if mode & (stat.S_IWGRP | stat.S_IWOTH):
             _warned.add(resolved)
-            print(f"warning: {path}{name} is writable by other users (mode {stat.S_IMODE(mode):04o}); "
-                  f"run `chmod 600 {path}*` to make the ledger private", file=sys.stderr)
+            print(
+                f"warning: {path}{name} is writable by other users (mode {stat.S_IMODE(mode):04o}); "
+                f"run `chmod 600 {path}*` to make the ledger private",
+                file=sys.stderr,
+            )
             return
 
 
@@ -257,9 +258,7 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
                 f"privsched reads only version {SCHEMA_VERSION}: create a new database with `privsched init`"
             )
         if version != SCHEMA_VERSION:
-            raise LedgerError(
-                f"{path} has ledger schema version {version}; this privsched reads version {SCHEMA_VERSION}"
-            )
+            raise LedgerError(f"{path} has ledger schema version {version}; this privsched reads version {SCHEMA_VERSION}")
         if retrying(lambda: conn.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
             retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
         return

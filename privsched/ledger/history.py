@@ -45,8 +45,9 @@ def verify_chain(rows: list[tuple]) -> Chain:
         if content[-1] is not None and first_actor is None:
             first_actor = event_id
         elif content[-1] is None and first_actor is not None:
-            out.violations.append(f"event {event_id}: records no actor, but event {first_actor} before it does "
-                                  "(an event inserted in the older format)")
+            out.violations.append(
+                f"event {event_id}: records no actor, but event {first_actor} before it does (an event inserted in the older format)"
+            )
         if event_id != previous_id + 1:
             missing = f"{previous_id + 1}" if event_id == previous_id + 2 else f"{previous_id + 1}–{event_id - 1}"
             out.violations.append(f"event log: event {missing} missing before event {event_id} (deleted)")
@@ -58,7 +59,8 @@ def verify_chain(rows: list[tuple]) -> Chain:
         if expected != digest:
             out.violations.append(
                 f"event {event_id}: hash does not match its content and the previous event "
-                "(this row, or the one before it, was altered, inserted or deleted)")
+                "(this row, or the one before it, was altered, inserted or deleted)"
+            )
         out.hashes[event_id] = digest
         previous, previous_id = (digest if isinstance(digest, bytes) else b""), event_id
     if rows:
@@ -101,17 +103,19 @@ class Records:
             self.datasets[dataset_id] = _detail(detail) | {"event": event_id}
         elif kind == "create" and block_id is not None and amount is not None:
             self.blocks[block_id] = _detail(detail) | {
-                "event": event_id, "dataset_id": dataset_id, "capacity": _floats(amount), "state": "active"}
+                "event": event_id,
+                "dataset_id": dataset_id,
+                "capacity": _floats(amount),
+                "state": "active",
+            }
         elif kind == "submit":
-            self.pipelines[pipeline_id] = _detail(detail) | {
-                "event": event_id, "dataset_id": dataset_id, "state": target}
+            self.pipelines[pipeline_id] = _detail(detail) | {"event": event_id, "dataset_id": dataset_id, "state": target}
         elif amount is None and pipeline_id is not None:
             self._transition(self.pipelines, pipeline_id, f"pipeline {pipeline_id}", event_id, source, target)
         elif amount is None and block_id is not None:
             self._transition(self.blocks, block_id, f"block id {block_id}", event_id, source, target)
 
-    def _transition(self, table: dict, key: int, label: str, event_id: int, source: str | None,
-                    target: str | None) -> None:
+    def _transition(self, table: dict, key: int, label: str, event_id: int, source: str | None, target: str | None) -> None:
         record = table.get(key)
         if record is None:
             self.violations.append(f"event {event_id}: changes the state of {label}, which no event created")
@@ -133,31 +137,39 @@ def check_tables(db: sqlite_utils.Database, records: Records) -> list[str]:
         if logged is None:
             out.append(f"dataset {name!r}: no event created it")
             continue
-        stored = {"name": name, "accounting": accounting, "alphas": _json(alphas), "epsilon": epsilon,
-                  "delta": delta, "conversion": conversion, "capacity": _floats(capacity)}
-        out.extend(f"dataset {name!r}: stored {key} differs from its creation (event {logged['event']})"
-                   for key in stored if stored[key] != logged.get(key))
-    out.extend(f"dataset id {i}: created by event {r['event']}, but its row is gone"
-               for i, r in records.datasets.items() if i not in seen)
+        stored = {
+            "name": name,
+            "accounting": accounting,
+            "alphas": _json(alphas),
+            "epsilon": epsilon,
+            "delta": delta,
+            "conversion": conversion,
+            "capacity": _floats(capacity),
+        }
+        out.extend(
+            f"dataset {name!r}: stored {key} differs from its creation (event {logged['event']})"
+            for key in stored
+            if stored[key] != logged.get(key)
+        )
+    out.extend(f"dataset id {i}: created by event {r['event']}, but its row is gone" for i, r in records.datasets.items() if i not in seen)
 
     seen = set()
-    for id_, dataset_id, key, location, state in db.execute(
-        "SELECT id, dataset_id, key, location, state FROM blocks ORDER BY id"
-    ):
+    for id_, dataset_id, key, location, state in db.execute("SELECT id, dataset_id, key, location, state FROM blocks ORDER BY id"):
         seen.add(id_)
         logged = records.blocks.get(id_)
         if logged is None:
             out.append(f"block {key!r} (id {id_}): no event created it")
             continue
         stored = {"dataset_id": dataset_id, "key": key, "location": location, "state": state}
-        out.extend(f"block {key!r} (id {id_}): stored {name} differs from the event log (event {logged['event']})"
-                   for name in stored if stored[name] != logged.get(name))
+        out.extend(
+            f"block {key!r} (id {id_}): stored {name} differs from the event log (event {logged['event']})"
+            for name in stored
+            if stored[name] != logged.get(name)
+        )
         definition = records.datasets.get(logged["dataset_id"], {})
         if logged["capacity"] != definition.get("capacity"):
-            out.append(f"block {key!r} (id {id_}): event {logged['event']} gave it a capacity other than its "
-                       "dataset's")
-    out.extend(f"block id {i}: created by event {r['event']}, but its row is gone"
-               for i, r in records.blocks.items() if i not in seen)
+            out.append(f"block {key!r} (id {id_}): event {logged['event']} gave it a capacity other than its dataset's")
+    out.extend(f"block id {i}: created by event {r['event']}, but its row is gone" for i, r in records.blocks.items() if i not in seen)
 
     out.extend(_check_pipelines(db, records))
     return out
@@ -172,23 +184,25 @@ def _check_pipelines(db: sqlite_utils.Database, records: Records) -> list[str]:
         demands.setdefault(pipeline_id, []).append([position, block_id, _floats(demand)])
     seen: set[int] = set()
     for id_, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources in db.execute(
-        "SELECT id, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources "
-        "FROM pipelines ORDER BY id"
+        "SELECT id, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources FROM pipelines ORDER BY id"
     ):
         seen.add(id_)
         logged = records.pipelines.get(id_)
         if logged is None:
             out.append(f"pipeline {id_}: no event submitted it")
             continue
-        stored = dict(zip(("dataset_id", "state", *SUBMITTED),
-                          (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources)))
-        out.extend(f"pipeline {id_}: stored {key} differs from the event log (submitted by event {logged['event']})"
-                   for key in stored if stored[key] != logged.get(key))
+        stored = dict(
+            zip(("dataset_id", "state", *SUBMITTED), (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources))
+        )
+        out.extend(
+            f"pipeline {id_}: stored {key} differs from the event log (submitted by event {logged['event']})"
+            for key in stored
+            if stored[key] != logged.get(key)
+        )
         expected = [[i, block_id, demand] for i, (block_id, demand) in enumerate(logged.get("demands", []))]
         if demands.get(id_, []) != expected:
             out.append(f"pipeline {id_}: stored demands differ from its submission (event {logged['event']})")
-    out.extend(f"pipeline {i}: submitted by event {r['event']}, but its row is gone"
-               for i, r in records.pipelines.items() if i not in seen)
+    out.extend(f"pipeline {i}: submitted by event {r['event']}, but its row is gone" for i, r in records.pipelines.items() if i not in seen)
     out.extend(f"demands of pipeline {i}: no such pipeline" for i in demands.keys() - seen)
     return out
 

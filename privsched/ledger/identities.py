@@ -136,8 +136,7 @@ class Identities:
         return token
 
     def users(self) -> list[User]:
-        return [User(*row) for row in self._rows(
-            "SELECT name, role, team, created_at, revoked_at FROM users ORDER BY name")]
+        return [User(*row) for row in self._rows("SELECT name, role, team, created_at, revoked_at FROM users ORDER BY name")]
 
     def revoke(self, name: str, now: float | None = None) -> None:
         """Revoke a user's token for good (the user stays listed, with when)."""
@@ -145,8 +144,7 @@ class Identities:
 
     def authenticate(self, token: str) -> User | None:
         """The live user holding ``token``, or None (unknown or revoked)."""
-        found = self._rows("SELECT name, role, team, created_at, revoked_at FROM users WHERE token_hash = ?",
-                           [token_hash(token)])
+        found = self._rows("SELECT name, role, team, created_at, revoked_at FROM users WHERE token_hash = ?", [token_hash(token)])
         if not found or found[0][4] is not None:
             return None
         return User(*found[0])
@@ -159,8 +157,7 @@ class Identities:
 
     def dataset_teams(self, dataset_id: int) -> list[str]:
         """Teams allowed on a dataset; empty when it is open to every user."""
-        return [t for (t,) in self._rows("SELECT team FROM dataset_teams WHERE dataset_id = ? ORDER BY team",
-                                         [dataset_id])]
+        return [t for (t,) in self._rows("SELECT team FROM dataset_teams WHERE dataset_id = ? ORDER BY team", [dataset_id])]
 
     def may_read(self, user: User, dataset_id: int) -> bool:
         teams = self.dataset_teams(dataset_id)
@@ -187,9 +184,12 @@ class Identities:
         if not pipeline_ids:
             return {}
         marks = ",".join("?" * len(pipeline_ids))
-        return {row[0]: Submission(*row) for row in self._rows(
-            f"SELECT pipeline_id, submitter, team, submission_id FROM submissions WHERE pipeline_id IN ({marks})",
-            pipeline_ids)}
+        return {
+            row[0]: Submission(*row)
+            for row in self._rows(
+                f"SELECT pipeline_id, submitter, team, submission_id FROM submissions WHERE pipeline_id IN ({marks})", pipeline_ids
+            )
+        }
 
     @staticmethod
     def claim(db: sqlite_utils.Database, entries: list[tuple[User, str | None]]) -> Callable[[list[int]], None]:
@@ -199,16 +199,16 @@ class Identities:
         (:class:`DuplicateSubmission`; then nothing is recorded)."""
 
         def record(ids: list[int]) -> None:
-            for (_, submission_id) in entries:
+            for _, submission_id in entries:
                 if submission_id is None:
                     continue
-                found = db.execute("SELECT pipeline_id FROM submissions WHERE submission_id = ?",
-                                   [submission_id]).fetchone()
+                found = db.execute("SELECT pipeline_id FROM submissions WHERE submission_id = ?", [submission_id]).fetchone()
                 if found is not None:
                     raise DuplicateSubmission(found[0])
             db.conn.executemany(
                 "INSERT INTO submissions (pipeline_id, submitter, team, submission_id) VALUES (?, ?, ?, ?)",
-                [(i, user.name, user.team, submission_id) for i, (user, submission_id) in zip(ids, entries)])
+                [(i, user.name, user.team, submission_id) for i, (user, submission_id) in zip(ids, entries)],
+            )
 
         return record
 
@@ -223,8 +223,7 @@ def _create_tables(db: sqlite_utils.Database) -> None:
 def _insert_user(db: sqlite_utils.Database, name: str, role: str, team: str | None, digest: str, at: float) -> None:
     if db.execute("SELECT 1 FROM users WHERE name = ?", [name]).fetchone():
         raise LedgerError(f"user {name!r} already exists")
-    db.execute("INSERT INTO users (name, role, team, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-               [name, role, team, digest, at])
+    db.execute("INSERT INTO users (name, role, team, token_hash, created_at) VALUES (?, ?, ?, ?, ?)", [name, role, team, digest, at])
 
 
 def _revoke(db: sqlite_utils.Database, name: str, at: float) -> None:

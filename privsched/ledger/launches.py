@@ -29,8 +29,7 @@ class LaunchRecord:
 
 def create_table(db: sqlite_utils.Database) -> None:
     db.table("launches").create(
-        {"pipeline_id": int, "token": str, "generation": int, "state": str, "pid": int, "start_ticks": str,
-         "at": float},
+        {"pipeline_id": int, "token": str, "generation": int, "state": str, "pid": int, "start_ticks": str, "at": float},
         pk="pipeline_id",
         foreign_keys=[("pipeline_id", "pipelines", "id")],
         not_null=["token", "state", "at"],
@@ -38,16 +37,14 @@ def create_table(db: sqlite_utils.Database) -> None:
     )
 
 
-def record_launching(db: sqlite_utils.Database, pipeline_id: int, token: str, generation: int | None,
-                     now: float) -> None:
+def record_launching(db: sqlite_utils.Database, pipeline_id: int, token: str, generation: int | None, now: float) -> None:
     db.execute(
         "INSERT OR REPLACE INTO launches (pipeline_id, token, generation, state, at) VALUES (?, ?, ?, 'launching', ?)",
         [pipeline_id, token, generation, now],
     )
 
 
-def record_started(db: sqlite_utils.Database, pipeline_id: int, token: str, pid: int | None,
-                   start_ticks: str | None, now: float) -> bool:
+def record_started(db: sqlite_utils.Database, pipeline_id: int, token: str, pid: int | None, start_ticks: str | None, now: float) -> bool:
     """Mark a launch started; False if no launch of that pipeline has this token."""
     cursor = db.execute(
         "UPDATE launches SET state = 'started', pid = ?, start_ticks = ?, at = ? WHERE pipeline_id = ? AND token = ?",

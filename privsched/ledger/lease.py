@@ -37,8 +37,7 @@ def pid_exists(pid: int) -> bool:
 
 
 def current(db: sqlite_utils.Database) -> dict | None:
-    rows = list(db.query(
-        "SELECT holder, pid, host, acquired_at, expires_at, generation FROM lease WHERE name = ?", [_NAME]))
+    rows = list(db.query("SELECT holder, pid, host, acquired_at, expires_at, generation FROM lease WHERE name = ?", [_NAME]))
     return rows[0] if rows else None
 
 
@@ -54,8 +53,7 @@ def take(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> int:
     row = current(db)
     generation = (row["generation"] if row else 0) + 1
     db.execute(
-        "INSERT OR REPLACE INTO lease (name, holder, pid, host, acquired_at, expires_at, generation) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT OR REPLACE INTO lease (name, holder, pid, host, acquired_at, expires_at, generation) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [_NAME, holder, os.getpid(), socket.gethostname(), now, now + ttl, generation],
     )
     return generation
@@ -81,6 +79,4 @@ def check_fence(db: sqlite_utils.Database, holder: str, generation: int) -> None
     if found != (holder, generation):
         row = current(db)
         now_held = "nobody" if row is None else f"generation {row['generation']} (pid {row['pid']} on {row['host']})"
-        raise LeaseLost(
-            f"refused a write of scheduler lease generation {generation}: the lease is now held by {now_held}"
-        )
+        raise LeaseLost(f"refused a write of scheduler lease generation {generation}: the lease is now held by {now_held}")

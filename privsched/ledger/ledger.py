@@ -132,11 +132,9 @@ class Ledger:
             raise LedgerError(str(exc)) from exc
         if not mode.live(capacity).any():
             raise LedgerError(
-                f"no RDP order has positive capacity at epsilon={epsilon:g}, delta={delta:g}: "
-                "raise epsilon or delta, or add larger orders"
+                f"no RDP order has positive capacity at epsilon={epsilon:g}, delta={delta:g}: raise epsilon or delta, or add larger orders"
             )
-        return self._write(catalog.create_dataset, name, mode, float(epsilon), float(delta), conversion, capacity,
-                           now=now, actor=actor)
+        return self._write(catalog.create_dataset, name, mode, float(epsilon), float(delta), conversion, capacity, now=now, actor=actor)
 
     def get_dataset(self, name: str) -> DatasetInfo:
         return self._read(self._reader.dataset, name)
@@ -211,9 +209,7 @@ class Ledger:
         (pipeline_id,) = check.ids([pipeline_id])
         return self._read(self._reader.pipeline, pipeline_id)
 
-    def list_pipelines(
-        self, states: Iterable[str] | None = None, dataset: str | None = None
-    ) -> list[PipelineInfo]:
+    def list_pipelines(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
         wanted = None if states is None else [states] if isinstance(states, str) else list(states)
         for state in wanted or []:
             if state not in PIPELINE_STATES:
@@ -240,24 +236,22 @@ class Ledger:
             return []
         return self._write(lifecycle.grant, ids, now=now)
 
-    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None,
-                     launch_token: str | None = None) -> None:
+    def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None, launch_token: str | None = None) -> None:
         """granted → running, recording where the job runs and, with ``launch_token``, that
         its launch began (:mod:`privsched.ledger.launches`)."""
         (pipeline_id,) = check.ids([pipeline_id])
         text = check.json_text(placement, "placement")
         self._write(lifecycle.mark_running, pipeline_id, text, launch_token, now=now)
 
-    def complete(
-        self, pipeline_id: int, spent: np.ndarray | Mapping[str, np.ndarray], now: float | None = None
-    ) -> None:
+    def complete(self, pipeline_id: int, spent: np.ndarray | Mapping[str, np.ndarray], now: float | None = None) -> None:
         """running (or granted) → completed: what the job spent (≤ its grant, per block, in
         every dimension) moves allocated → consumed, the rest allocated → unlocked."""
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.complete, pipeline_id, spent, now=now)
 
-    def fail(self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None, *,
-             actor: str | None = None) -> None:
+    def fail(
+        self, pipeline_id: int, message: str, touched_data: bool = True, now: float | None = None, *, actor: str | None = None
+    ) -> None:
         """→ failed. A job that touched data consumes its whole allocation (a partial model
         may already have leaked); one that did not releases it (docs/design.md §4.4)."""
         (pipeline_id,) = check.ids([pipeline_id])
@@ -337,8 +331,9 @@ class Ledger:
         return row if row is not None and row["expires_at"] > at else None
 
     # --------------------------------------------------------------------- launches
-    def record_started(self, pipeline_id: int, token: str, pid: int | None = None,
-                       start_ticks: str | None = None, now: float | None = None) -> None:
+    def record_started(
+        self, pipeline_id: int, token: str, pid: int | None = None, start_ticks: str | None = None, now: float | None = None
+    ) -> None:
         """A running pipeline's job process exists (launching → started)."""
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.record_started, pipeline_id, token, pid, start_ticks, now=now)

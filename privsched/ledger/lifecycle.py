@@ -26,8 +26,9 @@ from privsched.ledger.transaction import Transaction
 _SET_CONSUMED = "UPDATE demands SET consumed = ? WHERE pipeline_id = ? AND block_id = ?"
 
 
-def submit_many(tx: Transaction, requests: list[PipelineRequest], actors: list[str] | None,
-                claim: Callable[[list[int]], None] | None) -> list[int]:
+def submit_many(
+    tx: Transaction, requests: list[PipelineRequest], actors: list[str] | None, claim: Callable[[list[int]], None] | None
+) -> list[int]:
     """Record pending pipelines (all or none), each submitted by its actor (default: the
     transaction's); ``claim(ids)`` runs inside the transaction."""
     ids = []
@@ -69,9 +70,7 @@ def _insert_pipeline(tx: Transaction, request: PipelineRequest) -> int:
             raise LedgerError(f"block {key!r} of dataset {info.name!r} is {state}")
         if not info.accounting.fits(demands[key], capacity, info.accounting.live(capacity)):
             where = "at every live order" if info.accounting.is_rdp else "in some dimension"
-            raise LedgerError(
-                f"pipeline {name!r} can never be granted: its demand exceeds the capacity of block {key!r} {where}"
-            )
+            raise LedgerError(f"pipeline {name!r} can never be granted: its demand exceeds the capacity of block {key!r} {where}")
     cursor = tx.db.execute(
         "INSERT INTO pipelines (name, dataset_id, state, owner, weight, timeout, submitted_at, mechanism, job, "
         "resources) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
@@ -82,11 +81,17 @@ def _insert_pipeline(tx: Transaction, request: PipelineRequest) -> int:
         "INSERT INTO demands (pipeline_id, block_id, position, demand) VALUES (?, ?, ?, ?)",
         [(pipeline_id, found[key][0], i, pack(demands[key])) for i, key in enumerate(keys)],
     )
-    submitted = {"name": name, "owner": request.owner, "weight": weight, "timeout": timeout,
-                 "mechanism": request.mechanism, "job": job, "resources": resources,
-                 "demands": [[found[key][0], demands[key].tolist()] for key in keys]}
-    tx.moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id,
-                         detail=detail_text(submitted))
+    submitted = {
+        "name": name,
+        "owner": request.owner,
+        "weight": weight,
+        "timeout": timeout,
+        "mechanism": request.mechanism,
+        "job": job,
+        "resources": resources,
+        "demands": [[found[key][0], demands[key].tolist()] for key in keys],
+    }
+    tx.moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id, detail=detail_text(submitted))
     return pipeline_id
 
 
@@ -146,8 +151,7 @@ def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]],
 def mark_running(tx: Transaction, pipeline_id: int, placement: str, launch_token: str | None) -> None:
     """granted → running, where it runs, and (with a token) that its launch began."""
     _, dataset_id, _ = tx.read.pipeline_edges(pipeline_id, ("granted",), "start")
-    tx.db.execute("UPDATE pipelines SET state = 'running', started_at = ?, placement = ? WHERE id = ?",
-                  [tx.at, placement, pipeline_id])
+    tx.db.execute("UPDATE pipelines SET state = 'running', started_at = ?, placement = ? WHERE id = ?", [tx.at, placement, pipeline_id])
     tx.moves.state_event("run", "granted", "running", dataset_id=dataset_id, pipeline_id=pipeline_id)
     if launch_token is not None:
         launches.record_launching(tx.db, pipeline_id, launch_token, tx.generation, tx.at)
@@ -215,21 +219,18 @@ def release(tx: Transaction, pipeline_id: int, reason: str) -> None:
     for block_id, _, demand in edges:
         amount = unpack(spent[block_id]) if spent[block_id] is not None else np.zeros_like(demand)
         if np.any(amount > 0):
-            tx.moves.move(block_id, "consumed", "unlocked", amount, kind="release", pipeline_id=pipeline_id,
-                          reason=reason)
+            tx.moves.move(block_id, "consumed", "unlocked", amount, kind="release", pipeline_id=pipeline_id, reason=reason)
             released.append((pack(np.zeros_like(demand)), pipeline_id, block_id))
     if not released:
         raise LedgerError(f"pipeline {pipeline_id} has no consumed budget to release")
     tx.db.conn.executemany(_SET_CONSUMED, released)
-    tx.moves.state_event("release", "failed", "failed", dataset_id=dataset_id, pipeline_id=pipeline_id,
-                         reason=reason)
+    tx.moves.state_event("release", "failed", "failed", dataset_id=dataset_id, pipeline_id=pipeline_id, reason=reason)
 
 
 def expire(tx: Transaction) -> list[int]:
     """Pending pipelines past their timeout → timed_out (nothing was allocated)."""
     due = tx.sql(
-        "SELECT id, dataset_id FROM pipelines WHERE state = 'pending' AND timeout IS NOT NULL "
-        "AND submitted_at + timeout <= ? ORDER BY id",
+        "SELECT id, dataset_id FROM pipelines WHERE state = 'pending' AND timeout IS NOT NULL AND submitted_at + timeout <= ? ORDER BY id",
         [tx.at],
     )
     for pipeline_id, dataset_id in due:
@@ -237,9 +238,10 @@ def expire(tx: Transaction) -> list[int]:
     return [pipeline_id for pipeline_id, _ in due]
 
 
-def _finish(tx: Transaction, pipeline_id: int, dataset_id: int, old: str, new: str, kind: str,
-            message: str | None = None) -> None:
+def _finish(tx: Transaction, pipeline_id: int, dataset_id: int, old: str, new: str, kind: str, message: str | None = None) -> None:
     moves: Moves = tx.moves
-    tx.db.execute("UPDATE pipelines SET state = ?, finished_at = ?, message = coalesce(?, message) WHERE id = ?",
-                  [new, moves.now, message, pipeline_id])
+    tx.db.execute(
+        "UPDATE pipelines SET state = ?, finished_at = ?, message = coalesce(?, message) WHERE id = ?",
+        [new, moves.now, message, pipeline_id],
+    )
     moves.state_event(kind, old, new, dataset_id=dataset_id, pipeline_id=pipeline_id, reason=message)

@@ -59,9 +59,7 @@ class Moves:
             [json.dumps(missing)],
         ).fetchall()
         for block_id, dataset_id, state, capacity, *buckets in rows:
-            self.balances[block_id] = {"capacity": unpack(capacity)} | {
-                name: unpack(blob) for name, blob in zip(BUCKETS, buckets)
-            }
+            self.balances[block_id] = {"capacity": unpack(capacity)} | {name: unpack(blob) for name, blob in zip(BUCKETS, buckets)}
             self.states[block_id] = state
             self.datasets[block_id] = dataset_id
 
@@ -84,19 +82,16 @@ class Moves:
             balance[source] = balance[source] - amount
         balance[target] = balance[target] + amount
         self._dirty.add(block_id)
-        self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason,
-                    detail)
+        self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason, detail)
 
-    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, key: str,
-                  location: str | None) -> None:
+    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, key: str, location: str | None) -> None:
         """Register a block just inserted with empty balances; its capacity enters ``locked``
         (the event's detail records the block's key and location)."""
         zero = np.zeros_like(capacity)
         self.balances[block_id] = {"capacity": capacity} | {name: zero for name in BUCKETS}
         self.states[block_id] = "active"
         self.datasets[block_id] = dataset_id
-        self.move(block_id, None, "locked", capacity, kind="create",
-                  detail=detail_text({"key": key, "location": location}))
+        self.move(block_id, None, "locked", capacity, kind="create", detail=detail_text({"key": key, "location": location}))
 
     def state_event(
         self,
@@ -113,35 +108,59 @@ class Moves:
         """Record a state change (a pipeline's or a block's), which moves no budget."""
         self._event(kind, dataset_id, block_id, pipeline_id, source, target, None, reason, detail)
 
-    def _event(self, kind: str, dataset_id: int | None, block_id: int | None, pipeline_id: int | None,
-               source: str | None, target: str | None, amount: bytes | None, reason: str | None,
-               detail: str | None) -> None:
+    def _event(
+        self,
+        kind: str,
+        dataset_id: int | None,
+        block_id: int | None,
+        pipeline_id: int | None,
+        source: str | None,
+        target: str | None,
+        amount: bytes | None,
+        reason: str | None,
+        detail: str | None,
+    ) -> None:
         # Values as SQLite returns them (float time, int ids), so the audit hashes the same bytes.
-        self.events.append((float(self.now), kind, _optional_int(dataset_id), _optional_int(block_id),
-                            _optional_int(pipeline_id), source, target, amount, reason, detail, self.actor))
+        self.events.append(
+            (
+                float(self.now),
+                kind,
+                _optional_int(dataset_id),
+                _optional_int(block_id),
+                _optional_int(pipeline_id),
+                source,
+                target,
+                amount,
+                reason,
+                detail,
+                self.actor,
+            )
+        )
 
     def flush(self) -> None:
         """Write the touched balances and the new events."""
         if self._dirty:
             self.db.conn.executemany(
                 "UPDATE balances SET locked = ?, unlocked = ?, allocated = ?, consumed = ? WHERE block_id = ?",
-                [
-                    (*(pack(self.balances[b][name]) for name in BUCKETS), b)
-                    for b in sorted(self._dirty)
-                ],
+                [(*(pack(self.balances[b][name]) for name in BUCKETS), b) for b in sorted(self._dirty)],
             )
             self._dirty.clear()
         if self.events:
             last = self.db.execute("SELECT id, hash FROM events ORDER BY id DESC LIMIT 1").fetchone()
             last_id, previous = last if last is not None else (0, chain.GENESIS)
             rows = [(last_id + i, *event) for i, event in enumerate(self.events, start=1)]
-            self.db.conn.executemany(
-                INSERT_EVENT, [(*row, digest) for row, digest in zip(rows, chain.extend(previous, rows))])
+            self.db.conn.executemany(INSERT_EVENT, [(*row, digest) for row, digest in zip(rows, chain.extend(previous, rows))])
             self.events = []
 
 
 def settle(
-    moves: Moves, pipeline_id: int, block_id: int, grant: np.ndarray, used: np.ndarray, *, kind: str,
+    moves: Moves,
+    pipeline_id: int,
+    block_id: int,
+    grant: np.ndarray,
+    used: np.ndarray,
+    *,
+    kind: str,
     reason: str | None = None,
 ) -> None:
     """End an allocation: ``used`` allocated → consumed, the rest allocated → unlocked."""

@@ -21,8 +21,10 @@ import sqlite_utils
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.schema import unpack
 
-TABLE = ("CREATE TABLE IF NOT EXISTS team_quotas (dataset_id INTEGER NOT NULL REFERENCES datasets(id), "
-         "team TEXT NOT NULL, share REAL NOT NULL, PRIMARY KEY (dataset_id, team)) STRICT")
+TABLE = (
+    "CREATE TABLE IF NOT EXISTS team_quotas (dataset_id INTEGER NOT NULL REFERENCES datasets(id), "
+    "team TEXT NOT NULL, share REAL NOT NULL, PRIMARY KEY (dataset_id, team)) STRICT"
+)
 
 
 class QuotaCheck:
@@ -64,8 +66,9 @@ class QuotaCheck:
             self._held[key] = held
         return self._held[key]
 
-    def refusal(self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray,
-                capacity: np.ndarray, accounting: Accounting) -> tuple[str, int] | None:
+    def refusal(
+        self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray, capacity: np.ndarray, accounting: Accounting
+    ) -> tuple[str, int] | None:
         """(team, index of the first block over quota) if granting would exceed the team's quota."""
         team = self.team(pipeline_id)
         if team is None:
@@ -78,8 +81,9 @@ class QuotaCheck:
         fits = accounting.fits(after, share * capacity, accounting.live(capacity))
         return None if np.all(fits) else (team, int(np.argmin(fits)))
 
-    def take(self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray,
-             capacity: np.ndarray, accounting: Accounting) -> bool:
+    def take(
+        self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray, capacity: np.ndarray, accounting: Accounting
+    ) -> bool:
         """Admit a grant within its team's quota and count it as held; False if over."""
         if self.refusal(pipeline_id, dataset_id, block_ids, demand, capacity, accounting) is not None:
             return False

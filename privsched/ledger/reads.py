@@ -50,8 +50,10 @@ class Reader:
 
     # ----------------------------------------------------------------------- blocks
     def blocks(self, where: str, params: Sequence) -> list[BlockInfo]:
-        return [rows.block(r) for r in self.sql(
-            f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY d.name, b.id", params)]
+        return [
+            rows.block(r)
+            for r in self.sql(f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY d.name, b.id", params)
+        ]
 
     def dataset_blocks(self, dataset: str | None, active_only: bool) -> list[BlockInfo]:
         where = "1"
@@ -70,8 +72,7 @@ class Reader:
 
     # -------------------------------------------------------------------- pipelines
     def pipelines(self, where: str, params: Sequence) -> list[PipelineInfo]:
-        found = self.sql(f"SELECT {rows.PIPELINE_COLUMNS} FROM {rows.PIPELINE_FROM} WHERE {where} ORDER BY p.id",
-                         params)
+        found = self.sql(f"SELECT {rows.PIPELINE_COLUMNS} FROM {rows.PIPELINE_FROM} WHERE {where} ORDER BY p.id", params)
         if not found:
             return []
         edges: dict[int, list] = {row[0]: [] for row in found}

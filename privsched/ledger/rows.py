@@ -11,8 +11,7 @@ from privsched.ledger.schema import unpack
 
 DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at"
 BLOCK_COLUMNS = (
-    "b.id, d.name, b.key, b.location, b.state, b.created_at, "
-    "bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed"
+    "b.id, d.name, b.key, b.location, b.state, b.created_at, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed"
 )
 BLOCK_FROM = "blocks b JOIN datasets d ON d.id = b.dataset_id JOIN balances bal ON bal.block_id = b.id"
 PIPELINE_COLUMNS = (
@@ -27,38 +26,89 @@ def dataset(row: tuple) -> DatasetInfo:
     id_, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at = row
     mode = Accounting.from_dict({"accounting": accounting, "alphas": json.loads(alphas)})
     return DatasetInfo(
-        name=name, accounting=mode, epsilon=epsilon, delta=delta, conversion=conversion,
-        capacity=unpack(capacity), created_at=created_at, id=id_,
+        name=name,
+        accounting=mode,
+        epsilon=epsilon,
+        delta=delta,
+        conversion=conversion,
+        capacity=unpack(capacity),
+        created_at=created_at,
+        id=id_,
     )
 
 
 def block(row: tuple) -> BlockInfo:
     id_, dataset_name, key, location, state, created_at, capacity, *buckets = row
     return BlockInfo(
-        id=id_, dataset=dataset_name, key=key, location=location, state=state, created_at=created_at,
-        capacity=unpack(capacity), **{name: unpack(blob) for name, blob in zip(BUCKETS, buckets)},
+        id=id_,
+        dataset=dataset_name,
+        key=key,
+        location=location,
+        state=state,
+        created_at=created_at,
+        capacity=unpack(capacity),
+        **{name: unpack(blob) for name, blob in zip(BUCKETS, buckets)},
     )
 
 
 def pipeline(row: tuple, edges: list[tuple[str, bytes, bytes | None]]) -> PipelineInfo:
     """A pipeline row and its (block key, demand, consumed) rows in request order."""
-    (id_, name, dataset_name, state, owner, weight, timeout, submitted_at, granted_at, started_at,
-     finished_at, mechanism, job, resources, placement, message) = row
+    (
+        id_,
+        name,
+        dataset_name,
+        state,
+        owner,
+        weight,
+        timeout,
+        submitted_at,
+        granted_at,
+        started_at,
+        finished_at,
+        mechanism,
+        job,
+        resources,
+        placement,
+        message,
+    ) = row
     demands = {key: unpack(demand) for key, demand, _ in edges}
     consumed = {key: unpack(spent) for key, _, spent in edges if spent is not None}
     return PipelineInfo(
-        id=id_, name=name, dataset=dataset_name, state=PipelineState(state), owner=owner, weight=weight, timeout=timeout,
-        submitted_at=submitted_at, granted_at=granted_at, started_at=started_at, finished_at=finished_at,
-        block_keys=list(demands), demands=demands, mechanism=mechanism, job=json.loads(job),
-        resources=json.loads(resources), placement=json.loads(placement) if placement is not None else None,
-        consumed=consumed or None, message=message,
+        id=id_,
+        name=name,
+        dataset=dataset_name,
+        state=PipelineState(state),
+        owner=owner,
+        weight=weight,
+        timeout=timeout,
+        submitted_at=submitted_at,
+        granted_at=granted_at,
+        started_at=started_at,
+        finished_at=finished_at,
+        block_keys=list(demands),
+        demands=demands,
+        mechanism=mechanism,
+        job=json.loads(job),
+        resources=json.loads(resources),
+        placement=json.loads(placement) if placement is not None else None,
+        consumed=consumed or None,
+        message=message,
     )
 
 
 def event(row: tuple) -> Event:
     id_, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail, actor = row
     return Event(
-        id=id_, at=at, kind=kind, dataset_id=dataset_id, block_id=block_id, pipeline_id=pipeline_id,
-        source=source, target=target, amount=unpack(amount) if amount is not None else None, reason=reason,
-        detail=detail, actor=actor,
+        id=id_,
+        at=at,
+        kind=kind,
+        dataset_id=dataset_id,
+        block_id=block_id,
+        pipeline_id=pipeline_id,
+        source=source,
+        target=target,
+        amount=unpack(amount) if amount is not None else None,
+        reason=reason,
+        detail=detail,
+        actor=actor,
     )

@@ -143,8 +143,7 @@ def create_schema(db: sqlite_utils.Database) -> None:
     db.table("events").create_index(["pipeline_id"])
     db.table("events").create_index(["block_id"])
     db.table("lease").create(
-        {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float,
-         "generation": int},
+        {"name": str, "holder": str, "pid": int, "host": str, "acquired_at": float, "expires_at": float, "generation": int},
         pk="name",
         not_null=["holder", "pid", "host", "acquired_at", "expires_at", "generation"],
         strict=True,

@@ -43,8 +43,9 @@ class Transaction:
         return self.db.execute(sql, list(params)).fetchall()
 
 
-def write(lock: threading.RLock, read: Reader, fence: tuple[str, int] | None, at: float, actor: str,
-          step: Callable[..., T], *args: Any) -> T:
+def write(
+    lock: threading.RLock, read: Reader, fence: tuple[str, int] | None, at: float, actor: str, step: Callable[..., T], *args: Any
+) -> T:
     """``step(tx, *args)`` as one write transaction at clock ``at``, its events caused by
     ``actor``; with a ``fence`` (holder, generation), refused unless that lease is still
     current (checked first, inside the transaction)."""

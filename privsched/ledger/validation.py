@@ -58,8 +58,7 @@ def unique(values: Iterable[str], what: str) -> list[str]:
     return values
 
 
-def finite_number(value: object, what: str, *, low: float = 0.0, high: float = math.inf,
-                  low_open: bool = False) -> float:
+def finite_number(value: object, what: str, *, low: float = 0.0, high: float = math.inf, low_open: bool = False) -> float:
     """A finite float in [low, high] (or (low, high] with ``low_open``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise LedgerError(f"{what} must be a number, got {value!r}")
@@ -176,8 +175,7 @@ def request_demands(request: PipelineRequest, accounting: Accounting, capacity: 
         if set(given) != set(keys):
             raise LedgerError(f"demands are for blocks {sorted(given)}, but the request names {sorted(keys)}")
         vectors = {
-            k: positive(vector(given[k], accounting.dims, f"demand on block {k!r}"), accounting, capacity,
-                        f"demand on block {k!r}")
+            k: positive(vector(given[k], accounting.dims, f"demand on block {k!r}"), accounting, capacity, f"demand on block {k!r}")
             for k in keys
         }
     else:
@@ -220,9 +218,7 @@ def mechanism_curve(mechanism: str, accounting: Accounting) -> np.ndarray:
         raise LedgerError(f"invalid mechanism: {exc}") from exc
 
 
-def spent_per_block(
-    spent: np.ndarray | Mapping[str, np.ndarray], keys: list[str], accounting: Accounting
-) -> dict[str, np.ndarray]:
+def spent_per_block(spent: np.ndarray | Mapping[str, np.ndarray], keys: list[str], accounting: Accounting) -> dict[str, np.ndarray]:
     """What a job reports it spent, one vector per block of its grant."""
     if isinstance(spent, Mapping):
         extra = set(spent) - set(keys)

@@ -136,7 +136,12 @@ class EdgeTable:
             rows, owner, blocks = rows[keep], owner[keep], blocks[keep]
 
     def _classify(
-        self, available: np.ndarray, n: int, demand: np.ndarray, rows: np.ndarray, owner: np.ndarray,
+        self,
+        available: np.ndarray,
+        n: int,
+        demand: np.ndarray,
+        rows: np.ndarray,
+        owner: np.ndarray,
         blocks: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """One round over the candidates' edges, ``demand[rows]`` (sorted by block, then walk
@@ -151,9 +156,7 @@ class EdgeTable:
         exact_failure = ~ok & (unsure_before == unsure_before[first][group])
         return failed, np.bincount(owner[exact_failure], minlength=n) > 0
 
-    def _fit_rows(
-        self, available: np.ndarray, demand: np.ndarray, rows: np.ndarray, blocks: np.ndarray, cumulative: bool
-    ) -> np.ndarray:
+    def _fit_rows(self, available: np.ndarray, demand: np.ndarray, rows: np.ndarray, blocks: np.ndarray, cumulative: bool) -> np.ndarray:
         """Whether each ``demand[rows]`` fits its block (``cumulative``: the running total of
         the block's rows up to it). Worked through in slices of whole blocks so that the
         (rows, K) temporaries stay small."""
@@ -173,9 +176,7 @@ class EdgeTable:
             # Running sums round differently from granting one pipeline after another (what
             # the ledger does): rows within rounding distance of their budget are settled by
             # subtracting the rows ahead one by one, as the ledger would.
-            near = self.accounting.fits(totals * (1 - 1e-9), budget, live) & ~self.accounting.fits(
-                totals * (1 + 1e-9), budget, live
-            )
+            near = self.accounting.fits(totals * (1 - 1e-9), budget, live) & ~self.accounting.fits(totals * (1 + 1e-9), budget, live)
             for i in np.flatnonzero(near):
                 left = budget[i].copy()
                 for ahead in wanted[first[group[i]] : i]:

@@ -80,12 +80,19 @@ class DPack:
         packing = Packing(table, available) if is_rdp else None
         candidates = _fitting_alone(table, available).astype(np.intp)
         granted = dpack_kernels.run_pass(
-            candidates, table.start.astype(np.intp), table.count.astype(np.intp),
-            np.ascontiguousarray(snapshot.weight, dtype=float), arrival_rank(snapshot).astype(np.intp),
-            np.ascontiguousarray(table.block, dtype=np.intp), np.ascontiguousarray(table.demand, dtype=float),
-            available, np.ascontiguousarray(table.live, dtype=bool), is_rdp,
+            candidates,
+            table.start.astype(np.intp),
+            table.count.astype(np.intp),
+            np.ascontiguousarray(snapshot.weight, dtype=float),
+            arrival_rank(snapshot).astype(np.intp),
+            np.ascontiguousarray(table.block, dtype=np.intp),
+            np.ascontiguousarray(table.demand, dtype=float),
+            available,
+            np.ascontiguousarray(table.live, dtype=bool),
+            is_rdp,
             min(self.k, len(candidates) + 1),  # a round never grants more than every candidate
-            np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp), *_packing_arguments(packing, table),
+            np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp),
+            *_packing_arguments(packing, table),
         )
         return Allocation(granted=granted.astype(np.intp))
 
@@ -98,5 +105,4 @@ def _packing_arguments(packing: Packing | None, table: EdgeTable) -> tuple:
     none = np.zeros(0, dtype=np.intp)
     blocks = np.zeros(table.n_blocks, dtype=np.intp)
     empty = np.zeros((0, 0), dtype=np.intp)
-    return none, (none, blocks, blocks, np.zeros((0, 0)), np.zeros((0, 0), dtype=bool), empty, empty,
-                  np.zeros((0, 0)), empty, blocks)
+    return none, (none, blocks, blocks, np.zeros((0, 0)), np.zeros((0, 0), dtype=bool), empty, empty, np.zeros((0, 0)), empty, blocks)

@@ -275,8 +275,20 @@ def _pop(heap, size):  # pragma: no cover
 
 @_jit
 def run_pass(
-    candidates, start, count, weight, tie, block, demand, available, live, is_rdp, k,
-    edge_pipeline, by_block, state,
+    candidates,
+    start,
+    count,
+    weight,
+    tie,
+    block,
+    demand,
+    available,
+    live,
+    is_rdp,
+    k,
+    edge_pipeline,
+    by_block,
+    state,
 ):  # pragma: no cover
     """The whole DPack pass from the candidates that fit alone; ``available`` is charged in
     place. Returns the granted pipelines in grant order.

@@ -37,9 +37,7 @@ def _block_rows(table: EdgeTable, owner: np.ndarray, n_pipelines: int):
     dims = table.demand.shape[1]
     rows = (table.block[:, None] * dims + np.arange(dims)).ravel()
     columns = np.repeat(owner, dims)
-    matrix = sparse.csr_array(
-        (table.demand.ravel(), (rows, columns)), shape=(table.n_blocks * dims, n_pipelines)
-    )
+    matrix = sparse.csr_array((table.demand.ravel(), (rows, columns)), shape=(table.n_blocks * dims, n_pipelines))
     used = np.zeros(table.n_blocks * dims, dtype=bool)
     used[rows] = True
     return matrix, used

@@ -69,8 +69,9 @@ class Packing:
         self.size = np.bincount(self.block, minlength=n_blocks).astype(np.intp)
         self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
         every_column = width == self.demand.shape[1]  # then no copy of the demands
-        sorted_edges = _sorted_within_blocks(self.block, self.demand if every_column else self.demand[:, self.columns],
-                                             self.size, self.first)
+        sorted_edges = _sorted_within_blocks(
+            self.block, self.demand if every_column else self.demand[:, self.columns], self.size, self.first
+        )
         #: Edges grouped by block (any order within a block).
         self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
         #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
@@ -80,12 +81,24 @@ class Packing:
         #: each has been granted; each edge's row per column; per block and column, the
         #: prefix (rows counted from ``first_j``), its pending sum and count; the best orders.
         self.state = (
-            self.columns, self.first, self.size, np.empty((width, n_edges)), np.empty((width, n_edges), dtype=bool),
-            np.empty((n_edges, width), dtype=np.intp), np.zeros((n_blocks, width), dtype=np.intp),
-            np.zeros((n_blocks, width)), np.zeros((n_blocks, width), dtype=np.intp), self.best,
+            self.columns,
+            self.first,
+            self.size,
+            np.empty((width, n_edges)),
+            np.empty((width, n_edges), dtype=bool),
+            np.empty((n_edges, width), dtype=np.intp),
+            np.zeros((n_blocks, width), dtype=np.intp),
+            np.zeros((n_blocks, width)),
+            np.zeros((n_blocks, width), dtype=np.intp),
+            self.best,
         )
-        dpack_kernels.build_packing(np.ascontiguousarray(sorted_edges, dtype=np.intp), self.demand,
-                                    np.ascontiguousarray(available, dtype=float), self.live, self.state)
+        dpack_kernels.build_packing(
+            np.ascontiguousarray(sorted_edges, dtype=np.intp),
+            self.demand,
+            np.ascontiguousarray(available, dtype=float),
+            self.live,
+            self.state,
+        )
 
     def remove(self, edges: np.ndarray) -> None:
         """Granted edges stop counting as pending (their demand must already be charged to
@@ -103,6 +116,5 @@ class Packing:
         if not blocks.size or not self.columns.size:
             return blocks[:0]  # without a live order nothing fits anywhere: α* is irrelevant
         changed = np.empty(len(blocks), dtype=np.intp)
-        n_changed = dpack_kernels.refresh_best(blocks, np.ascontiguousarray(available, dtype=float), self.live,
-                                               self.state, changed)
+        n_changed = dpack_kernels.refresh_best(blocks, np.ascontiguousarray(available, dtype=float), self.live, self.state, changed)
         return changed[:n_changed]

@@ -68,9 +68,7 @@ class RoundRobin:
         old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)
         need = np.maximum(demand - old, 0.0)
         need[leq(demand, old)] = 0.0
-        new = old + np.stack(
-            [water_fill(blocks, need[:, k], snapshot.unlocked[:, k]) for k in range(demand.shape[1])], axis=1
-        )
+        new = old + np.stack([water_fill(blocks, need[:, k], snapshot.unlocked[:, k]) for k in range(demand.shape[1])], axis=1)
         complete = np.all(leq(demand, new), axis=1)
         new[complete] = demand[complete]
         owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)

@@ -204,8 +204,9 @@ def block_unlock_amounts(capacity: list[float], locked: list[float], step: float
 # not. "If nothing else is granted": the unlocked budget only grows meanwhile.
 
 
-def fits_at_target(accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray, capacity: np.ndarray,
-                   locked: np.ndarray, target: np.ndarray) -> np.ndarray:
+def fits_at_target(
+    accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray, capacity: np.ndarray, locked: np.ndarray, target: np.ndarray
+) -> np.ndarray:
     """Whether each demand (E, K) fits its block (E, K balances) once the block's unlocked
     share is raised to ``target`` (E,) by :func:`unlock_step` and :func:`unlock_amounts`."""
     step = unlock_step(capacity, locked, np.asarray(target, dtype=float))
@@ -241,9 +242,18 @@ def _key_float(key: np.ndarray) -> np.ndarray:
     return bits.view(np.float64)
 
 
-def earliest_fit_time(rule: UnlockRule, accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray,
-                      capacity: np.ndarray, locked: np.ndarray, arrivals: np.ndarray, created: np.ndarray,
-                      now: float, grid: UnlockGrid | None = None) -> np.ndarray:
+def earliest_fit_time(
+    rule: UnlockRule,
+    accounting: Accounting,
+    demand: np.ndarray,
+    unlocked: np.ndarray,
+    capacity: np.ndarray,
+    locked: np.ndarray,
+    arrivals: np.ndarray,
+    created: np.ndarray,
+    now: float,
+    grid: UnlockGrid | None = None,
+) -> np.ndarray:
     """The earliest clock time ≥ ``now`` at which each demand (E, K) fits its block under a
     per-time rule if nothing else is granted meanwhile: ``now`` when it fits at once, +inf
     when it never fits, not even fully unlocked. Each block has balances (E, K), the
@@ -284,23 +294,38 @@ def earliest_fit_time(rule: UnlockRule, accounting: Accounting, demand: np.ndarr
     rows = np.flatnonzero(later)
 
     def sub(counted: np.ndarray) -> np.ndarray:
-        return fits_at_target(accounting, demand[rows], unlocked[rows], capacity[rows], locked[rows],
-                              unlocked_fraction(rule, arrivals[rows], counted - created[rows]))
+        return fits_at_target(
+            accounting,
+            demand[rows],
+            unlocked[rows],
+            capacity[rows],
+            locked[rows],
+            unlocked_fraction(rule, arrivals[rows], counted - created[rows]),
+        )
 
     if grid is None:
-        keys = _first_true(lambda key: sub(_key_float(key)), np.full(len(rows), _float_key(now)[0]),
-                           _float_key(full[rows]))
+        keys = _first_true(lambda key: sub(_key_float(key)), np.full(len(rows), _float_key(now)[0]), _float_key(full[rows]))
         answer[rows] = _key_float(keys)
     else:
-        ks = _first_true(lambda k: sub(grid.origin + k * grid.period),
-                         np.full(len(rows), grid.index(now), dtype=np.int64),
-                         np.array([grid.index(float(f)) for f in full[rows]], dtype=np.int64))
+        ks = _first_true(
+            lambda k: sub(grid.origin + k * grid.period),
+            np.full(len(rows), grid.index(now), dtype=np.int64),
+            np.array([grid.index(float(f)) for f in full[rows]], dtype=np.int64),
+        )
         answer[rows] = grid.origin + ks * grid.period
     return answer
 
 
-def arrivals_to_fit(rule: UnlockRule, accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray,
-                    capacity: np.ndarray, locked: np.ndarray, arrivals: np.ndarray, elapsed: np.ndarray) -> np.ndarray:
+def arrivals_to_fit(
+    rule: UnlockRule,
+    accounting: Accounting,
+    demand: np.ndarray,
+    unlocked: np.ndarray,
+    capacity: np.ndarray,
+    locked: np.ndarray,
+    arrivals: np.ndarray,
+    elapsed: np.ndarray,
+) -> np.ndarray:
     """The fewest further pipeline arrivals on its block after which each demand (E, K) fits
     under a per-arrival rule, if nothing else is granted meanwhile: 0 when it fits at once,
     -1 when no number of arrivals makes it fit. Each arrival asking for a block unlocks

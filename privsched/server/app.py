@@ -103,8 +103,12 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         identities.close()
         client.close()
 
-    app = FastAPI(title="privsched", summary="Privacy-budget-aware job scheduler: the HTTP API", lifespan=lifespan,
-                  responses={code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)})
+    app = FastAPI(
+        title="privsched",
+        summary="Privacy-budget-aware job scheduler: the HTTP API",
+        lifespan=lifespan,
+        responses={code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)},
+    )
     app.add_middleware(BodyLimit, limit=MAX_BODY)
     app.state.client, app.state.identities, app.state.tokens = client, identities, tokens
     _errors(app)
@@ -133,16 +137,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     # -- datasets and blocks ------------------------------------------------------------------
     @app.get("/v1/datasets", response_model=list[DatasetOut], tags=["datasets"])
     def list_datasets(caller: Caller) -> Response:
-        return reply([DatasetOut.of(d, identities.dataset_teams(d.id)) for d in client.datasets()
-                      if identities.may_read(caller, d.id)])
+        return reply([DatasetOut.of(d, identities.dataset_teams(d.id)) for d in client.datasets() if identities.may_read(caller, d.id)])
 
     @app.post("/v1/datasets", response_model=DatasetOut, status_code=201, tags=["datasets"])
     def create_dataset(body: DatasetIn, caller: Caller) -> Response:
         access.require_admin(caller, "create a dataset")
         for team in body.teams:  # check before writing: nothing is created on bad input
             access.check_team(team)
-        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion,
-                                     actor=caller.name)
+        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion, actor=caller.name)
         if body.teams:
             identities.restrict(info.id, body.teams)
         return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
@@ -156,14 +158,12 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
-        return reply([BlockOut.of(b) for b in client.blocks(dataset, active_only=active_only)
-                      if b.dataset in readable])
+        return reply([BlockOut.of(b) for b in client.blocks(dataset, active_only=active_only) if b.dataset in readable])
 
     @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
     def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
         access.require_admin(caller, "add blocks")
-        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked,
-                                  actor=caller.name)
+        added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked, actor=caller.name)
         return reply([BlockOut.of(b) for b in added], 201)
 
     @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
@@ -209,15 +209,13 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(DryRunOut.model_validate(asdict(client.dry_run(spec, owner=caller.name))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
-    def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None,
-                       dataset: str | None = None) -> Response:
+    def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
         infos = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
         teams = identities.submissions([p.id for p in infos])
-        return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller))
-                      for p in infos])
+        return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller)) for p in infos])
 
     @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
     def status(pipeline_id: int, caller: Caller) -> Response:
@@ -244,16 +242,18 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.require_admin(caller, "read job logs")
         pipeline(pipeline_id, caller)
         chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
-        return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk),
-                             ended=ended and len(chunk) < LOG_CHUNK))
+        return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk), ended=ended and len(chunk) < LOG_CHUNK))
 
     @app.get("/v1/reasons", response_model=list[WaitingOut], tags=["pipelines"])
     def reasons(caller: Caller, dataset: str | None = None) -> Response:
         """Why each pending pipeline waits: the block and dimension where its demand falls
         shortest of the unlocked budget, when the unlock rule will have released enough, and
         its rank in the serving policy's order; and what compute each granted one waits for."""
-        names = [access.readable_dataset(client, identities, caller, dataset).name] if dataset is not None else [
-            d.name for d in client.datasets() if identities.may_read(caller, d.id)]
+        names = (
+            [access.readable_dataset(client, identities, caller, dataset).name]
+            if dataset is not None
+            else [d.name for d in client.datasets() if identities.may_read(caller, d.id)]
+        )
         found = [r for name in names for r in client.reasons(name, policy).values()]
         return reply([WaitingOut(**r.to_dict()) for r in found])
 
@@ -268,8 +268,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         a chain head kept earlier, which the log must still hold)."""
         access.require_admin(caller, "audit the ledger")
         report = client.audit(expect=expect)
-        return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events,
-                              head=report.head))
+        return reply(AuditOut(ok=report.ok, violations=report.violations, blocks=report.blocks, events=report.events, head=report.head))
 
     # -- users --------------------------------------------------------------------------------
     @app.get("/v1/users", response_model=list[UserOut], tags=["users"])

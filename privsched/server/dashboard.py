@@ -30,8 +30,7 @@ def _asset(name: str) -> str:
     return resources.files("privsched.dashboard").joinpath("static").joinpath(name).read_text(encoding="utf-8")
 
 
-def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., Awaitable[User]],
-                     policy: Any = None) -> APIRouter:
+def dashboard_router(client: Client, identities: Identities, current_user: Callable[..., Awaitable[User]], policy: Any = None) -> APIRouter:
     """The dashboard's routes on the served database; ``current_user`` authenticates (401),
     ``policy`` (the serving scheduler's) orders the queue."""
     router = APIRouter()
@@ -53,19 +52,26 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
             raise access.NotFound(f"no dashboard asset {name!r}")
         return Response(_asset(name), media_type=ASSETS[name])
 
-    @router.get("/v1/dashboard/blocks", tags=["dashboard"],
-                summary="Every readable dataset's blocks as budget bars, and its budget over time")
+    @router.get(
+        "/v1/dashboard/blocks", tags=["dashboard"], summary="Every readable dataset's blocks as budget bars, and its budget over time"
+    )
     def blocks(caller: User = signed_in) -> list[dict[str, Any]]:
         return views.blocks_page(client, readable(caller))
 
-    @router.get("/v1/dashboard/queue", tags=["dashboard"],
-                summary="Pending pipelines in policy order with their reasons; granted, running, recently ended; "
-                        "what keeps the scheduler from making progress")
+    @router.get(
+        "/v1/dashboard/queue",
+        tags=["dashboard"],
+        summary="Pending pipelines in policy order with their reasons; granted, running, recently ended; "
+        "what keeps the scheduler from making progress",
+    )
     def queue(caller: User = signed_in) -> dict[str, Any]:
         return views.queue_page(client, readable(caller), client.reasons(policy=policy), message(caller))
 
-    @router.get("/v1/dashboard/pipelines/{pipeline_id}", tags=["dashboard"],
-                summary="One pipeline: demand against capacity, timeline, metrics, log tail (admins)")
+    @router.get(
+        "/v1/dashboard/pipelines/{pipeline_id}",
+        tags=["dashboard"],
+        summary="One pipeline: demand against capacity, timeline, metrics, log tail (admins)",
+    )
     def pipeline(pipeline_id: int, caller: User = signed_in) -> dict[str, Any]:
         try:
             info = client.status(pipeline_id)
@@ -73,20 +79,15 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
             raise access.NotFound(f"unknown pipeline {pipeline_id}") from None
         access.readable_dataset(client, identities, caller, info.dataset)
         reason = client.reasons(info.dataset, policy).get(pipeline_id) if info.state in ("pending", "granted") else None
-        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin,
-                                   reason=reason)
+        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin, reason=reason)
 
     @router.get("/v1/dashboard/audit", tags=["dashboard"], summary="A fresh audit of the ledger and its chain head")
     def audit(caller: User = signed_in) -> dict[str, Any]:
         access.require_admin(caller, "audit the ledger")
         return views.audit_page(client)
 
-    @router.get("/metrics", tags=["dashboard"], summary="Prometheus metrics of the readable datasets",
-                response_class=Response)
+    @router.get("/metrics", tags=["dashboard"], summary="Prometheus metrics of the readable datasets", response_class=Response)
     def prometheus(caller: User = signed_in) -> Response:
-        return Response(metrics.render(client, readable(caller), client.reasons(policy=policy)),
-                        media_type=METRICS_TYPE)
+        return Response(metrics.render(client, readable(caller), client.reasons(policy=policy)), media_type=METRICS_TYPE)
 
     return router
-
-

@@ -52,14 +52,29 @@ class DatasetOut(Model):
 
     @classmethod
     def of(cls, info: DatasetInfo, teams: list[str]) -> DatasetOut:
-        return cls(name=info.name, accounting=info.accounting.name, alphas=list(info.accounting.alphas),
-                   epsilon=info.epsilon, delta=info.delta, conversion=info.conversion,
-                   capacity=info.capacity.tolist(), created_at=info.created_at, teams=teams)
+        return cls(
+            name=info.name,
+            accounting=info.accounting.name,
+            alphas=list(info.accounting.alphas),
+            epsilon=info.epsilon,
+            delta=info.delta,
+            conversion=info.conversion,
+            capacity=info.capacity.tolist(),
+            created_at=info.created_at,
+            teams=teams,
+        )
 
     def info(self) -> DatasetInfo:
         accounting = Accounting.from_dict({"accounting": self.accounting, "alphas": self.alphas})
-        return DatasetInfo(name=self.name, accounting=accounting, epsilon=self.epsilon, delta=self.delta,
-                           conversion=self.conversion, capacity=_vector(self.capacity), created_at=self.created_at)
+        return DatasetInfo(
+            name=self.name,
+            accounting=accounting,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            conversion=self.conversion,
+            capacity=_vector(self.capacity),
+            created_at=self.created_at,
+        )
 
 
 class BlockIn(Model):
@@ -87,14 +102,28 @@ class BlockOut(Model):
 
     @classmethod
     def of(cls, info: BlockInfo) -> BlockOut:
-        return cls(id=info.id, dataset=info.dataset, key=info.key, location=info.location, state=info.state,
-                   created_at=info.created_at, capacity=info.capacity.tolist(),
-                   **{b: getattr(info, b).tolist() for b in BUCKETS})
+        return cls(
+            id=info.id,
+            dataset=info.dataset,
+            key=info.key,
+            location=info.location,
+            state=info.state,
+            created_at=info.created_at,
+            capacity=info.capacity.tolist(),
+            **{b: getattr(info, b).tolist() for b in BUCKETS},
+        )
 
     def info(self) -> BlockInfo:
-        return BlockInfo(id=self.id, dataset=self.dataset, key=self.key, location=self.location, state=self.state,
-                         created_at=self.created_at, capacity=_vector(self.capacity),
-                         **{b: _vector(getattr(self, b)) for b in BUCKETS})
+        return BlockInfo(
+            id=self.id,
+            dataset=self.dataset,
+            key=self.key,
+            location=self.location,
+            state=self.state,
+            created_at=self.created_at,
+            capacity=_vector(self.capacity),
+            **{b: _vector(getattr(self, b)) for b in BUCKETS},
+        )
 
 
 class SubmitIn(Model):
@@ -154,15 +183,23 @@ class EventOut(Model):
     target: str | None
     amount: list[float] | None
     reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
-    actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before "
-                                          "actors were).")
+    actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before actors were).")
 
     @classmethod
     def of(cls, event: Event, show_reason: bool) -> EventOut:
-        return cls(id=event.id, at=event.at, kind=event.kind, dataset_id=event.dataset_id, block_id=event.block_id,
-                   pipeline_id=event.pipeline_id, source=event.source, target=event.target,
-                   amount=None if event.amount is None else event.amount.tolist(),
-                   reason=event.reason if show_reason else None, actor=event.actor)
+        return cls(
+            id=event.id,
+            at=event.at,
+            kind=event.kind,
+            dataset_id=event.dataset_id,
+            block_id=event.block_id,
+            pipeline_id=event.pipeline_id,
+            source=event.source,
+            target=event.target,
+            amount=None if event.amount is None else event.amount.tolist(),
+            reason=event.reason if show_reason else None,
+            actor=event.actor,
+        )
 
     def event(self) -> Event:
         fields = self.model_dump()
@@ -191,8 +228,9 @@ class AuditOut(Model):
 
 class SchedulerOut(Model):
     holder: str | None = Field(description="The scheduler serving the ledger, if one holds its lease.")
-    condition: str | None = Field(None, description="What keeps the scheduler from making progress (e.g. "
-                                  "'storage full since …'; it retries every tick), or null.")
+    condition: str | None = Field(
+        None, description="What keeps the scheduler from making progress (e.g. 'storage full since …'; it retries every tick), or null."
+    )
 
 
 class UnlockIn(Model):
@@ -242,13 +280,14 @@ class WaitingOut(Model):
     unlocked: float | None = None
     shortfall: float | None = None
     team: str | None = None
-    unlock: Literal["time", "arrivals"] | None = Field(
-        None, description="What releases more budget under the serving unlock rule.")
-    fits_at: float | None = Field(None, description="Per-time rule: the earliest time (s since the epoch) the "
-                                  "demand fits if nothing else is granted.")
+    unlock: Literal["time", "arrivals"] | None = Field(None, description="What releases more budget under the serving unlock rule.")
+    fits_at: float | None = Field(
+        None, description="Per-time rule: the earliest time (s since the epoch) the demand fits if nothing else is granted."
+    )
     arrivals: int | None = Field(None, description="Per-arrival rule: further arrivals on unlock_block it needs.")
-    unlock_block: str | None = Field(None, description="The block that unlocks enough last; None with unlock set: "
-                                     "no further unlock is enough.")
+    unlock_block: str | None = Field(
+        None, description="The block that unlocks enough last; None with unlock set: no further unlock is enough."
+    )
     need: str | None = Field(None, description="compute: what the job asks for.")
     free: str | None = Field(None, description="compute: what running jobs leave free (None: it fits now).")
     never: str | None = Field(None, description="compute: why the pool can never hold the job.")

@@ -34,8 +34,7 @@ class Listen:
         return f"{'https' if self.tls_cert else 'http'}://{host}:{self.port}"
 
 
-def parse_listen(text: str, tls_cert: str | None = None, tls_key: str | None = None,
-                 insecure: bool = False) -> Listen:
+def parse_listen(text: str, tls_cert: str | None = None, tls_key: str | None = None, insecure: bool = False) -> Listen:
     """``HOST:PORT`` (``[v6]:PORT`` for IPv6) checked against the TLS rule above;
     ``ValueError`` with one line otherwise."""
     host, sep, port = text.rpartition(":")
@@ -48,8 +47,7 @@ def parse_listen(text: str, tls_cert: str | None = None, tls_key: str | None = N
         if not os.path.isfile(path):
             raise ValueError(f"no TLS file at {path}")
     if tls_cert is None and not insecure and not is_loopback(host):
-        raise ValueError(f"listening on {host} needs TLS (--tls-cert/--tls-key); "
-                         "pass --insecure to send tokens in clear on purpose")
+        raise ValueError(f"listening on {host} needs TLS (--tls-cert/--tls-key); pass --insecure to send tokens in clear on purpose")
     return Listen(host, int(port), tls_cert, tls_key)
 
 
@@ -62,9 +60,16 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def api_for_options(db: str | os.PathLike, listen: str | None, until_idle: bool, tls_cert: str | None,
-                    tls_key: str | None, insecure: bool, log: Callable[[str], None] | None, policy: Any = None
-                    ) -> AbstractContextManager[Listen | None]:
+def api_for_options(
+    db: str | os.PathLike,
+    listen: str | None,
+    until_idle: bool,
+    tls_cert: str | None,
+    tls_key: str | None,
+    insecure: bool,
+    log: Callable[[str], None] | None,
+    policy: Any = None,
+) -> AbstractContextManager[Listen | None]:
     """What ``privsched serve``'s options ask for: the API on ``listen`` (by default on
     :data:`DEFAULT_LISTEN`, except for a batch ``--until-idle`` run), or nothing for 'none'."""
     text = listen if listen is not None else ("none" if until_idle else DEFAULT_LISTEN)
@@ -77,8 +82,7 @@ def api_for_options(db: str | os.PathLike, listen: str | None, until_idle: bool,
 
 
 @contextmanager
-def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None,
-                 policy: Any) -> Iterator[Listen | None]:
+def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None, policy: Any) -> Iterator[Listen | None]:
     try:
         api = http_api(db, listen, log, policy)
         bound = api.__enter__()
@@ -93,17 +97,25 @@ def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], Non
 
 
 @contextmanager
-def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None,
-             policy: Any = None) -> Iterator[Listen]:
+def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None, policy: Any = None) -> Iterator[Listen]:
     """Serve the API of database ``db`` while the block runs; yields the address bound
     (port 0 picks a free one). A port in use raises ``ValueError``."""
     import uvicorn
 
     from privsched.server.app import create_app
 
-    config = uvicorn.Config(create_app(db, policy), host=listen.host, port=listen.port, ssl_certfile=listen.tls_cert,
-                            ssl_keyfile=listen.tls_key, log_level="warning", access_log=False, lifespan="on",
-                            http="httptools", loop="uvloop")
+    config = uvicorn.Config(
+        create_app(db, policy),
+        host=listen.host,
+        port=listen.port,
+        ssl_certfile=listen.tls_cert,
+        ssl_keyfile=listen.tls_key,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        http="httptools",
+        loop="uvloop",
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
     thread.start()

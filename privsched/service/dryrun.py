@@ -65,10 +65,11 @@ def dry_run(request: PipelineRequest, dataset: DatasetInfo, blocks: list[BlockIn
     at = delta if delta else dataset.delta
     if accounting.is_rdp:
         usable = accounting.live(dataset.capacity) & np.isfinite(demand)
-        epsilon = rdp_to_epsilon(demand[usable], np.asarray(accounting.alphas)[usable], at)[0] if usable.any() \
-            else float("inf")
+        epsilon = rdp_to_epsilon(demand[usable], np.asarray(accounting.alphas)[usable], at)[0] if usable.any() else float("inf")
     else:
         epsilon, at = float(demand[0]), float(demand[1])
-    fits_of = [BlockFit(b.key, bool(f), bool(e), None if f else labels[int(d)], None if f else float(g))
-               for b, f, e, d, g in zip(chosen, fits, ever, dim, gap)]
+    fits_of = [
+        BlockFit(b.key, bool(f), bool(e), None if f else labels[int(d)], None if f else float(g))
+        for b, f, e, d, g in zip(chosen, fits, ever, dim, gap)
+    ]
     return DryRun(request.name, dataset.name, demand.tolist(), labels, float(epsilon), float(at), fits_of)

@@ -126,8 +126,13 @@ class PendingSet:
         shown = np.isin(blocks.ids, table.edge_block)
         if pipelines is None:
             shown |= blocks.active
-        return PendingView(accounting=dataset.accounting, block_ids=blocks.ids[shown],
-                           capacity=blocks.capacity[shown], unlocked=blocks.unlocked[shown], pipelines=table)
+        return PendingView(
+            accounting=dataset.accounting,
+            block_ids=blocks.ids[shown],
+            capacity=blocks.capacity[shown],
+            unlocked=blocks.unlocked[shown],
+            pipelines=table,
+        )
 
     def next_deadline(self) -> float:
         """When the first pending pipeline times out (inf: none ever does)."""
@@ -197,8 +202,12 @@ def _select(table: PendingBatch, keep: np.ndarray) -> PendingBatch:
     index = np.cumsum(keep) - 1
     kept = keep[table.edge_pipeline]
     return PendingBatch(
-        pipeline_ids=table.pipeline_ids[keep], arrival=table.arrival[keep], weight=table.weight[keep],
-        deadline=table.deadline[keep], edge_pipeline=index[table.edge_pipeline[kept]], edge_block=table.edge_block[kept],
+        pipeline_ids=table.pipeline_ids[keep],
+        arrival=table.arrival[keep],
+        weight=table.weight[keep],
+        deadline=table.deadline[keep],
+        edge_pipeline=index[table.edge_pipeline[kept]],
+        edge_block=table.edge_block[kept],
         edge_demand=table.edge_demand[kept],
     )
 
@@ -223,8 +232,11 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
     rank[order] = np.arange(len(order))
     edges = np.argsort(rank[joined.edge_pipeline], kind="stable")
     return PendingBatch(
-        pipeline_ids=ids[order], arrival=joined.arrival[order], weight=joined.weight[order],
+        pipeline_ids=ids[order],
+        arrival=joined.arrival[order],
+        weight=joined.weight[order],
         deadline=joined.deadline[order],
-        edge_pipeline=rank[joined.edge_pipeline][edges], edge_block=joined.edge_block[edges],
+        edge_pipeline=rank[joined.edge_pipeline][edges],
+        edge_block=joined.edge_block[edges],
         edge_demand=joined.edge_demand[edges],
     )

@@ -107,8 +107,7 @@ class Placement:
     def from_record(cls, record: dict | None) -> Placement:
         """The placement a running pipeline's record holds (nothing for a missing field)."""
         record = record or {}
-        return cls(tuple(str(g) for g in record.get("gpus", ())), float(record.get("cpus", 0)),
-                   int(record.get("memory", 0)))
+        return cls(tuple(str(g) for g in record.get("gpus", ())), float(record.get("cpus", 0)), int(record.get("memory", 0)))
 
 
 @dataclass

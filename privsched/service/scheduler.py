@@ -52,6 +52,7 @@ from privsched.service.snapshot import snapshot_of
 from privsched.service.unsatisfiable import never_grantable
 from privsched.spec import Resources
 
+
 @dataclass
 class TickReport:
     """What one tick did, and what is left."""
@@ -147,16 +148,17 @@ class Scheduler:
                 del self._unresolved[pipeline_id]
                 if not self.launches.spawn_was_attempted(pipeline_id, record.token):
                     self.compute.release(pipeline_id)
-                    self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)",
-                               touched=False, now=now)
+                    self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)", touched=False, now=now)
                     continue
                 launch = self._launch(info, _placement(info), info.started_at or now, record.token)
                 alive = self.executor.attach(launch)
                 process = self.executor.process(pipeline_id)
                 if alive and process is not None:
                     self.ledger.record_started(pipeline_id, record.token, *process, now=now)
-                self.log(f"pipeline {pipeline_id} was being launched before the restart: "
-                         + ("adopted its running job" if alive else "its job ended"))
+                self.log(
+                    f"pipeline {pipeline_id} was being launched before the restart: "
+                    + ("adopted its running job" if alive else "its job ended")
+                )
             finally:
                 lock.release()
 
@@ -224,8 +226,7 @@ class Scheduler:
                 pipelines = self._changed(dataset_id, marks, marks.worsened)
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
-                for pipeline_id, reason in never_grantable(self.pending.view(dataset_id, pipelines),
-                                                           self.pending.blocks).items():
+                for pipeline_id, reason in never_grantable(self.pending.view(dataset_id, pipelines), self.pending.blocks).items():
                     try:
                         self._fail(pipeline_id, reason, touched=False, now=now)
                     except LedgerError as exc:  # cancelled since it was read
@@ -248,8 +249,11 @@ class Scheduler:
         if a block whose consumption grew since the last look may have reached it."""
         self._refresh()
         marks = self._unretired.take()
-        blocks = self.pending.blocks.values() if marks.everything else (
-            self.pending.blocks[b] for b in marks.worsened if b in self.pending.blocks)
+        blocks = (
+            self.pending.blocks.values()
+            if marks.everything
+            else (self.pending.blocks[b] for b in marks.worsened if b in self.pending.blocks)
+        )
         accounting = {d.name: d.accounting for d in self.pending.datasets.values()}
         for block in blocks:
             live = accounting[block.dataset].live(block.capacity)
@@ -299,8 +303,7 @@ class Scheduler:
         reserved: dict[tuple[int, int], np.ndarray] = {}
         every = marks.everything or not orders_per_pipeline(self.policy.policy)
         try:
-            for dataset_id, table in sorted(self.pending.tables.items(),
-                                            key=lambda item: self.pending.datasets[item[0]].name):
+            for dataset_id, table in sorted(self.pending.tables.items(), key=lambda item: self.pending.datasets[item[0]].name):
                 pipelines = None if every else self._changed(dataset_id, marks, marks.gained)
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
@@ -422,8 +425,7 @@ class Scheduler:
         """What the job's sandbox must not expose: the ledger, every run, other blocks' data."""
         granted = {(info.dataset, key) for key in info.block_keys}
         self._refresh()  # every block recorded so far, read incrementally
-        others = [b.location for b in self.pending.blocks.values()
-                  if b.location and (b.dataset, b.key) not in granted]
+        others = [b.location for b in self.pending.blocks.values() if b.location and (b.dataset, b.key) not in granted]
         return self.runs.protected() + others
 
     def _block_locations(self, info: PipelineInfo) -> dict[str, str | None]:
@@ -491,13 +493,10 @@ class Scheduler:
         self.log(f"pipeline {pipeline_id} failed: {message}")
 
 
-def _waiting_reservations(
-    keys: list[tuple[int, int]], reserved: np.ndarray, granted: set[int]
-) -> dict[tuple[int, int], np.ndarray]:
+def _waiting_reservations(keys: list[tuple[int, int]], reserved: np.ndarray, granted: set[int]) -> dict[tuple[int, int], np.ndarray]:
     """Round robin's reservations per (pipeline id, block id) of the pipelines still waiting
     (a granted pipeline's reservation becomes its allocation)."""
-    return {key: np.array(amount, dtype=float) for key, amount in zip(keys, reserved)
-            if key[0] not in granted and np.any(amount != 0)}
+    return {key: np.array(amount, dtype=float) for key, amount in zip(keys, reserved) if key[0] not in granted and np.any(amount != 0)}
 
 
 def _placement(info: PipelineInfo) -> Placement:

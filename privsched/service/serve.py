@@ -198,8 +198,7 @@ class _Loop:
                     summary.granted += len(report.granted)
                     summary.settled += len(report.settled)
                     summary.pending = report.pending
-                    if (self.until_idle and report.idle and not fresh
-                            and not (report.pending and scheduler.awaits_timeouts())):
+                    if self.until_idle and report.idle and not fresh and not (report.pending and scheduler.awaits_timeouts()):
                         break
                 if not fresh:
                     self._wait(scheduler, condition, (woken, watcher), summary, now + self.tick)
@@ -227,8 +226,14 @@ class _Loop:
         condition.clear()
         return report
 
-    def _wait(self, scheduler: Scheduler, condition: Condition, wake: tuple[threading.Event, ChangeWatcher],
-              summary: ServeSummary, next_tick: float) -> None:
+    def _wait(
+        self,
+        scheduler: Scheduler,
+        condition: Condition,
+        wake: tuple[threading.Event, ChangeWatcher],
+        summary: ServeSummary,
+        next_tick: float,
+    ) -> None:
         """Collect finished jobs until the next tick is due, a job settled, another process
         committed (a submission, a cancellation) or the loop is stopped."""
         woken, watcher = wake
@@ -339,7 +344,13 @@ def serve_with(
     runner = make_executor(options.executor, options.ray_address, sandbox=mode, allow_network=options.allow_network)
     pool = runner.pool(options.gpus, options.cpus, options.memory)
     return serve(
-        db_path, spec, runner, pool, tick=options.tick, until_idle=options.until_idle, stop=stop,
+        db_path,
+        spec,
+        runner,
+        pool,
+        tick=options.tick,
+        until_idle=options.until_idle,
+        stop=stop,
         log=log or (lambda message: None),
     )
 

@@ -26,8 +26,7 @@ def builtin_job(spec: PipelineSpec) -> dict:
 def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
     """The mechanism a pipeline is charged for (see the module docstring)."""
     if spec.mechanism is not None and spec.job.kind is not None:
-        raise SpecError(f"a {spec.job.kind} job plans the mechanism it is charged: give 'epsilon' (and 'delta'), "
-                        "not a 'mechanism'")
+        raise SpecError(f"a {spec.job.kind} job plans the mechanism it is charged: give 'epsilon' (and 'delta'), not a 'mechanism'")
     if spec.mechanism is not None:
         return parse_mechanism(spec.mechanism)
     epsilon, delta = float(spec.epsilon), float(spec.delta or 0.0)  # type: ignore[arg-type]
@@ -45,9 +44,7 @@ def build_request(
     ``blocks`` (needed only by ``Last`` and ``Range`` selectors: the ledger checks explicit
     keys). Any problem raises :class:`LedgerError` with one line; nothing is written."""
     try:
-        keys = select_blocks(
-            spec.blocks, [b.key for b in blocks], [b.key for b in blocks if b.state == "active"]
-        )
+        keys = select_blocks(spec.blocks, [b.key for b in blocks], [b.key for b in blocks if b.state == "active"])
         if pool is not None and (refusal := pool.refusal(spec.resources)) is not None:
             raise SpecError(refusal)
         mechanism = demand_mechanism(spec, dataset)

@@ -42,6 +42,5 @@ def never_grantable(view: PendingView, blocks: dict[int, BlockInfo]) -> dict[int
         if block.state != "active":
             reasons.setdefault(pipeline_id, f"can never be granted: block {block.key!r} is {block.state}")
         else:
-            reasons.setdefault(pipeline_id, f"can never be granted: its demand exceeds what block {block.key!r} "
-                                            f"has not consumed {where}")
+            reasons.setdefault(pipeline_id, f"can never be granted: its demand exceeds what block {block.key!r} has not consumed {where}")
     return reasons

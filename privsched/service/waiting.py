@@ -83,8 +83,10 @@ class WaitingReason:
             if self.free is None:
                 return f"compute: fits the free compute, starts at the scheduler's next pass; {rank}"
             return f"compute: needs {self.need}, free {self.free}; {rank}"
-        return (f"budget: block {self.block} {self.dimension} needs {self.demand:.4g}, "
-                f"unlocked {self.unlocked:.4g} (short {self.shortfall:.4g}){self._outlook()}; {rank}")
+        return (
+            f"budget: block {self.block} {self.dimension} needs {self.demand:.4g}, "
+            f"unlocked {self.unlocked:.4g} (short {self.shortfall:.4g}){self._outlook()}; {rank}"
+        )
 
     def _outlook(self) -> str:
         if self.unlock is None:
@@ -107,16 +109,22 @@ class WaitingReason:
             return "compute never" if self.never is not None else f"compute {self.rank}/{self.pending}"
         outlook = ""
         if self.unlock is not None:
-            outlook = (" never" if self.unlock_block is None else
-                       f" by {_clock(self.fits_at or 0.0)[5:16]}" if self.unlock == "time" else f" +{self.arrivals}")
+            outlook = (
+                " never"
+                if self.unlock_block is None
+                else f" by {_clock(self.fits_at or 0.0)[5:16]}"
+                if self.unlock == "time"
+                else f" +{self.arrivals}"
+            )
         return f"budget {self.block} {self.dimension} short {self.shortfall:.3g}{outlook}"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def shortfalls(accounting: Accounting, demand: np.ndarray, available: np.ndarray,
-               capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shortfalls(
+    accounting: Accounting, demand: np.ndarray, available: np.ndarray, capacity: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For (E, K) demands against available budgets: whether each fits, the dimension that
     decides (see the module docstring), and the shortfall d − u there (≤ 0 when it fits)."""
     live = accounting.live(capacity)
@@ -142,8 +150,9 @@ class UnlockState:
     now: float  # the clock
 
 
-def _outlooks(snapshot: Snapshot, block_ids: np.ndarray, state: UnlockState, pipelines: np.ndarray,
-              block_keys: dict[int, str]) -> dict[int, dict]:
+def _outlooks(
+    snapshot: Snapshot, block_ids: np.ndarray, state: UnlockState, pipelines: np.ndarray, block_keys: dict[int, str]
+) -> dict[int, dict]:
     """For pipeline indices ``pipelines`` of ``snapshot`` (whose blocks are ``block_ids``):
     the unlock fields of their reasons."""
     from privsched.policies.unlock import arrivals_to_fit, earliest_fit_time
@@ -154,8 +163,7 @@ def _outlooks(snapshot: Snapshot, block_ids: np.ndarray, state: UnlockState, pip
         return {}
     edges = np.flatnonzero(np.isin(snapshot.edge_pipeline, pipelines))
     rows = snapshot.edge_block[edges]
-    balances = (snapshot.accounting, snapshot.edge_demand[edges], snapshot.unlocked[rows], snapshot.capacity[rows],
-                state.locked[rows])
+    balances = (snapshot.accounting, snapshot.edge_demand[edges], snapshot.unlocked[rows], snapshot.capacity[rows], state.locked[rows])
     if by_time:
         when = earliest_fit_time(rule, *balances, state.arrivals[rows], state.created[rows], state.now)
         never = np.isinf(when)
@@ -176,9 +184,14 @@ def _outlooks(snapshot: Snapshot, block_ids: np.ndarray, state: UnlockState, pip
     return found
 
 
-def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Policy | None = None,
-                    now: float = 0.0, quota: Callable | None = None,
-                    unlock: UnlockState | None = None) -> list[WaitingReason]:
+def waiting_reasons(
+    view: PendingView,
+    block_keys: dict[int, str],
+    policy: Policy | None = None,
+    now: float = 0.0,
+    quota: Callable | None = None,
+    unlock: UnlockState | None = None,
+) -> list[WaitingReason]:
     """The reason of every pending pipeline in ``view``; ``block_keys`` maps block ids to
     keys. Ranks follow ``policy.order`` when the policy orders pipelines one by one
     (``per_pipeline_order``), else arrival order. ``quota(pipeline_id, block_ids, demand,
@@ -212,13 +225,15 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
     reasons = []
     for p in range(count):
         edges = np.flatnonzero(snapshot.edge_pipeline == p)
-        turn = WaitingReason(pipeline_id=int(snapshot.pipeline_ids[p]), code="turn", rank=int(rank[p]), pending=count,
-                             order=order_name)
+        turn = WaitingReason(pipeline_id=int(snapshot.pipeline_ids[p]), code="turn", rank=int(rank[p]), pending=count, order=order_name)
         short = edges[~fits[edges]]
         if len(short) == 0:
             blocks = block_ids[snapshot.edge_block[edges]]
-            over = None if quota is None else quota(turn.pipeline_id, blocks.tolist(), demand[edges],
-                                                      snapshot.capacity[snapshot.edge_block[edges]])
+            over = (
+                None
+                if quota is None
+                else quota(turn.pipeline_id, blocks.tolist(), demand[edges], snapshot.capacity[snapshot.edge_block[edges]])
+            )
             if over is None:
                 reasons.append(turn)
             else:
@@ -226,10 +241,18 @@ def waiting_reasons(view: PendingView, block_keys: dict[int, str], policy: Polic
             continue
         e = short[np.argmax(edge_gap[short])]
         d = int(dim[e])
-        reasons.append(replace(
-            turn, code="budget", block=block_keys.get(int(block_ids[snapshot.edge_block[e]])), dimension=labels[d],
-            demand=float(demand[e, d]), unlocked=float(unlocked[e, d]), shortfall=float(edge_gap[e]),
-            **outlooks.get(p, {})))
+        reasons.append(
+            replace(
+                turn,
+                code="budget",
+                block=block_keys.get(int(block_ids[snapshot.edge_block[e]])),
+                dimension=labels[d],
+                demand=float(demand[e, d]),
+                unlocked=float(unlocked[e, d]),
+                shortfall=float(edge_gap[e]),
+                **outlooks.get(p, {}),
+            )
+        )
     return reasons
 
 
@@ -259,8 +282,7 @@ def compute_reasons(granted: list[PipelineInfo], running: list[PipelineInfo], po
         if refusal is not None:
             reasons.append(replace(base, need=need.describe(), never=refusal))
         elif free.place(info.id, need) is None:
-            left = Resources.model_construct(gpus=len(free.free_gpus), cpus=max(free.free_cpus, 0.0),
-                                             memory=max(free.free_memory, 0))
+            left = Resources.model_construct(gpus=len(free.free_gpus), cpus=max(free.free_cpus, 0.0), memory=max(free.free_memory, 0))
             reasons.append(replace(base, need=need.describe(), free=left.describe()))
         else:
             reasons.append(replace(base, need=need.describe()))

@@ -16,6 +16,7 @@ from privsched.simulation.results import SimulationResult, used_share
 from privsched.simulation.status import STATUS_NAMES
 from privsched.simulation.trace import Trace, load_trace
 
+
 def resolve_policy(
     policy: str | PolicySpec,
     *,
@@ -88,8 +89,9 @@ def check_tick(instance: Instance, spec: PolicySpec, tick: float | None) -> None
     span = float(instance.block_arrival[-1] - instance.block_arrival[0]) + lifetime
     ticks = min(span / tick, instance.n_blocks * (lifetime / tick + 1))
     if ticks > MAX_SIMULATION_TICKS:
-        raise ValueError(f"tick {tick:g} s would take about {ticks:.3g} unlock ticks, more than the limit of "
-                         f"{MAX_SIMULATION_TICKS}: use a longer tick")
+        raise ValueError(
+            f"tick {tick:g} s would take about {ticks:.3g} unlock ticks, more than the limit of {MAX_SIMULATION_TICKS}: use a longer tick"
+        )
 
 
 def run(
@@ -121,9 +123,7 @@ def run(
         block_used=used_share(state.consumed, instance.capacity, acc),
         sample_times=state.sample_times,
         sample_used=used_share(state.sample_consumed, instance.capacity[None], acc),
-        block_wasted=used_share(state.wasted, instance.capacity, acc) if np.any(state.wasted) else np.zeros(
-            instance.n_blocks
-        ),
+        block_wasted=used_share(state.wasted, instance.capacity, acc) if np.any(state.wasted) else np.zeros(instance.n_blocks),
         passes=state.passes,
         runtime_s=runtime,
         cpu_s=cpu,

@@ -74,8 +74,11 @@ def declared_params(generator: Callable[..., Any]) -> dict[str, Declared] | None
     for name, parameter in inspect.signature(target).parameters.items():
         if parameter.kind is inspect.Parameter.VAR_KEYWORD:
             return None
-        if name not in fixed and name != "seed" and parameter.kind in (
-                inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD):
+        if (
+            name not in fixed
+            and name != "seed"
+            and parameter.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        ):
             found[name] = _declared(parameter, namespace)
     return found
 
@@ -97,8 +100,9 @@ def value_problem(value: Any, declared: Declared) -> str | None:
         return None
     bounds = declared.bounds
     default_infinite = isinstance(declared.default, float) and math.isinf(declared.default)
-    wanted = _NUMBERS[kind] + (f" in [{bounds.low:g}, {bounds.high:g}]" if bounds is not None
-                               else "" if default_infinite or kind is int else " (finite)")
+    wanted = _NUMBERS[kind] + (
+        f" in [{bounds.low:g}, {bounds.high:g}]" if bounds is not None else "" if default_infinite or kind is int else " (finite)"
+    )
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (kind is int and not isinstance(value, int)):
         return f"must be {wanted}, got {_shown(value)}"
     if kind is float and abs(value) > sys.float_info.max and not (isinstance(value, float) and default_infinite):

@@ -68,8 +68,7 @@ def budget_over_time(result: SimulationResult, path: Path, title: str = "") -> P
     times = result.sample_times
     used = np.asarray(result.sample_used).T  # (B, S)
     extent = (times[0], times[-1], -0.5, used.shape[0] - 0.5) if times.size else None
-    image = ax.imshow(used, aspect="auto", origin="lower", extent=extent, vmin=0, vmax=1, cmap="viridis",
-                      interpolation="nearest")
+    image = ax.imshow(used, aspect="auto", origin="lower", extent=extent, vmin=0, vmax=1, cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=ax, label="share of budget used")
     ax.set_xlabel("time (s)")
     ax.set_ylabel("block")
@@ -112,8 +111,7 @@ def granted_vs_parameter(rows: Sequence[dict], workload: str, path: Path) -> Pat
         policies = sorted({r["policy"] for r in rows if r.get(key) is not None})
         for i, policy in enumerate(policies):
             mine = sorted((r for r in rows if r["policy"] == policy and r.get(key) is not None), key=lambda r: r[key])
-            ax.plot([r[key] for r in mine], [r["granted"] for r in mine], label=policy,
-                    **_STYLES[i % len(_STYLES)])
+            ax.plot([r[key] for r in mine], [r["granted"] for r in mine], label=policy, **_STYLES[i % len(_STYLES)])
         for r in rows:
             if r.get("n") is None and r.get("lifetime") is None:
                 ax.axhline(r["granted"], ls="--", lw=1, color="gray")

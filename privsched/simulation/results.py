@@ -126,9 +126,7 @@ class SimulationResult:
             block_used=np.asarray(data["blocks"]["used"], dtype=float),
             block_wasted=np.asarray(data["blocks"]["wasted"], dtype=float),
             sample_times=np.asarray(data["budget_over_time"]["time"], dtype=float),
-            sample_used=np.asarray(data["budget_over_time"]["used"], dtype=float).reshape(
-                -1, len(data["blocks"]["id"])
-            ),
+            sample_used=np.asarray(data["budget_over_time"]["used"], dtype=float).reshape(-1, len(data["blocks"]["id"])),
             passes=s["passes"],
             runtime_s=s["runtime_s"],
             cpu_s=s["cpu_s"],

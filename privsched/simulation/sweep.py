@@ -78,8 +78,23 @@ def simulate_point(point: SweepPoint, params: str = "{}") -> tuple[dict, Simulat
     result = run(point.workload, _instance(point.workload, point.seed, params), spec)
     summary = result.summary()
     row = {**asdict(point), "label": point.label}
-    row.update({k: summary[k] for k in ("pipelines", "granted", "timed_out", "by_class", "delay_p50", "delay_p99",
-                                        "mean_block_used", "passes", "runtime_s", "cpu_s")})
+    row.update(
+        {
+            k: summary[k]
+            for k in (
+                "pipelines",
+                "granted",
+                "timed_out",
+                "by_class",
+                "delay_p50",
+                "delay_p99",
+                "mean_block_used",
+                "passes",
+                "runtime_s",
+                "cpu_s",
+            )
+        }
+    )
     return row, _compact(result)
 
 
@@ -87,12 +102,23 @@ def _compact(result: SimulationResult) -> SimulationResult:
     """The result without per-pipeline lists (only what the figures need), cheap to pickle."""
     granted = result.granted_mask
     return SimulationResult(
-        workload=result.workload, policy=result.policy, params=result.params, accounting=result.accounting,
-        pipeline_ids=[], arrival=result.arrival[granted], status=["granted"] * int(granted.sum()),
-        grant_time=result.grant_time[granted], klass=[k for k, g in zip(result.klass, granted) if g],
-        block_ids=result.block_ids, block_used=result.block_used, sample_times=result.sample_times,
-        sample_used=result.sample_used, block_wasted=result.block_wasted, passes=result.passes,
-        runtime_s=result.runtime_s, cpu_s=result.cpu_s,
+        workload=result.workload,
+        policy=result.policy,
+        params=result.params,
+        accounting=result.accounting,
+        pipeline_ids=[],
+        arrival=result.arrival[granted],
+        status=["granted"] * int(granted.sum()),
+        grant_time=result.grant_time[granted],
+        klass=[k for k, g in zip(result.klass, granted) if g],
+        block_ids=result.block_ids,
+        block_used=result.block_used,
+        sample_times=result.sample_times,
+        sample_used=result.sample_used,
+        block_wasted=result.block_wasted,
+        passes=result.passes,
+        runtime_s=result.runtime_s,
+        cpu_s=result.cpu_s,
     )
 
 
@@ -137,8 +163,14 @@ def sweep_figures(rows: Sequence[dict], best: dict[tuple[str, str], SimulationRe
         paths.append(plots.granted_vs_parameter(rows, workload, out / f"granted_{workload}.png"))
         mine = sorted(((policy, result) for (w, policy), result in best.items() if w == workload))
         labels = [f"{policy} {_best_label(rows, workload, policy)}" for policy, _ in mine]
-        paths.append(plots.delay_cdf([r for _, r in mine], labels, out / f"delay_cdf_{workload}.png",
-                                     title=f"delay CDF at each policy's best parameter: {workload}"))
+        paths.append(
+            plots.delay_cdf(
+                [r for _, r in mine],
+                labels,
+                out / f"delay_cdf_{workload}.png",
+                title=f"delay CDF at each policy's best parameter: {workload}",
+            )
+        )
         for policy, result in mine:
             paths.append(plots.budget_over_time(result, out / f"budget_{workload}_{policy}.png"))
     return paths
@@ -152,8 +184,10 @@ def _best_label(rows: Sequence[dict], workload: str, policy: str) -> str:
 
 def summary_table(rows: Sequence[dict]) -> str:
     """The sweep as a markdown table."""
-    lines = ["| workload | policy | N | T | granted | of | delay p50 (s) | delay p99 (s) | CPU (s) |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| workload | policy | N | T | granted | of | delay p50 (s) | delay p99 (s) | CPU (s) |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         p50 = "" if r["delay_p50"] is None else f"{r['delay_p50']:.2f}"
         p99 = "" if r["delay_p99"] is None else f"{r['delay_p99']:.2f}"
@@ -181,4 +215,3 @@ def write_sweep(rows: Sequence[dict], best: dict, out: Path) -> list[Path]:
     (out / "sweep.json").write_text(json.dumps(list(rows), indent=1))
     (out / "summary.md").write_text(summary_table(rows) + "\nBest run per policy:\n\n" + summary_table(best_rows(rows)))
     return [out / "sweep.json", out / "summary.md", *sweep_figures(rows, best, out)]
-

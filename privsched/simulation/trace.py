@@ -122,8 +122,7 @@ class TracePipeline(_Entry):
     def _known_mechanism(cls, value: Any) -> Any:
         if isinstance(value, str) and value not in MECHANISM_NAMES:
             raise ValueError(
-                f"unknown mechanism {value!r} (expected {' or '.join(map(repr, MECHANISM_NAMES))}, "
-                "or a mechanism description object)"
+                f"unknown mechanism {value!r} (expected {' or '.join(map(repr, MECHANISM_NAMES))}, or a mechanism description object)"
             )
         if isinstance(value, dict):
             return parse_mechanism(value)

@@ -42,8 +42,7 @@ class StatisticJob(BaseModel):
         if isinstance(data, dict) and "seed" in data:
             raise ValueError("a statistic takes no seed: its noise comes from OS entropy and cannot be replayed")
         if isinstance(data, dict) and "mechanism" in data:
-            raise ValueError("a statistic names its noise in 'noise' (laplace or gaussian); 'mechanism' is the "
-                             "charged privacy mechanism")
+            raise ValueError("a statistic names its noise in 'noise' (laplace or gaussian); 'mechanism' is the charged privacy mechanism")
         return data
 
     @model_validator(mode="after")

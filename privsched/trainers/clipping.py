@@ -52,15 +52,11 @@ class GhostClipping:
     def __init__(self, model: nn.Module, max_grad_norm: float, loss: SummedLoss) -> None:
         unsupported = unsupported_layers(model)
         if unsupported:
-            raise ValueError(
-                f"single-pass ghost clipping needs trainable layers that are all nn.Linear, not {', '.join(unsupported)}"
-            )
+            raise ValueError(f"single-pass ghost clipping needs trainable layers that are all nn.Linear, not {', '.join(unsupported)}")
         self.model = model
         self.max_grad_norm = max_grad_norm
         self.loss = loss
-        self.layers = [
-            m for m in model.modules() if type(m) is nn.Linear and any(p.requires_grad for p in m.parameters())
-        ]
+        self.layers = [m for m in model.modules() if type(m) is nn.Linear and any(p.requires_grad for p in m.parameters())]
         if not self.layers:
             raise ValueError("single-pass ghost clipping needs at least one trainable nn.Linear layer")
         self._captured: dict[nn.Module, Pair] | None = None

@@ -259,9 +259,7 @@ class Trainer:
         return list(self.accountant.history) if self.accountant is not None else []
 
 
-def private_trainer(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
-) -> Trainer:
+def private_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device) -> Trainer:
     """A DP-SGD trainer with explicit noise σ in clipping ``mode`` (see :data:`OPACUS_MODES`).
 
     Batches sample each record independently with probability q (:class:`PoissonBatches`)
@@ -279,8 +277,9 @@ def private_trainer(
     return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
 
 
-def private_parts(mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float,
-                  device: torch.device) -> tuple[Any, RDPAccountant, PoissonBatches]:
+def private_parts(
+    mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device
+) -> tuple[Any, RDPAccountant, PoissonBatches]:
     """What every clipping mode shares: the Opacus DP optimizer of ``mode``
     (:data:`privsched.trainers.optimizers.OPTIMIZERS`) built directly with
     ``secure_mode=True`` and noise from an OS-seeded generator on ``device``, the RDP
@@ -303,9 +302,7 @@ def private_parts(mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJ
     return optimizer, accountant, PoissonBatches(train, job.sample_rate, secure_generator())
 
 
-def opacus_trainer(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device
-) -> Trainer:
+def opacus_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device) -> Trainer:
     """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
     matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
     OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""

@@ -25,8 +25,12 @@ class FlatNoise(DPOptimizer):
         params = self.params
         reference = params[0].summed_grad
         noise = gaussian_noise(
-            sum(p.numel() for p in params), self.noise_multiplier * self.max_grad_norm, self.generator,
-            reference.device, reference.dtype, self.secure_mode,
+            sum(p.numel() for p in params),
+            self.noise_multiplier * self.max_grad_norm,
+            self.generator,
+            reference.device,
+            reference.dtype,
+            self.secure_mode,
         )
         for p, entries in zip(params, noise.split([p.numel() for p in params])):
             _check_processed_flag(p.summed_grad)

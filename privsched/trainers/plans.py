@@ -73,16 +73,14 @@ class DPSGDJob(_Job):
     def _no_patience(cls, data: object) -> object:
         if isinstance(data, dict) and "patience" in data:
             raise ValueError(
-                "patience is not supported: early stopping on the un-noised held-out loss would release data "
-                "outside the charge"
+                "patience is not supported: early stopping on the un-noised held-out loss would release data outside the charge"
             )
         return data
 
     @model_validator(mode="after")
     def _check(self) -> DPSGDJob:
         if self.epochs / self.sample_rate > MAX_STEPS:
-            raise ValueError(f"{self.epochs:g} epochs at sample rate {self.sample_rate:g} is more than "
-                             f"{MAX_STEPS} noisy steps")
+            raise ValueError(f"{self.epochs:g} epochs at sample rate {self.sample_rate:g} is more than {MAX_STEPS} noisy steps")
         if self.grad_sample_mode == "ghost" and self.model not in ALL_LINEAR_MODELS:
             raise ValueError(
                 f"grad_sample_mode ghost needs a model whose layers are all linear ({', '.join(ALL_LINEAR_MODELS)}); "
@@ -132,17 +130,13 @@ def training_epsilon(epsilon: float) -> float:
     return epsilon - accuracy_epsilon(epsilon)
 
 
-def dpsgd_mechanism(
-    job: DPSGDJob, noise_multiplier: float, epsilon: float, delta: float, accounting: Accounting
-) -> Mechanism:
+def dpsgd_mechanism(job: DPSGDJob, noise_multiplier: float, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """What a DP-SGD plan charges: its training, the subsampled Gaussian (q, σ, steps) under
     RDP or the (ε − ε_acc, δ) it was calibrated to under basic composition, composed with the
     pure ε_acc-DP accuracy release (charged min(ε_acc, αε_acc²/2) under RDP)."""
     accuracy = EpsilonDelta(epsilon=accuracy_epsilon(epsilon), delta=0.0)
     if accounting.is_rdp:
-        training: Mechanism = SubsampledGaussian(
-            sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps
-        )
+        training: Mechanism = SubsampledGaussian(sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps)
     else:
         training = EpsilonDelta(epsilon=training_epsilon(epsilon), delta=delta)
     return Composed(parts=[training, accuracy])
@@ -170,8 +164,9 @@ def charged_plan(job: DPSGDJob, charged: Mechanism, delta: float) -> DPSGDPlan:
     parts = charged.parts if isinstance(charged, Composed) else []
     accuracy = parts[1] if len(parts) == 2 else None
     if not isinstance(accuracy, EpsilonDelta) or accuracy.delta != 0:
-        raise ValueError(f"a dpsgd job needs a charged mechanism that composes its training and a pure-DP accuracy "
-                         f"release, got {charged.kind}")
+        raise ValueError(
+            f"a dpsgd job needs a charged mechanism that composes its training and a pure-DP accuracy release, got {charged.kind}"
+        )
     training = parts[0]
     if isinstance(training, SubsampledGaussian):
         if training.sample_rate != job.sample_rate:

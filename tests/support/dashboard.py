@@ -27,9 +27,10 @@ def populated_client(path: Path) -> Client:
     ledger.add_blocks("stats", [BlockSpec(f"d{i}") for i in (1, 2, 3)], unlocked_fraction=1.0, now=0)
     ledger.create_dataset("reviews", 10.0, 1e-7, now=0)
     ledger.add_blocks("reviews", ["r1"], now=0)
-    done, busy, ready, stop = (ledger.submit(request(name, [key], eps), now=t) for t, (name, key, eps) in
-                               enumerate([("done", "d1", 0.4), ("busy", "d2", 0.3), ("ready", "d3", 0.2),
-                                          ("stop", "d3", 0.1)], start=1))
+    done, busy, ready, stop = (
+        ledger.submit(request(name, [key], eps), now=t)
+        for t, (name, key, eps) in enumerate([("done", "d1", 0.4), ("busy", "d2", 0.3), ("ready", "d3", 0.2), ("stop", "d3", 0.1)], start=1)
+    )
     ledger.grant([done, busy, ready], now=10)
     ledger.mark_running(done, {"cpus": 1}, now=11)
     ledger.complete(done, {"d1": np.array([0.2, 5e-8])}, now=12)
@@ -63,8 +64,17 @@ def headless_chromium(download_dir: Path):
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(BROWSER)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1280,1000", f"--user-data-dir={download_dir / 'profile'}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--window-size=1280,1000",
+        f"--user-data-dir={download_dir / 'profile'}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(str(DRIVER)), options=options)

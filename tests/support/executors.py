@@ -32,8 +32,7 @@ class InstantExecutor(Executor):
         return ended
 
     def cancel(self, pipeline_id: int, reason: str) -> None:
-        self._ended = [r if r.pipeline_id != pipeline_id else JobResult(pipeline_id, False, message=reason)
-                       for r in self._ended]
+        self._ended = [r if r.pipeline_id != pipeline_id else JobResult(pipeline_id, False, message=reason) for r in self._ended]
 
     def attach(self, launch: Launch) -> bool:
         return False

@@ -37,9 +37,12 @@ def random_trace(accounting: str, seed: int, *, blocks: int = 5, pipelines: int 
         if rng.random() < 0.3:
             entry["timeout"] = float(rng.choice([2.0, 5.0, 12.5]))
         entries.append(entry)
-    return Trace.model_validate({
-        "accounting": accounting,
-        "blocks": [{"id": f"b{j}", "arrival": float(a), "epsilon": epsilon_g, "delta": delta_g}
-                   for j, a in enumerate(block_arrival.tolist())],
-        "pipelines": entries,
-    })
+    return Trace.model_validate(
+        {
+            "accounting": accounting,
+            "blocks": [
+                {"id": f"b{j}", "arrival": float(a), "epsilon": epsilon_g, "delta": delta_g} for j, a in enumerate(block_arrival.tolist())
+            ],
+            "pipelines": entries,
+        }
+    )

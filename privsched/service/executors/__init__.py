@@ -8,9 +8,7 @@ from privsched.service.executors.base import Executor, Launch
 EXECUTOR_NAMES: tuple[str, ...] = ("local", "ray")
 
 
-def make_executor(
-    name: str, ray_address: str | None = None, *, sandbox: str | None = None, allow_network: bool = False
-) -> Executor:
+def make_executor(name: str, ray_address: str | None = None, *, sandbox: str | None = None, allow_network: bool = False) -> Executor:
     """An executor by name (``ray_address``: the Ray cluster's dashboard address, for
     ``ray``), confining jobs with ``sandbox`` (default ``$PRIVSCHED_SANDBOX``, else
     ``landlock``); unknown names raise ``ValueError`` with one line."""

@@ -154,8 +154,9 @@ def _become_job(spec_fd: int, log_fd: int, result_fd: int, pools: Any) -> None:
         try:
             _take_over(spec, pools)
         except Exception as exc:  # nothing of the job ran: refused, its grant released
-            deliver(not_started(Path(spec["argv"][0]), f"the fork server's child could not be set up: {exc}"),
-                    Path(spec["argv"][1]), result_fd)
+            deliver(
+                not_started(Path(spec["argv"][0]), f"the fork server's child could not be set up: {exc}"), Path(spec["argv"][1]), result_fd
+            )
             code = 1
             return
         argv = [*spec["argv"], "--result-fd", str(result_fd)]

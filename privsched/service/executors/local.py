@@ -174,8 +174,14 @@ class LocalExecutor(Executor):
                 if forked is None:
                     process = subprocess.Popen(
                         [self.python, "-m", "privsched.jobs.runner", *argv, "--result-fd", str(pipe.write_fd)],
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                        start_new_session=True, pass_fds=(pipe.write_fd,))
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        cwd=cwd,
+                        env=env,
+                        start_new_session=True,
+                        pass_fds=(pipe.write_fd,),
+                    )
         except BaseException:
             pipe.close()
             raise

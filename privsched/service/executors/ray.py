@@ -106,8 +106,10 @@ def operator_token(token: str | None = None) -> str | None:
 def _auth_refusal(exc: BaseException, where: str) -> str:
     """One line for Ray's AuthenticationError (401: no token, 403: a wrong one)."""
     if str(exc).startswith("Authentication required"):
-        return (f"the Ray cluster at {where} requires an authentication token: set {TOKEN_VARIABLE} or "
-                f"{TOKEN_PATH_VARIABLE}, or write it to {DEFAULT_TOKEN_PATH}")
+        return (
+            f"the Ray cluster at {where} requires an authentication token: set {TOKEN_VARIABLE} or "
+            f"{TOKEN_PATH_VARIABLE}, or write it to {DEFAULT_TOKEN_PATH}"
+        )
     return f"the Ray cluster at {where} refused the Ray token: it is invalid or incorrect"
 
 
@@ -145,16 +147,21 @@ def node_refusal(placement: Placement, nodes: list[dict[str, float]]) -> str | N
 def cluster_pool(nodes: list[dict[str, float]]) -> Pool:
     """The whole cluster as a pool: its GPUs (named 0..N-1), CPUs and task memory."""
     gpus = int(sum(n.get("GPU", 0) for n in nodes))
-    return Pool(tuple(str(i) for i in range(gpus)), sum(n.get("CPU", 0) for n in nodes),
-                int(sum(n.get("memory", 0) for n in nodes)))
+    return Pool(tuple(str(i) for i in range(gpus)), sum(n.get("CPU", 0) for n in nodes), int(sum(n.get("memory", 0) for n in nodes)))
 
 
 def _environment(placement: Placement, encoded: str, sandbox: str, allow_network: bool) -> dict[str, str]:
     """The job's environment: its context, its sandbox, thread pools sized to its CPUs, and
     no GPU when it has none (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs it assigns)."""
     threads = str(max(1, int(placement.cpus)))
-    env = {JOB_VARIABLE: encoded, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads,
-           SANDBOX_VARIABLE: sandbox, NETWORK_VARIABLE: "1" if allow_network else "0"}
+    env = {
+        JOB_VARIABLE: encoded,
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "OPENBLAS_NUM_THREADS": threads,
+        SANDBOX_VARIABLE: sandbox,
+        NETWORK_VARIABLE: "1" if allow_network else "0",
+    }
     if not placement.gpus:
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
@@ -184,7 +191,12 @@ class RayExecutor(Executor):
     name = "ray"
 
     def __init__(
-        self, address: str | None = None, *, python: str = "python", refresh: float = 0.5, log_refresh: float = 2.0,
+        self,
+        address: str | None = None,
+        *,
+        python: str = "python",
+        refresh: float = 0.5,
+        log_refresh: float = 2.0,
         token: str | None = None,
     ) -> None:
         try:
@@ -225,8 +237,8 @@ class RayExecutor(Executor):
 
         try:
             alive = StateApiClient(self.address, headers=dict(self._headers)).list(
-                StateResource.NODES, options=ListApiOptions(limit=10_000, filters=[("state", "=", "ALIVE")]),
-                raise_on_missing_output=True)
+                StateResource.NODES, options=ListApiOptions(limit=10_000, filters=[("state", "=", "ALIVE")]), raise_on_missing_output=True
+            )
         except RayStateApiException as exc:
             raise RuntimeError(str(exc)) from None
         return [dict(node.resources_total) for node in alive]
@@ -275,8 +287,7 @@ class RayExecutor(Executor):
                 entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
                 submission_id=job.submission_id,
                 runtime_env={"env_vars": _environment(launch.placement, encoded, self.sandbox, self.allow_network)},
-                metadata={"privsched_runs": str(launch.context.parent.parent),
-                          "privsched_pipeline": str(launch.pipeline_id)},
+                metadata={"privsched_runs": str(launch.context.parent.parent), "privsched_pipeline": str(launch.pipeline_id)},
                 entrypoint_num_gpus=len(launch.placement.gpus) or None,
                 entrypoint_num_cpus=launch.placement.cpus or None,
                 entrypoint_memory=launch.placement.memory or None,
@@ -387,4 +398,3 @@ class RayExecutor(Executor):
         if error in NEVER_STARTED:
             return JobResult(launch.pipeline_id, False, touched_data=False, message=f"Ray could not start the job: {detail}")
         return failure(launch, f"job ended on Ray ({status}) without reporting its result: {detail}")
-

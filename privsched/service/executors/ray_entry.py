@@ -61,7 +61,7 @@ def parse_result(logs: str, pipeline_id: int) -> JobResult | None:
         if not line.startswith(RESULT_MARKER):
             continue
         try:
-            result = JobResult.from_json(line[len(RESULT_MARKER):])
+            result = JobResult.from_json(line[len(RESULT_MARKER) :])
         except (ValueError, KeyError, TypeError):
             return JobResult(pipeline_id, False, message="job printed a result that does not parse")
         if result.pipeline_id != pipeline_id:
@@ -72,8 +72,7 @@ def parse_result(logs: str, pipeline_id: int) -> JobResult | None:
 
 def main() -> int:
     if any(name in os.environ for name in SECRET_VARIABLES):  # a fresh image: /proc/self/environ forgets them too
-        os.execve(sys.executable, [sys.executable, "-m", "privsched.service.executors.ray_entry"],
-                  without_secrets(os.environ))
+        os.execve(sys.executable, [sys.executable, "-m", "privsched.service.executors.ray_entry"], without_secrets(os.environ))
     encoded = os.environ.get(JOB_VARIABLE)
     if not encoded:
         print(f"{JOB_VARIABLE} is not set: this module runs a job the ray executor submitted", file=sys.stderr)

@@ -59,14 +59,34 @@ def local_cluster(cpus: float = 2, gpus: int = 0, memory: int = 4 * 10**9, token
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     dashboard = free_port()
     command = [
-        str(Path(bin_dir, "ray")), "start", "--head", "--num-cpus", f"{cpus:g}", "--num-gpus", str(gpus),
-        "--memory", str(memory), "--object-store-memory", str(100 * 10**6), "--temp-dir", folder,
-        "--port", str(free_port()), "--dashboard-host", "127.0.0.1", "--dashboard-port", str(dashboard),
-        "--include-dashboard", "true", "--ray-client-server-port", str(free_port()),
-        "--dashboard-agent-listen-port", str(free_port()), "--disable-usage-stats",
+        str(Path(bin_dir, "ray")),
+        "start",
+        "--head",
+        "--num-cpus",
+        f"{cpus:g}",
+        "--num-gpus",
+        str(gpus),
+        "--memory",
+        str(memory),
+        "--object-store-memory",
+        str(100 * 10**6),
+        "--temp-dir",
+        folder,
+        "--port",
+        str(free_port()),
+        "--dashboard-host",
+        "127.0.0.1",
+        "--dashboard-port",
+        str(dashboard),
+        "--include-dashboard",
+        "true",
+        "--ray-client-server-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--disable-usage-stats",
     ]
-    head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    head = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     output, _ = head.communicate()
     try:
         if head.returncode != 0:

@@ -29,11 +29,27 @@ from privsched.service.executors.fork_server import TOKEN_ROOM, receive, send
 #: first step (``torch._dynamo``, which every optimizer's constructor imports: about 1.5 s),
 #: and the thread-pool control.
 WARM_MODULES: tuple[str, ...] = (
-    "argparse", "privsched.jobs.runner", "privsched.jobs.records", "privsched.trainers.builtin",
-    "privsched.trainers.statistics", "privsched.trainers.dpsgd", "privsched.trainers.optimizers",
-    "privsched.statistics.queries", "privsched.statistics.release", "opendp.prelude", "opacus", "opacus.accountants",
-    "opacus.optimizers", "opacus.grad_sample", "opacus.grad_sample.utils", "opacus.layers",
-    "opacus.utils.fast_gradient_clipping_utils", "torch._dynamo", "torch.optim", "torch.utils.data", "threadpoolctl",
+    "argparse",
+    "privsched.jobs.runner",
+    "privsched.jobs.records",
+    "privsched.trainers.builtin",
+    "privsched.trainers.statistics",
+    "privsched.trainers.dpsgd",
+    "privsched.trainers.optimizers",
+    "privsched.statistics.queries",
+    "privsched.statistics.release",
+    "opendp.prelude",
+    "opacus",
+    "opacus.accountants",
+    "opacus.optimizers",
+    "opacus.grad_sample",
+    "opacus.grad_sample.utils",
+    "opacus.layers",
+    "opacus.utils.fast_gradient_clipping_utils",
+    "torch._dynamo",
+    "torch.optim",
+    "torch.utils.data",
+    "threadpoolctl",
 )
 #: Longest wait for the fork server's reply to a launch before starting the job cold.
 REPLY_SECONDS = 10.0
@@ -55,13 +71,24 @@ class ForkServer:
 
     def __init__(self, python: str, env: dict[str, str], modules: tuple[str, ...]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        server_env = {**env, LAUNCH_TOKEN_ENV: TOKEN_ROOM, "CUDA_VISIBLE_DEVICES": "",
-                      "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+        server_env = {
+            **env,
+            LAUNCH_TOKEN_ENV: TOKEN_ROOM,
+            "CUDA_VISIBLE_DEVICES": "",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+        }
         try:
             self.process = subprocess.Popen(
                 [python, "-m", "privsched.service.executors.fork_server", str(theirs.fileno()), *modules],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                pass_fds=(theirs.fileno(),), env=server_env, cwd="/", start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                env=server_env,
+                cwd="/",
+                start_new_session=True,
             )
         finally:
             theirs.close()
@@ -159,8 +186,7 @@ class ForkServer:
 class WarmLauncher:
     """Keeps one fork server running, replaced (with backoff) whenever it dies."""
 
-    def __init__(self, python: str, env: Callable[[], dict[str, str]],
-                 modules: tuple[str, ...] = WARM_MODULES) -> None:
+    def __init__(self, python: str, env: Callable[[], dict[str, str]], modules: tuple[str, ...] = WARM_MODULES) -> None:
         """``env``: the environment to start a fork server with (read at each start)."""
         self.python, self.env, self.modules = python, env, modules
         self.server: ForkServer | None = None
