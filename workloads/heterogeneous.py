@@ -257,12 +257,6 @@ def bend(curve: np.ndarray, spread: float) -> np.ndarray:
     return np.where(live, np.where(live, stretched, 0.0) * capacity, curve)
 
 
-def gaussian_weights(offsets: np.ndarray, std: float) -> np.ndarray:
-    """exp(-(x/σ)²/2) for each offset x: a deviation so small that x/σ overflows gives weight 0."""
-    with np.errstate(over="ignore"):
-        return np.exp(-0.5 * (offsets / std) ** 2)
-
-
 def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
     """Probability of each best-order bin (positions in the order grid): a discrete Gaussian
     centred on α = 5 of deviation ``alpha_std`` positions, over the bins the zoo fills."""
@@ -274,7 +268,7 @@ def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
     elif math.isinf(alpha_std):
         weight = np.ones(len(bins))
     else:
-        weight = gaussian_weights(bins - center, alpha_std)
+        weight = np.exp(-0.5 * ((bins - center) / alpha_std) ** 2)  # a denormal deviation overflows to weight 0 (NumPy warns)
     return weight / weight.sum()
 
 
@@ -289,7 +283,7 @@ def block_count_probabilities(blocks_mean: float, blocks_std: float, max_blocks:
     if blocks_std == 0:
         weight = (k == round(blocks_mean)).astype(float)
     else:
-        weight = gaussian_weights(k - blocks_mean, blocks_std)
+        weight = np.exp(-0.5 * ((k - blocks_mean) / blocks_std) ** 2)  # a denormal deviation overflows to 0 (NumPy warns)
         if not weight.any():  # a deviation so small that every k is infinitely far: the nearest k
             weight = (k == round(blocks_mean)).astype(float)
     return weight / weight.sum()
