@@ -4,7 +4,7 @@ Both run on this machine with the same compute: the local executor serves a pool
 ``--cpus`` CPUs; the Ray executor a one-machine cluster of ``--cpus`` CPUs started for the
 run (:func:`privsched.service.executors.ray_local.local_cluster`), or the cluster at
 ``--ray-address``. A scheduler (FCFS, tick 0.2 s) serves the database in a thread. The job is
-``tests.test_ray_jobs:reports_gpus`` with no sleep: it reads its block, records when its code
+``tests.ray_jobs:reports_gpus`` with no sleep: it reads its block, records when its code
 started, and reports half its grant. Measured, per executor:
 
 - dispatch overhead: from the grant (the ledger's ``granted_at``) to the first line of the
@@ -40,7 +40,7 @@ from privsched import connect  # noqa: E402
 from privsched.client import Client, Run  # noqa: E402
 from privsched.service.executors.ray_local import local_cluster  # noqa: E402
 
-JOB = {"function": "tests.test_ray_jobs:reports_gpus", "pythonpath": [str(REPO)]}
+JOB = {"function": "tests.ray_jobs:reports_gpus", "pythonpath": [str(REPO)]}
 
 
 def spec(name: str) -> dict:

@@ -46,7 +46,7 @@ from privsched import connect  # noqa: E402
 from privsched.client import Client  # noqa: E402
 from privsched.ledger import BlockSpec, PipelineRequest  # noqa: E402
 
-JOB = {"function": "tests.test_service_jobs:spend_half"}
+JOB = {"function": "tests.service_jobs:spend_half"}
 
 
 def build(path: Path, blocks: int, pending: int, seed: int = 0) -> Client:

@@ -81,5 +81,5 @@ def spec(name: str = "p", dataset: str = "reviews", blocks: list[str] | None = N
         "dataset": dataset,
         "blocks": blocks or ["b0"],
         "epsilon": epsilon,
-        "job": {"function": "tests.test_service_jobs:spend_half"},
+        "job": {"function": "tests.service_jobs:spend_half"},
     }

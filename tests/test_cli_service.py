@@ -22,7 +22,7 @@ def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon:
     path = folder / f"{name}.yaml"
     path.write_text(
         f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\n"
-        f"job: {{function: 'tests.test_service_jobs:{function}', params: {params}}}\n{extra}"
+        f"job: {{function: 'tests.service_jobs:{function}', params: {params}}}\n{extra}"
     )
     return path
 

@@ -15,7 +15,7 @@ from privsched.client import Client, function_reference
 from privsched.ledger import LedgerError
 from privsched.service.resources import Pool
 from privsched.spec import SpecError
-from tests import test_service_jobs as jobs
+from tests import service_jobs as jobs
 from tests.conftest import dump_database
 from tests.support.blockdata import block_file
 
@@ -39,7 +39,7 @@ def spec(**changes) -> dict:
         "blocks": {"last": 2},
         "epsilon": 1.0,
         "delta": 0.0,
-        "job": {"function": "tests.test_service_jobs:spend_half"},
+        "job": {"function": "tests.service_jobs:spend_half"},
         **changes,
     }
 
@@ -53,7 +53,7 @@ def test_connect_reads_the_database_from_the_environment(tmp_path: Path, monkeyp
 
 def test_a_decorated_function_runs_as_a_pipeline_and_reports_back(client: Client):
     train = client.pipeline(dataset="reviews", blocks=ps.Last(3), epsilon=1.0, delta=0.0, cpus=1)(jobs.spend_half)
-    assert (train.function, train.pythonpath) == ("tests.test_service_jobs:spend_half", [str(REPO)])
+    assert (train.function, train.pythonpath) == ("tests.service_jobs:spend_half", [str(REPO)])
     run = train.submit(lr=0.1)
     assert run.status == "pending" and run.info.job["params"] == {"lr": 0.1}
     client.run_until_idle("fcfs", tick=0.1, cpus=4, gpus=1)

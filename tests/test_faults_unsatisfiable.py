@@ -23,7 +23,7 @@ def test_a_pipeline_that_can_no_longer_fit_fails_once_the_budget_is_consumed(tmp
     client.add_blocks("reviews", block_files(tmp_db.parent, ["b0"]))
 
     def submit(name: str, epsilon: float) -> int:
-        job = {"function": "tests.test_service_jobs:no_report"}
+        job = {"function": "tests.service_jobs:no_report"}
         return client.submit({"name": name, "dataset": "reviews", "blocks": ["b0"], "epsilon": epsilon, "job": job}).id
 
     big, hopeless, small = submit("big", 0.8), submit("hopeless", 0.5), submit("small", 0.1)

@@ -508,7 +508,7 @@ def test_a_zero_explicit_mechanism_is_refused_by_the_cli_in_one_line(tmp_path, t
     spec.write_text(
         "name: free\ndataset: reviews\nblocks: [r1]\n"
         f"mechanism: {{kind: explicit, values: {[0.0] * 12}}}\n"
-        "job: {function: 'tests.test_service_jobs:spend_half'}\n"
+        "job: {function: 'tests.service_jobs:spend_half'}\n"
     )
     before = dump_db(tmp_db)
     result = cli("submit", spec, "--db", tmp_db)

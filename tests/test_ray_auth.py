@@ -13,7 +13,7 @@ import pytest
 from privsched import connect
 from privsched.service.executors.ray import RayExecutor
 from privsched.service.executors.ray_local import local_cluster
-from tests.test_ray_executor import db, ended, serving, user_job, wait_until  # noqa: F401 -- db: the fixture
+from tests.support.ray import db, ended, serving, user_job, wait_until  # noqa: F401 -- db: the fixture
 
 TOKEN = secrets.token_hex(32)
 
@@ -88,7 +88,7 @@ def test_with_the_token_from_its_file_jobs_run_and_none_sees_the_token(
     monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", str(token_file))
     assert "Bearer" not in repr(RayExecutor(address))
     with serving(db, address) as check, connect(db) as client:
-        run = client.submit(user_job("secrets", "tests.test_ray_jobs:reports_secret_variables", blocks=1))
+        run = client.submit(user_job("secrets", "tests.ray_jobs:reports_secret_variables", blocks=1))
         wait_until(ended(client, run.id), check)
         assert run.status == "completed", run.message
         assert run.metrics["environ"] == [] and run.metrics["proc"] == [], run.metrics

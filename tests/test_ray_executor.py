@@ -2,7 +2,7 @@
 
 The cluster (:func:`~privsched.service.executors.ray_local.local_cluster`) is started once
 for the module and its processes are stopped at the end. Jobs are user code from
-:mod:`tests.test_ray_jobs` and the built-in DP-SGD and statistic jobs on review blocks.
+:mod:`tests.ray_jobs` and the built-in DP-SGD and statistic jobs on review blocks.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -26,17 +24,16 @@ from privsched.client import Client
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import LedgerError
 from privsched.service.executors import make_executor
-from privsched.service.executors.base import Launch
 from privsched.service.executors.ray import RayExecutor, cluster_pool, node_refusal, submission_id
 from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_entry import decode_document, encode_document, parse_result, result_line
 from privsched.service.resources import Placement
 from privsched.service.rundirs import RunDirs
 from tests.conftest import REPO
-from workloads.reviews import write_blocks
+from tests.support.ray import db, ended, launch_in, running, serving, user_job, wait_until  # noqa: F401 -- db: the fixture
 
-GPU_JOB = "tests.test_ray_jobs:reports_gpus"
-HANGING_JOB = "tests.test_ray_jobs:prints_then_hangs"
+GPU_JOB = "tests.ray_jobs:reports_gpus"
+HANGING_JOB = "tests.ray_jobs:prints_then_hangs"
 
 
 @pytest.fixture(scope="module")
@@ -44,86 +41,6 @@ def ray_address() -> Iterator[str]:
     """A Ray head with 2 CPUs, 2 fake GPUs and 4 GB of task memory; its dashboard address."""
     with local_cluster(cpus=2, gpus=2, memory=4 * 10**9) as address:
         yield address
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    """A database whose RDP dataset ``reviews`` (ε_G = 10, δ_G = 1e-7, orders whose capacity is
-    positive) has two review blocks."""
-    paths = write_blocks(tmp_path / "blocks", days=2, per_day=60)
-    with connect(tmp_path / "p.db") as client:
-        client.create_dataset("reviews", epsilon=10.0, delta=1e-7, accounting="rdp", alphas=[3, 4, 5, 8, 16, 32, 64])
-        client.add_blocks("reviews", [(p.stem, str(p)) for p in paths])
-    return tmp_path / "p.db"
-
-
-def user_job(name: str, function: str, *, gpus: int = 0, blocks: int = 2, **params: object) -> dict:
-    return {
-        "name": name,
-        "dataset": "reviews",
-        "blocks": {"last": blocks},
-        "epsilon": 0.5,
-        "delta": 0.0,
-        "resources": {"gpus": gpus, "cpus": 0.5},
-        "job": {"function": function, "pythonpath": [str(REPO)], "params": params},
-    }
-
-
-def launch_in(runs_root: Path, pipeline_id: int, started_at: float) -> Launch:
-    """The launch of a pipeline whose run folders live under ``runs_root`` (no GPU)."""
-    folder = runs_root / str(pipeline_id)
-    return Launch(pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement((), 1.0, 0), started_at)
-
-
-@contextmanager
-def serving(db: Path, address: str, policy: str = "fcfs", **options: object) -> Iterator[Callable[[], None]]:
-    """A scheduler serving ``db`` on the cluster in a thread. Yields ``check()``, which raises
-    if the scheduler stopped; on exit the scheduler is stopped and any error of its re-raised."""
-    stop, failed = threading.Event(), []
-
-    def run() -> None:
-        try:
-            with connect(db) as client:
-                client.serve(policy, executor="ray", ray_address=address, tick=0.2, stop=stop, **options)
-        except BaseException as exc:  # re-raised in the test
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-
-    def check() -> None:
-        if failed:
-            raise failed[0]
-        assert thread.is_alive(), "the scheduler stopped"
-
-    with connect(db) as client:
-        while client.runs.recorded_pool() is None:  # the scheduler has looked at the cluster
-            check()
-            time.sleep(0.05)
-    try:
-        yield check
-    finally:
-        stop.set()
-        thread.join()
-    if failed:
-        raise failed[0]
-
-
-def wait_until(condition: Callable[[], bool], check: Callable[[], None] = lambda: None) -> None:
-    while not condition():
-        check()
-        time.sleep(0.1)
-
-
-def running(process: subprocess.Popen) -> Callable[[], None]:
-    def check() -> None:
-        assert process.poll() is None, "the scheduler exited"
-
-    return check
-
-
-def ended(client: Client, *ids: int) -> Callable[[], bool]:
-    return lambda: all(client.run(i).done for i in ids)
 
 
 def ray_jobs(address: str, db: Path) -> list[str]:

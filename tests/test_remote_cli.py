@@ -84,7 +84,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
 def write(folder: Path, name: str, blocks: str, epsilon: float) -> Path:
     path = folder / f"{name}.yaml"
     path.write_text(
-        f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\njob: {{function: 'tests.test_service_jobs:spend_half'}}\n"
+        f"name: {name}\ndataset: reviews\nblocks: {blocks}\nepsilon: {epsilon}\njob: {{function: 'tests.service_jobs:spend_half'}}\n"
     )
     return path
 
@@ -153,7 +153,7 @@ def test_a_server_killed_mid_request_loses_and_duplicates_no_submission(served: 
         "dataset": "reviews",
         "blocks": ["b3"],
         "epsilon": 0.001,
-        "job": {"function": "tests.test_service_jobs:spend_half"},
+        "job": {"function": "tests.service_jobs:spend_half"},
     }
     acknowledged: dict[str, int] = {}
 

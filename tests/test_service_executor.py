@@ -42,7 +42,7 @@ def launch_for(
         workdir=folder,
         params=params or {},
     )
-    job = {"function": f"tests.test_service_jobs:{function}", "pythonpath": [str(REPO)]}
+    job = {"function": f"tests.service_jobs:{function}", "pythonpath": [str(REPO)]}
     (folder / "context.json").write_text(json.dumps({**json.loads(ctx.to_json()), "job": job}))
     return Launch(
         pipeline_id, folder / "context.json", folder / "result.json", folder / "job.log", Placement(gpus, 1.0, 0), time.time(), max_runtime

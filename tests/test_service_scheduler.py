@@ -40,7 +40,7 @@ def pipeline(name: str, function: str, blocks: list[str], epsilon: float = 0.3, 
         "dataset": "reviews",
         "blocks": blocks,
         "epsilon": epsilon,
-        "job": {"function": f"tests.test_service_jobs:{function}", "params": extra.pop("params", {})},
+        "job": {"function": f"tests.service_jobs:{function}", "params": extra.pop("params", {})},
         **extra,
     }
 

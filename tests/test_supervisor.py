@@ -108,7 +108,7 @@ def test_primitives_are_refused_beyond_the_grant_and_charged_as_they_go(tmp_path
 
 @needs_landlock
 def test_a_failed_user_job_has_touched_its_data_whatever_it_says(tmp_path: Path):
-    job = {"function": "tests.test_service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
+    job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
     assert not result.completed and result.touched_data
     assert result.message.startswith("ValueError")
@@ -125,7 +125,7 @@ def test_a_job_is_not_started_when_its_readable_folders_hold_a_protected_path(tm
 
 
 def test_a_job_that_dies_without_reporting_fails_with_its_data_assumed_touched(tmp_path: Path):
-    job = {"function": "tests.test_service_jobs:exits_without_result", "pythonpath": [str(REPO)]}
+    job = {"function": "tests.service_jobs:exits_without_result", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)), "--sandbox", "none")
     assert not result.completed and result.touched_data
 

@@ -71,7 +71,7 @@ def test_a_laplace_statistic_under_rdp_is_charged_the_pure_dp_curve_not_the_cont
 def test_the_heterogeneous_zoo_charges_what_the_live_ledger_records_for_each_mechanism(tmp_path):
     client = connect(tmp_path / "zoo.db", "rdp", hetero.BLOCK_EPSILON, hetero.BLOCK_DELTA)
     zoo = hetero.zoo()
-    function = {"function": "tests.test_service_jobs:spend_half"}
+    function = {"function": "tests.service_jobs:spend_half"}
     for family in hetero.FAMILIES:
         k = zoo.families.index(family)
         mechanism = zoo.mechanisms[k]

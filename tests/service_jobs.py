@@ -1,4 +1,4 @@
-"""User-code jobs the service tests submit as ``tests.test_service_jobs:<name>``.
+"""User-code jobs the service tests submit as ``tests.service_jobs:<name>``.
 
 This module holds no tests: it is imported by job processes, so it stays light (no torch).
 """

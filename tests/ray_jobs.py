@@ -1,4 +1,4 @@
-"""User-code jobs the Ray executor tests run on the cluster as ``tests.test_ray_jobs:<name>``.
+"""User-code jobs the Ray executor tests run on the cluster as ``tests.ray_jobs:<name>``.
 
 This module holds no tests: Ray job processes import it, so it stays light (no torch).
 """
