@@ -122,7 +122,7 @@ class Scheduler:
         running = self.ledger.list_pipelines(states=["running"])
         records = self.ledger.launch_records([info.id for info in running])
         for info in running:
-            placement = _placement(info)
+            placement = Placement.from_record(info.placement)
             self.compute.hold(info.id, placement)
             record = records.get(info.id)
             if record is not None and record.state == "launching":
@@ -150,7 +150,7 @@ class Scheduler:
                     self.compute.release(pipeline_id)
                     self._fail(pipeline_id, "the job never started (its scheduler stopped while launching it)", touched=False, now=now)
                     continue
-                launch = self._launch(info, _placement(info), info.started_at or now, record.token)
+                launch = self._launch(info, Placement.from_record(info.placement), info.started_at or now, record.token)
                 alive = self.executor.attach(launch)
                 process = self.executor.process(pipeline_id)
                 if alive and process is not None:
@@ -497,8 +497,3 @@ def _waiting_reservations(keys: list[tuple[int, int]], reserved: np.ndarray, gra
     """Round robin's reservations per (pipeline id, block id) of the pipelines still waiting
     (a granted pipeline's reservation becomes its allocation)."""
     return {key: np.array(amount, dtype=float) for key, amount in zip(keys, reserved) if key[0] not in granted and np.any(amount != 0)}
-
-
-def _placement(info: PipelineInfo) -> Placement:
-    record = info.placement or {}
-    return Placement(tuple(str(g) for g in record.get("gpus", ())), float(record.get("cpus", 0)), int(record.get("memory", 0)))
