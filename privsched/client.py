@@ -29,8 +29,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-import numpy as np
-
 from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.ledger.errors import LedgerError
@@ -39,9 +37,11 @@ from privsched.readouts import BudgetReads
 from privsched.service.rundirs import RunDirs
 
 # What a command that only reads (``privsched list``, ``status``) does not use is imported
-# where it is used: the job runner, the specification models (pydantic, YAML), the request
-# builder and the compute pool (issue 16: such a command answers within 0.3 s).
+# where it is used: NumPy, the job runner, the specification models (pydantic, YAML), the
+# request builder and the compute pool (issue 16: such a command answers within 0.3 s).
 if TYPE_CHECKING:
+    import numpy as np
+
     from privsched.jobs.runner import JobResult
     from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
@@ -440,6 +440,8 @@ class Client(BudgetReads):
 
     def _unlock_state(self, dataset: str, view: Any, blocks: builtins.list[BlockInfo], rule: Any, now: float) -> Any:
         """What ``rule`` will still release on the view's blocks (:class:`~privsched.service.waiting.UnlockState`)."""
+        import numpy as np
+
         from privsched.service.waiting import UnlockState
 
         by_id = {b.id: b for b in blocks}

@@ -17,24 +17,30 @@ from .conftest import REPO
 HEAVY = ("torch", "opacus", "ray", "matplotlib", "scipy")
 COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "service_cmds", "demo_cmds", "user_cmds")
 
-#: Runs ``privsched <argv>`` through ``main`` and prints the modules of interest it loaded.
+#: Libraries a command that reads the ledger without computing on budgets does not load:
+#: the ledger is read with the standard library's sqlite3, vectors decoded on first use.
+READ_PATH_HEAVY = ("numpy", "sqlite_utils")
+
+#: Runs ``privsched <argv>`` through ``main`` and prints which of the modules named in
+#: ``$PROBE_WATCH`` (and of the command modules) it loaded.
 PROBE = f"""
-import json, sys
+import json, os, sys
 from privsched.cli import main
 sys.argv = ["privsched", *sys.argv[1:]]
 try:
     main()
 except SystemExit as exit:
     code = exit.code
-loaded = [m for m in {HEAVY!r} if m in sys.modules]
+loaded = [m for m in os.environ["PROBE_WATCH"].split(",") if m in sys.modules]
 loaded += [m for m in {COMMAND_MODULES!r} if "privsched.cli." + m in sys.modules]
 print(json.dumps({{"code": code, "loaded": loaded}}))
 """
 
 
-def probe(*args: object, cwd: Path) -> dict:
+def probe(*args: object, cwd: Path, watch: tuple[str, ...] = HEAVY) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PRIVSCHED_DB"}
     env["PYTHONPATH"] = str(REPO)
+    env["PROBE_WATCH"] = ",".join(watch)
     result = subprocess.run([sys.executable, "-c", PROBE, *map(str, args)], cwd=cwd, env=env, capture_output=True, text=True)
     return json.loads(result.stdout.splitlines()[-1])
 
@@ -82,6 +88,44 @@ def database(tmp_path_factory) -> Path:
 def test_a_ledger_or_queue_command_loads_only_its_modules_and_nothing_heavy(database, args, modules):
     outcome = probe(*args, "--db", database, cwd=database.parent)
     assert outcome == {"code": 0, "loaded": modules}
+
+
+@pytest.fixture(scope="module")
+def settled(tmp_path_factory) -> Path:
+    """A database with an RDP and a basic dataset, blocks, and one pipeline that has ended
+    (cancelled): nothing waits, so ``list`` has no pending pipeline to rank."""
+    folder = tmp_path_factory.mktemp("settled")
+    db = folder / "p.db"
+    spec = folder / "count.json"
+    job = {"kind": "statistic", "params": {"query": "count"}}
+    spec.write_text(json.dumps({"name": "count", "dataset": "reviews", "blocks": ["d1"], "epsilon": 0.1, "job": job}))
+    for args in (
+        ["init"],
+        ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"],
+        ["dataset", "create", "counts", "--epsilon", "1", "--delta", "1e-6", "--accounting", "basic"],
+        ["blocks", "add", "reviews", "d1", "d2"],
+        ["submit", spec],
+        ["cancel", "1"],
+    ):
+        assert probe(*args, "--db", db, cwd=folder)["code"] == 0
+    return db
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["init"], ["dataset", "list"], ["blocks", "list"], ["blocks", "list", "reviews"], ["list"], ["list", "--state", "cancelled"]],
+)
+def test_a_command_that_lists_names_and_states_loads_neither_numpy_nor_sqlite_utils(settled, args):
+    outcome = probe(*args, "--db", settled, cwd=settled.parent, watch=READ_PATH_HEAVY)
+    assert outcome["code"] == 0
+    assert [m for m in outcome["loaded"] if m in READ_PATH_HEAVY] == []
+
+
+@pytest.mark.parametrize("args", [["budget", "show"], ["audit"], ["status", "1"], ["list"], ["cancel", "1"]])
+def test_a_command_that_reads_budgets_or_ranks_waiting_pipelines_does_not_load_sqlite_utils(database, args):
+    outcome = probe(*args, "--db", database, cwd=database.parent, watch=READ_PATH_HEAVY)
+    assert outcome["code"] == 0
+    assert "sqlite_utils" not in outcome["loaded"]
 
 
 def test_help_lists_every_command_without_heavy_imports(tmp_path):

@@ -7,15 +7,18 @@ A budget is a float array whose last axis holds its *dimensions*:
   a block if it fits at *some* live order (Luo et al., OSDI'21 §4.2; Mironov 2017).
 
 All functions broadcast over leading axes, so a policy can test thousands of
-(pipeline, block) pairs in one call.
+(pipeline, block) pairs in one call. NumPy is imported by the functions that compute, so
+that reading an accounting mode (``privsched dataset list``) does not load it.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 AccountingName = Literal["basic", "rdp"]
 
@@ -39,6 +42,8 @@ def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     10⁹, does not fit (docs/design.md §3.3), and a NaN demand never fits. Float rounding (N unlocks
     of capacity/N summing a hair below capacity) can only make a demand refused.
     """
+    import numpy as np
+
     with np.errstate(invalid="ignore"):
         return np.asarray(a, dtype=float) <= np.asarray(b, dtype=float)
 
@@ -58,10 +63,10 @@ class Accounting:
         if self.name == "rdp":
             if not self.alphas:
                 raise ValueError("rdp accounting needs at least one order")
-            alphas = np.asarray(self.alphas, dtype=float)
-            if not np.all(np.isfinite(alphas)) or np.any(alphas <= 1):
+            alphas = [float(a) for a in self.alphas]
+            if not all(math.isfinite(a) and a > 1 for a in alphas):
                 raise ValueError("RDP orders must be finite and greater than 1")
-            if np.any(np.diff(alphas) <= 0):
+            if any(later <= earlier for earlier, later in zip(alphas, alphas[1:])):
                 raise ValueError("RDP orders must be strictly increasing")
 
     @classmethod
@@ -87,6 +92,8 @@ class Accounting:
         Dead orders (capacity ≤ 0) can never hold any demand and are ignored everywhere.
         Under basic accounting every dimension counts.
         """
+        import numpy as np
+
         capacity = np.asarray(capacity, dtype=float)
         if self.is_rdp:
             return capacity > 0
@@ -98,6 +105,8 @@ class Accounting:
         basic: ``d ≤ available`` in ε and in δ. RDP: there exists a live α with
         ``d(α) ≤ available(α)`` (docs/design.md §3.3).
         """
+        import numpy as np
+
         ok = leq(demand, available)
         if self.is_rdp:
             return np.any(ok & live, axis=-1)
@@ -110,6 +119,8 @@ class Accounting:
         spent(α) ≤ capacity(α) (docs/design.md §3.3), up to the float rounding of the sum that
         ``spent`` is (:data:`SUM_ROUNDING`). Reduces the last axis.
         """
+        import numpy as np
+
         capacity = np.asarray(capacity, dtype=float)
         bound = capacity + SUM_ROUNDING * np.abs(capacity)
         return self.fits(spent, bound, self.live(capacity))
@@ -120,6 +131,8 @@ class Accounting:
         DPF's dominant share is the maximum of these over a pipeline's blocks
         (Luo et al., OSDI'21 §4.1).
         """
+        import numpy as np
+
         demand = np.asarray(demand, dtype=float)
         capacity = np.asarray(capacity, dtype=float)
         live = self.live(capacity) & (capacity > 0)

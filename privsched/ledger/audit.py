@@ -19,8 +19,8 @@ import json
 from collections import defaultdict
 
 import numpy as np
-import sqlite_utils
 
+from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
@@ -73,7 +73,7 @@ class _Replay:
             self.spent[key] = self.spent[key] - amount
 
 
-def audit_database(db: sqlite_utils.Database, expect: str | None = None) -> AuditReport:
+def audit_database(db: Database, expect: str | None = None) -> AuditReport:
     """Run every check (with ``expect``, also that the log still holds that kept chain
     head); call inside a read transaction for a consistent view."""
     violations: list[str] = []
@@ -171,7 +171,7 @@ def _check_block(
 
 
 def _check_pipelines(
-    db: sqlite_utils.Database,
+    db: Database,
     replay: _Replay,
     names: dict[int, str],
     capacities: dict[int, np.ndarray],

@@ -48,8 +48,9 @@ def add_blocks(tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list
     taken = tx.sql("SELECT key FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])
     if taken:
         raise LedgerError(f"block {taken[0][0]!r} already exists in dataset {dataset!r}")
-    tx.db.table("blocks").insert_all(
-        {"dataset_id": info.id, "key": s.key, "location": s.location, "state": "active", "created_at": tx.at} for s in specs
+    tx.db.conn.executemany(
+        "INSERT INTO blocks (dataset_id, key, location, state, created_at) VALUES (?, ?, ?, 'active', ?)",
+        [(info.id, s.key, s.location, tx.at) for s in specs],
     )
     ids = dict(
         tx.sql("SELECT key, id FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])

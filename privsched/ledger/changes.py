@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
-import sqlite_utils
 
+from privsched.ledger.database import Database
 from privsched.ledger import rows
 from privsched.ledger.models import BlockInfo, DatasetInfo, PendingBatch
 from privsched.ledger.schema import unpack_rows
@@ -39,7 +39,7 @@ class Changes:
     arrivals: Counter[int]  # block id -> pipelines submitted for it in the span (ever, when complete)
 
 
-def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None:
+def read_changes(db: Database, since: int | None) -> Changes | None:
     """The changes after event ``since`` (None: everything), or None for a gap (module
     docstring). Call inside one read transaction."""
     if since is None:
@@ -79,7 +79,7 @@ def read_changes(db: sqlite_utils.Database, since: int | None) -> Changes | None
     )
 
 
-def _everything(db: sqlite_utils.Database) -> Changes:
+def _everything(db: Database) -> Changes:
     last = db.execute("SELECT max(id) FROM events").fetchone()[0]
     return Changes(
         head=last or 0,
@@ -92,20 +92,20 @@ def _everything(db: sqlite_utils.Database) -> Changes:
     )
 
 
-def _datasets(db: sqlite_utils.Database, where: str, params: list) -> list[DatasetInfo]:
+def _datasets(db: Database, where: str, params: list) -> list[DatasetInfo]:
     return [
         rows.dataset(row) for row in db.execute(f"SELECT {rows.DATASET_COLUMNS} FROM datasets WHERE {where} ORDER BY id", params).fetchall()
     ]
 
 
-def _blocks(db: sqlite_utils.Database, where: str, params: list) -> list[BlockInfo]:
+def _blocks(db: Database, where: str, params: list) -> list[BlockInfo]:
     return [
         rows.block(row)
         for row in db.execute(f"SELECT {rows.BLOCK_COLUMNS} FROM {rows.BLOCK_FROM} WHERE {where} ORDER BY b.id", params).fetchall()
     ]
 
 
-def pending_batches(db: sqlite_utils.Database, where: str, params: list) -> dict[int, PendingBatch]:
+def pending_batches(db: Database, where: str, params: list) -> dict[int, PendingBatch]:
     """Pending pipelines (of ``where`` over ``pipelines p``) with their demands, per dataset id."""
     found = db.execute(
         "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout "

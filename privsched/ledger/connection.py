@@ -26,8 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlite_utils
 
+from privsched.ledger.database import Database
 from privsched.ledger.errors import LedgerError, StorageFull
 from privsched.ledger.schema import APPLICATION_ID, MIGRATES_FROM, SCHEMA_VERSION, create_schema, migrate
 
@@ -68,7 +68,7 @@ def retrying(action: Callable[[], T]) -> T:
         pause = min(pause * 2, 0.5)
 
 
-def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immediate: bool = True) -> T:
+def run_transaction(db: Database, body: Callable[[], T], *, immediate: bool = True) -> T:
     """Run ``body`` as one transaction (``BEGIN IMMEDIATE`` for writes, ``BEGIN`` for
     consistent multi-query reads); roll back on any error; retry the whole transaction
     while the database is busy. SQLite errors other than busy become :class:`LedgerError`
@@ -96,7 +96,7 @@ def run_transaction(db: sqlite_utils.Database, body: Callable[[], T], *, immedia
         raise LedgerError(f"database error: {exc}") from exc
 
 
-def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[..., T], *args: Any, immediate: bool = True) -> T:
+def locked(lock: threading.RLock, db: Database, step: Callable[..., T], *args: Any, immediate: bool = True) -> T:
     """``step(*args)`` as one transaction on ``db`` (``immediate``: a write), one at a time on
     this connection (:func:`~privsched.ledger.connection.run_transaction` reruns it whole
     while the database is busy)."""
@@ -104,7 +104,7 @@ def locked(lock: threading.RLock, db: sqlite_utils.Database, step: Callable[...,
         return run_transaction(db, lambda: step(*args), immediate=immediate)
 
 
-def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
+def open_database(path: Path, *, create: bool) -> Database:
     """Open (and with ``create``, initialise) a privsched database file.
 
     A missing file without ``create``, a file that is not SQLite, a foreign SQLite
@@ -134,7 +134,7 @@ def open_database(path: Path, *, create: bool) -> sqlite_utils.Database:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
-        return sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+        return Database(conn)
     except BaseException:
         conn.close()
         raise
@@ -272,7 +272,7 @@ def _check_or_initialise(conn: sqlite3.Connection, path: Path, create: bool) -> 
 def _upgrade(conn: sqlite3.Connection) -> None:
     """Migrate an older schema in place (:func:`~privsched.ledger.schema.migrate`); safe
     against a concurrent upgrader."""
-    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    db = Database(conn)
 
     def step() -> None:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -285,7 +285,7 @@ def _upgrade(conn: sqlite3.Connection) -> None:
 def _initialise(conn: sqlite3.Connection) -> None:
     """Create the schema in an empty file; safe against a concurrent initialiser."""
     retrying(lambda: conn.execute("PRAGMA journal_mode = WAL"))
-    db = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
+    db = Database(conn)
 
     def body() -> None:
         # Another process may have initialised the file while we waited for the lock.

@@ -13,8 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlite_utils
-
+from privsched.ledger.database import Database
 from privsched.ledger import chain
 from privsched.ledger.schema import unpack
 
@@ -125,7 +124,7 @@ class Records:
         record["state"] = target
 
 
-def check_tables(db: sqlite_utils.Database, records: Records) -> list[str]:
+def check_tables(db: Database, records: Records) -> list[str]:
     """Compare the datasets, blocks, pipelines and demands tables with the rebuilt records."""
     out = list(records.violations)
     seen: set[int] = set()
@@ -175,7 +174,7 @@ def check_tables(db: sqlite_utils.Database, records: Records) -> list[str]:
     return out
 
 
-def _check_pipelines(db: sqlite_utils.Database, records: Records) -> list[str]:
+def _check_pipelines(db: Database, records: Records) -> list[str]:
     out: list[str] = []
     demands: dict[int, list[list]] = {}
     for pipeline_id, block_id, position, demand in db.execute(

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import sqlite_utils
-
+from privsched.ledger.database import Database
 from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import OPERATOR, SCHEDULER
@@ -192,7 +191,7 @@ class Identities:
         }
 
     @staticmethod
-    def claim(db: sqlite_utils.Database, entries: list[tuple[User, str | None]]) -> Callable[[list[int]], None]:
+    def claim(db: Database, entries: list[tuple[User, str | None]]) -> Callable[[list[int]], None]:
         """What :meth:`Ledger.submit_many` runs inside its transaction (on the ledger's
         connection ``db``): record the submitter, team and submission id of each new
         pipeline (``entries``, in order), refusing a submission id already used
@@ -214,19 +213,19 @@ class Identities:
 
 
 # Writes, each run by :meth:`Identities._write` as one transaction on its connection ``db``.
-def _create_tables(db: sqlite_utils.Database) -> None:
+def _create_tables(db: Database) -> None:
     for sql in _TABLES.split(";"):
         if sql.strip():
             db.execute(sql)
 
 
-def _insert_user(db: sqlite_utils.Database, name: str, role: str, team: str | None, digest: str, at: float) -> None:
+def _insert_user(db: Database, name: str, role: str, team: str | None, digest: str, at: float) -> None:
     if db.execute("SELECT 1 FROM users WHERE name = ?", [name]).fetchone():
         raise LedgerError(f"user {name!r} already exists")
     db.execute("INSERT INTO users (name, role, team, token_hash, created_at) VALUES (?, ?, ?, ?, ?)", [name, role, team, digest, at])
 
 
-def _revoke(db: sqlite_utils.Database, name: str, at: float) -> None:
+def _revoke(db: Database, name: str, at: float) -> None:
     found = db.execute("SELECT revoked_at FROM users WHERE name = ?", [name]).fetchone()
     if found is None:
         raise LedgerError(f"unknown user {name!r}")
@@ -235,12 +234,12 @@ def _revoke(db: sqlite_utils.Database, name: str, at: float) -> None:
     db.execute("UPDATE users SET revoked_at = ? WHERE name = ?", [at, name])
 
 
-def _restrict(db: sqlite_utils.Database, dataset_id: int, teams: list[str]) -> None:
+def _restrict(db: Database, dataset_id: int, teams: list[str]) -> None:
     db.execute("DELETE FROM dataset_teams WHERE dataset_id = ?", [dataset_id])
     db.conn.executemany("INSERT INTO dataset_teams (dataset_id, team) VALUES (?, ?)", [(dataset_id, t) for t in teams])
 
 
-def _set_quota(db: sqlite_utils.Database, dataset_id: int, team: str, share: float | None) -> None:
+def _set_quota(db: Database, dataset_id: int, team: str, share: float | None) -> None:
     db.execute("DELETE FROM team_quotas WHERE dataset_id = ? AND team = ?", [dataset_id, team])
     if share is not None:
         db.execute("INSERT INTO team_quotas (dataset_id, team, share) VALUES (?, ?, ?)", [dataset_id, team, share])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import sqlite_utils
+from privsched.ledger.database import Database
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class LaunchRecord:
     at: float
 
 
-def create_table(db: sqlite_utils.Database) -> None:
+def create_table(db: Database) -> None:
     db.table("launches").create(
         {"pipeline_id": int, "token": str, "generation": int, "state": str, "pid": int, "start_ticks": str, "at": float},
         pk="pipeline_id",
@@ -37,14 +37,14 @@ def create_table(db: sqlite_utils.Database) -> None:
     )
 
 
-def record_launching(db: sqlite_utils.Database, pipeline_id: int, token: str, generation: int | None, now: float) -> None:
+def record_launching(db: Database, pipeline_id: int, token: str, generation: int | None, now: float) -> None:
     db.execute(
         "INSERT OR REPLACE INTO launches (pipeline_id, token, generation, state, at) VALUES (?, ?, ?, 'launching', ?)",
         [pipeline_id, token, generation, now],
     )
 
 
-def record_started(db: sqlite_utils.Database, pipeline_id: int, token: str, pid: int | None, start_ticks: str | None, now: float) -> bool:
+def record_started(db: Database, pipeline_id: int, token: str, pid: int | None, start_ticks: str | None, now: float) -> bool:
     """Mark a launch started; False if no launch of that pipeline has this token."""
     cursor = db.execute(
         "UPDATE launches SET state = 'started', pid = ?, start_ticks = ?, at = ? WHERE pipeline_id = ? AND token = ?",
@@ -53,7 +53,7 @@ def record_started(db: sqlite_utils.Database, pipeline_id: int, token: str, pid:
     return cursor.rowcount == 1
 
 
-def read(db: sqlite_utils.Database, pipeline_ids: list[int]) -> dict[int, LaunchRecord]:
+def read(db: Database, pipeline_ids: list[int]) -> dict[int, LaunchRecord]:
     found = db.execute(
         "SELECT pipeline_id, token, generation, state, pid, start_ticks, at FROM launches "
         "WHERE pipeline_id IN (SELECT value FROM json_each(?))",

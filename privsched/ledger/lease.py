@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import socket
 
-import sqlite_utils
+from privsched.ledger.database import Database
 
 _NAME = "scheduler"
 
@@ -36,7 +36,7 @@ def pid_exists(pid: int) -> bool:
     return True
 
 
-def current(db: sqlite_utils.Database) -> dict | None:
+def current(db: Database) -> dict | None:
     rows = list(db.query("SELECT holder, pid, host, acquired_at, expires_at, generation FROM lease WHERE name = ?", [_NAME]))
     return rows[0] if rows else None
 
@@ -48,7 +48,7 @@ def is_free(row: dict | None, holder: str, now: float) -> bool:
     return row["host"] == socket.gethostname() and not pid_exists(row["pid"])
 
 
-def take(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> int:
+def take(db: Database, holder: str, ttl: float, now: float) -> int:
     """Take the lease with the next generation; returns that generation."""
     row = current(db)
     generation = (row["generation"] if row else 0) + 1
@@ -59,7 +59,7 @@ def take(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> int:
     return generation
 
 
-def renew(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> bool:
+def renew(db: Database, holder: str, ttl: float, now: float) -> bool:
     cursor = db.execute(
         "UPDATE lease SET expires_at = ?, pid = ? WHERE name = ? AND holder = ?",
         [now + ttl, os.getpid(), _NAME, holder],
@@ -67,12 +67,12 @@ def renew(db: sqlite_utils.Database, holder: str, ttl: float, now: float) -> boo
     return cursor.rowcount == 1
 
 
-def drop(db: sqlite_utils.Database, holder: str) -> None:
+def drop(db: Database, holder: str) -> None:
     """Hand the lease back: it expires now, and keeps its generation."""
     db.execute("UPDATE lease SET expires_at = 0 WHERE name = ? AND holder = ?", [_NAME, holder])
 
 
-def check_fence(db: sqlite_utils.Database, holder: str, generation: int) -> None:
+def check_fence(db: Database, holder: str, generation: int) -> None:
     """Raise :class:`LeaseLost` unless ``holder`` still holds the lease at ``generation``
     (call inside the write transaction that the fence guards)."""
     found = db.execute("SELECT holder, generation FROM lease WHERE name = ?", [_NAME]).fetchone()

@@ -18,17 +18,11 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import numpy as np
-import sqlite_utils
-
-from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
-from privsched.ledger import catalog, launches, lease, lifecycle, transaction
+from privsched.ledger import launches, lease
 from privsched.ledger import validation as check
-from privsched.ledger.audit import audit_database
 from privsched.ledger.chain import parse_head
-from privsched.ledger.changes import Changes, read_changes
 from privsched.ledger.connection import locked, open_database
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import (
@@ -45,6 +39,12 @@ from privsched.ledger.models import (
     PipelineRequest,
 )
 from privsched.ledger.reads import Reader
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from privsched.ledger.changes import Changes
+    from privsched.ledger.database import Database
 
 T = TypeVar("T")
 
@@ -90,6 +90,8 @@ class Ledger:
         :mod:`~privsched.ledger.catalog`) as one write transaction at ``now``, caused by
         ``actor``; while this ledger holds the scheduler lease, it first checks, inside the
         transaction, that the lease was not taken over since (:mod:`~privsched.ledger.transaction`)."""
+        from privsched.ledger import transaction
+
         who = check.name(actor, "actor") if actor is not None else None
         at = check.now_or_clock(now)
         with self._lock:
@@ -121,6 +123,9 @@ class Ledger:
     ) -> DatasetInfo:
         """Register a dataset with its global guarantee (ε_G, δ_G) and accounting mode; every
         block of it gets capacity ε_G, or the curve ε_G(α) of docs/design.md §3.2 under RDP."""
+        from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
+        from privsched.ledger import catalog
+
         name = check.name(name, "dataset name")
         mode = check.accounting_mode(accounting, alphas)
         if conversion not in CONVERSIONS:
@@ -156,6 +161,8 @@ class Ledger:
         A block's location must be a file or folder this process can read (recorded as an
         absolute path); a block may have none, and then a built-in job granted it fails before
         it starts, at no cost (the scheduler's preflight)."""
+        from privsched.ledger import catalog
+
         given = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
         if not given:
             raise LedgerError("no blocks to add")
@@ -197,6 +204,8 @@ class Ledger:
         this ledger's connection): what it writes commits with them, and if it raises,
         nothing is recorded (e.g. who submitted them, under which submission id).
         ``actor``: who submits them all, or one actor per request."""
+        from privsched.ledger import lifecycle
+
         requests = list(requests)
         if actor is None or isinstance(actor, str):
             return self._write(lifecycle.submit_many, requests, None, claim, now=now, actor=actor)
@@ -220,6 +229,8 @@ class Ledger:
     def unlock(self, fractions: Mapping[int, float], now: float | None = None, *, actor: str | None = None) -> None:
         """Unlock ``fraction × capacity`` of each block at every dimension, capped at what is
         still locked (docs/design.md §4.1)."""
+        from privsched.ledger import catalog
+
         wanted = {}
         for block_id, fraction in dict(fractions).items():
             (block_id,) = check.ids([block_id], "block id")
@@ -230,6 +241,8 @@ class Ledger:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
         current unlocked budget (``Accounting.fits``; docs/design.md §3.3); those that do not fit, or
         are no longer pending, stay as they are. Returns the granted ids."""
+        from privsched.ledger import lifecycle
+
         ids = check.ids(pipeline_ids)
         check.now_or_clock(now)
         if not ids:
@@ -239,6 +252,8 @@ class Ledger:
     def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None, launch_token: str | None = None) -> None:
         """granted → running, recording where the job runs and, with ``launch_token``, that
         its launch began (:mod:`privsched.ledger.launches`)."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         text = check.json_text(placement, "placement")
         self._write(lifecycle.mark_running, pipeline_id, text, launch_token, now=now)
@@ -246,6 +261,8 @@ class Ledger:
     def complete(self, pipeline_id: int, spent: np.ndarray | Mapping[str, np.ndarray], now: float | None = None) -> None:
         """running (or granted) → completed: what the job spent (≤ its grant, per block, in
         every dimension) moves allocated → consumed, the rest allocated → unlocked."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.complete, pipeline_id, spent, now=now)
 
@@ -254,6 +271,8 @@ class Ledger:
     ) -> None:
         """→ failed. A job that touched data consumes its whole allocation (a partial model
         may already have leaked); one that did not releases it (docs/design.md §4.4)."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         if not isinstance(message, str):
             raise LedgerError(f"failure message must be a string, got {message!r}")
@@ -261,23 +280,31 @@ class Ledger:
 
     def cancel(self, pipeline_id: int, now: float | None = None, *, actor: str | None = None) -> None:
         """pending → cancelled; granted (job not started) → cancelled, allocation released."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.cancel, pipeline_id, now=now, actor=actor)
 
     def release(self, pipeline_id: int, reason: str, now: float | None = None, *, actor: str | None = None) -> None:
         """Admin act: return a failed pipeline's consumed budget to unlocked, with a reason
         kept in the event log (docs/design.md §4.4)."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         reason = check.name(reason, "release reason")
         self._write(lifecycle.release, pipeline_id, reason, now=now, actor=actor)
 
     def expire(self, now: float | None = None) -> list[int]:
         """Pending pipelines past their timeout → timed_out (nothing was allocated)."""
+        from privsched.ledger import lifecycle
+
         return self._write(lifecycle.expire, now=now)
 
     def retire_exhausted(self, now: float | None = None) -> list[int]:
         """Active blocks whose consumed budget reaches capacity at every live dimension →
         retired (docs/design.md §4.4). Returns their ids."""
+        from privsched.ledger import catalog
+
         return self._write(catalog.retire_exhausted, now=now)
 
     # ------------------------------------------------------------------------ views
@@ -335,6 +362,8 @@ class Ledger:
         self, pipeline_id: int, token: str, pid: int | None = None, start_ticks: str | None = None, now: float | None = None
     ) -> None:
         """A running pipeline's job process exists (launching → started)."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.record_started, pipeline_id, token, pid, start_ticks, now=now)
 
@@ -350,6 +379,8 @@ class Ledger:
         datasets, blocks, pipelines, demands and every balance from the events and compare;
         check the identity and the safety invariant of every block, and every pipeline's
         holdings."""
+        from privsched.ledger.audit import audit_database
+
         if expect is not None:
             try:
                 parse_head(expect)
@@ -361,10 +392,12 @@ class Ledger:
     def changes(self, since: int | None = None) -> Changes | None:
         """What changed after event ``since`` (None: everything), or None when the event log
         shows a gap there (:mod:`privsched.ledger.changes`)."""
+        from privsched.ledger.changes import read_changes
+
         return self._read(read_changes, self.db, since)
 
 
-def _take_lease(db: sqlite_utils.Database, holder: str, ttl: float, at: float) -> int | None:
+def _take_lease(db: Database, holder: str, ttl: float, at: float) -> int | None:
     """The lease's new generation if it could be taken (:func:`lease.is_free`), else None."""
     if not lease.is_free(lease.current(db), holder, at):
         return None

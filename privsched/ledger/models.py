@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from privsched.budgets.accounting import Accounting
 from privsched.ledger.states import PipelineState
+from privsched.ledger.vectors import decoded_on_read
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from privsched.budgets.accounting import Accounting
 
 #: Pipeline life cycle states (docs/design.md §4.4), as stored in the database.
 PIPELINE_STATES = tuple(state.value for state in PipelineState)
@@ -23,6 +26,7 @@ OPERATOR = "operator"
 SCHEDULER = "scheduler"
 
 
+@decoded_on_read("capacity")
 @dataclass(frozen=True, eq=False)
 class DatasetInfo:
     """A dataset as the ledger records it (docs/design.md §2, §3.2)."""
@@ -45,6 +49,7 @@ class BlockSpec:
     location: str | None = None
 
 
+@decoded_on_read("capacity", "locked", "unlocked", "allocated", "consumed")
 @dataclass(frozen=True, eq=False)
 class BlockInfo:
     """A block and its balances, each a (K,) budget vector; at every order
@@ -89,6 +94,7 @@ class PipelineRequest:
     resources: dict[str, Any] = field(default_factory=dict)
 
 
+@decoded_on_read(maps=("demands", "consumed"))
 @dataclass(frozen=True, eq=False)
 class PipelineInfo:
     """A pipeline as the ledger records it (docs/design.md §4.4); times are seconds since
@@ -131,6 +137,8 @@ class PendingBatch:
     @classmethod
     def empty(cls, dims: int) -> PendingBatch:
         """No pipeline, with budgets of ``dims`` dimensions."""
+        import numpy as np
+
         none = np.zeros(0, dtype=np.int64)
         return cls(none, np.zeros(0), np.zeros(0), np.zeros(0), none, none, np.zeros((0, dims)))
 
@@ -149,6 +157,7 @@ class PendingView:
     pipelines: PendingBatch  # its pending pipelines; every edge names a block of ``block_ids``
 
 
+@decoded_on_read("amount")
 @dataclass(frozen=True, eq=False)
 class Event:
     """One row of the append-only log. With an ``amount`` it moves budget of ``block_id``

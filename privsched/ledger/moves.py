@@ -14,8 +14,8 @@ import json
 from typing import Any
 
 import numpy as np
-import sqlite_utils
 
+from privsched.ledger.database import Database
 from privsched.ledger import chain
 from privsched.ledger.models import BUCKETS
 from privsched.ledger.schema import pack, unpack
@@ -37,7 +37,7 @@ class Moves:
     """The working set of one transaction: balances by block id, and pending event rows,
     each recording who caused it (``actor``)."""
 
-    def __init__(self, db: sqlite_utils.Database, now: float, actor: str) -> None:
+    def __init__(self, db: Database, now: float, actor: str) -> None:
         self.db = db
         self.now = now
         self.actor = actor  # who causes the events appended from now on

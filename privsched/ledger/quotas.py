@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 import numpy as np
-import sqlite_utils
 
+from privsched.ledger.database import Database
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.schema import unpack
 
@@ -31,13 +31,13 @@ class QuotaCheck:
     """The quotas and holdings as seen inside one transaction; :meth:`take` admits a grant
     and counts it, so later grants of the same pass see it."""
 
-    def __init__(self, db: sqlite_utils.Database, shares: dict[tuple[int, str], float]) -> None:
+    def __init__(self, db: Database, shares: dict[tuple[int, str], float]) -> None:
         self.db = db
         self.shares = shares
         self._held: dict[tuple[int, str], dict[int, np.ndarray | float]] = {}
 
     @classmethod
-    def load(cls, db: sqlite_utils.Database) -> QuotaCheck | None:
+    def load(cls, db: Database) -> QuotaCheck | None:
         """The quotas of the database, or None when it has none (the common case)."""
         if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'team_quotas'").fetchone():
             return None

@@ -10,21 +10,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-
-import numpy as np
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from privsched.ledger import rows
-from privsched.ledger.changes import pending_batches
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import BlockInfo, DatasetInfo, Event, PendingBatch, PendingView, PipelineInfo
 from privsched.ledger.schema import unpack, unpack_rows
+
+if TYPE_CHECKING:
+    from privsched.ledger.database import Database
 
 
 class Reader:
     """Queries over one ledger connection (call them inside a transaction)."""
 
-    def __init__(self, db: sqlite_utils.Database) -> None:
+    def __init__(self, db: Database) -> None:
         self.db = db
         self._datasets: dict[int, DatasetInfo] = {}
 
@@ -123,6 +123,10 @@ class Reader:
     def pending_view(self, dataset: str) -> PendingView:
         """The pending pipelines of a dataset and the blocks a policy may see: its active blocks
         and any retired block a pending pipeline still asks for."""
+        import numpy as np
+
+        from privsched.ledger.changes import pending_batches
+
         info = self.dataset(dataset)
         dims = info.accounting.dims
         pipelines = pending_batches(self.db, "p.dataset_id = ?", [info.id]).get(info.id) or PendingBatch.empty(dims)

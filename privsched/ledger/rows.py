@@ -1,13 +1,14 @@
-"""Turning database rows into the ledger's data classes."""
+"""Turning database rows into the ledger's data classes. Budget vectors are handed over as
+the stored BLOBs, decoded when first read (:mod:`~privsched.ledger.vectors`)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
-from privsched.ledger.schema import unpack
 
 DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at"
 BLOCK_COLUMNS = (
@@ -31,7 +32,7 @@ def dataset(row: tuple) -> DatasetInfo:
         epsilon=epsilon,
         delta=delta,
         conversion=conversion,
-        capacity=unpack(capacity),
+        capacity=capacity,
         created_at=created_at,
         id=id_,
     )
@@ -46,12 +47,12 @@ def block(row: tuple) -> BlockInfo:
         location=location,
         state=state,
         created_at=created_at,
-        capacity=unpack(capacity),
-        **{name: unpack(blob) for name, blob in zip(BUCKETS, buckets)},
+        capacity=capacity,
+        **dict(zip(BUCKETS, buckets)),
     )
 
 
-def pipeline(row: tuple, edges: list[tuple[str, bytes, bytes | None]]) -> PipelineInfo:
+def pipeline(row: tuple, edges: list[tuple[str, Any, Any]]) -> PipelineInfo:
     """A pipeline row and its (block key, demand, consumed) rows in request order."""
     (
         id_,
@@ -71,8 +72,8 @@ def pipeline(row: tuple, edges: list[tuple[str, bytes, bytes | None]]) -> Pipeli
         placement,
         message,
     ) = row
-    demands = {key: unpack(demand) for key, demand, _ in edges}
-    consumed = {key: unpack(spent) for key, _, spent in edges if spent is not None}
+    demands = {key: demand for key, demand, _ in edges}
+    consumed = {key: spent for key, _, spent in edges if spent is not None}
     return PipelineInfo(
         id=id_,
         name=name,
@@ -107,7 +108,7 @@ def event(row: tuple) -> Event:
         pipeline_id=pipeline_id,
         source=source,
         target=target,
-        amount=unpack(amount) if amount is not None else None,
+        amount=amount,
         reason=reason,
         detail=detail,
         actor=actor,

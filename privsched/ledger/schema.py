@@ -9,10 +9,13 @@ path; ``privsched budget show`` and ``Ledger.events`` are the readable views.
 
 from __future__ import annotations
 
-import numpy as np
-import sqlite_utils
+from typing import TYPE_CHECKING
 
+from privsched.ledger.database import Database
 from privsched.ledger import launches
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
 #: the lease's generation and the launch records; version 3 the hash chain over the event
@@ -24,27 +27,35 @@ MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
 APPLICATION_ID = 0x50727653
 
-_FLOAT = np.dtype("<f8")
+#: The BLOBs' element type: little-endian float64. NumPy is imported by the functions that
+#: decode or encode (a command that only lists names never does).
+_FLOAT = "<f8"
 
 
 def pack(vector: np.ndarray) -> bytes:
     """A budget vector as a float64 BLOB."""
+    import numpy as np
+
     return np.ascontiguousarray(vector, dtype=_FLOAT).tobytes()
 
 
 def unpack(blob: bytes) -> np.ndarray:
     """The budget vector stored in a BLOB (a writable copy)."""
+    import numpy as np
+
     return np.frombuffer(blob, dtype=_FLOAT).copy()
 
 
 def unpack_rows(blobs: list[bytes], dims: int) -> np.ndarray:
     """Many BLOBs of one dataset as a (N, K) array, decoded in one call."""
+    import numpy as np
+
     if not blobs:
         return np.zeros((0, dims))
     return np.frombuffer(b"".join(blobs), dtype=_FLOAT).reshape(len(blobs), dims).copy()
 
 
-def create_schema(db: sqlite_utils.Database) -> None:
+def create_schema(db: Database) -> None:
     """Create every table, index and trigger (inside the caller's transaction)."""
     db.table("meta").create({"key": str, "value": str}, pk="key", strict=True)
     db.table("datasets").create(
@@ -150,20 +161,17 @@ def create_schema(db: sqlite_utils.Database) -> None:
     )
     launches.create_table(db)
     # The event log is append-only: every balance must stay recomputable from it.
-    db.executescript(
-        """
-        CREATE TRIGGER events_no_update BEFORE UPDATE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-        CREATE TRIGGER events_no_delete BEFORE DELETE ON events
-        BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
-        """
-    )
+    for action in ("UPDATE", "DELETE"):
+        db.execute(
+            f"CREATE TRIGGER events_no_{action.lower()} BEFORE {action} ON events "
+            "BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END"
+        )
     db.table("meta").insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
     db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
-def migrate(db: sqlite_utils.Database, version: int) -> None:
+def migrate(db: Database, version: int) -> None:
     """Bring a database of schema ``version`` (at least :data:`MIGRATES_FROM`) up to
     :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
     ``events.actor`` column; the rows already there keep NULL, and their links (chain.py)

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import sqlite_utils
-
+from privsched.ledger.database import Database
 from privsched.ledger import lease
 from privsched.ledger.connection import locked
 from privsched.ledger.moves import Moves
@@ -29,7 +28,7 @@ T = TypeVar("T")
 class Transaction:
     """One write transaction: its connection, its movements and events, its lookups."""
 
-    db: sqlite_utils.Database
+    db: Database
     moves: Moves  # the balances it touches and the events it appends
     read: Reader  # lookups on the same connection (they see this transaction's writes)
     generation: int | None  # the scheduler lease generation fencing it, if the ledger holds the lease

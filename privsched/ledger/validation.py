@@ -6,16 +6,19 @@ import json
 import math
 import os
 import stat
+import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from privsched.budgets.accounting import Accounting
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import PipelineRequest
 from privsched.text import name_problem
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from privsched.budgets.accounting import Accounting
+    from privsched.ledger.models import PipelineRequest
 
 
 def name(value: object, what: str) -> str:
@@ -58,11 +61,18 @@ def unique(values: Iterable[str], what: str) -> list[str]:
     return values
 
 
+def _numpy_scalar(value: object, *kinds: str) -> bool:
+    """Whether ``value`` is a NumPy scalar of one of ``kinds`` (``"integer"``, ``"floating"``);
+    it can be one only once NumPy is loaded, which reading the ledger does not need."""
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, tuple(getattr(numpy, kind) for kind in kinds))
+
+
 def finite_number(value: object, what: str, *, low: float = 0.0, high: float = math.inf, low_open: bool = False) -> float:
     """A finite float in [low, high] (or (low, high] with ``low_open``)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) or _numpy_scalar(value, "integer", "floating")):
         raise LedgerError(f"{what} must be a number, got {value!r}")
-    number = float(value)
+    number = float(value)  # type: ignore[arg-type]  # a number, checked above
     if not math.isfinite(number) or number > high or number < low or (low_open and number == low):
         bound = "(" if low_open else "["
         raise LedgerError(f"{what} must be finite and in {bound}{low:g}, {high:g}], got {value!r}")
@@ -71,6 +81,8 @@ def finite_number(value: object, what: str, *, low: float = 0.0, high: float = m
 
 def vector(value: object, dims: int, what: str) -> np.ndarray:
     """A finite, non-negative budget vector of length ``dims``."""
+    import numpy as np
+
     try:
         array = np.asarray(value, dtype=float)
     except (TypeError, ValueError) as exc:
@@ -99,7 +111,7 @@ def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
     """Database ids given by a caller, as Python ints in [1, MAX_ID]."""
     out = []
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        if isinstance(value, bool) or not (isinstance(value, int) or _numpy_scalar(value, "integer")):
             raise LedgerError(f"{what} must be an integer, got {value!r}")
         if not 1 <= value <= MAX_ID:
             text = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
@@ -127,6 +139,8 @@ def json_text(value: Any, what: str) -> str:
 
 def accounting_mode(accounting: str, alphas: Sequence[float] | None) -> Accounting:
     """The accounting mode a dataset asks for."""
+    from privsched.budgets.accounting import Accounting
+
     if accounting not in ("basic", "rdp"):
         raise LedgerError(f"unknown accounting {accounting!r} (expected 'basic' or 'rdp')")
     if accounting == "basic":
@@ -144,6 +158,8 @@ def positive(demand: np.ndarray, accounting: Accounting, capacity: np.ndarray, w
     composition (δ may be 0: pure DP), d(α) > 0 at every live order under RDP. A zero
     order would let a pipeline be granted there for free (docs/design.md §3.3: one fitting order
     suffices), so it would read the data without spending budget."""
+    import numpy as np
+
     counted = accounting.live(capacity) if accounting.is_rdp else np.array([True, False])
     free = counted & ~(demand > 0)
     if free.any():
@@ -155,6 +171,8 @@ def positive(demand: np.ndarray, accounting: Accounting, capacity: np.ndarray, w
 def request_demands(request: PipelineRequest, accounting: Accounting, capacity: np.ndarray) -> dict[str, np.ndarray]:
     """The per-block demand vectors of a request, validated (``capacity``: every block's
     capacity in the dataset, which says which orders are live)."""
+    import numpy as np
+
     if request.mechanism is not None:
         if not isinstance(request.mechanism, str):
             raise LedgerError("mechanism must be a JSON string")
