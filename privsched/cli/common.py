@@ -1,11 +1,12 @@
 """Helpers every ``privsched`` command module shares: the ``--db`` option, one-line errors,
 and the console and table rows that print user text as text.
 
-Rich markup is off on the console, and every table cell goes through :func:`add_row`,
-which escapes control characters (:func:`privsched.text.printable`): a name such as
+Listings are plain-text tables (:func:`new_table`, :mod:`privsched.cli.tables`); the
+simulator's reports and progress bars use Rich, with markup off on its console. Every
+cell, title and caption is escaped (:func:`privsched.text.printable`): a name such as
 ``[/]`` or one holding an escape sequence is shown, never interpreted. Rich is imported
-when a command first builds a table or prints to :data:`console`, so that a command that
-prints a line does not pay for it.
+only when a command prints a rich renderable or uses :data:`console`, so that a listing
+does not pay for it.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from privsched.text import printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
+
+    from privsched.cli.tables import Table as PlainTable
     from rich.table import Table
     from rich.text import Text
 
@@ -56,27 +59,37 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'privsched.cli.common' has no attribute {name!r}")
 
 
-def new_table(*columns: str, **options: Any) -> Table:
-    """A rich table with these column headers (``options``: title, caption, ...)."""
-    from rich.table import Table
+def new_table(*columns: str, title: object = None, caption: object = None, show_header: bool = True) -> PlainTable:
+    """A plain-text table with these column headers (:mod:`privsched.cli.tables`)."""
+    from privsched.cli.tables import Table as PlainTable
 
-    return Table(*columns, **options)
+    return PlainTable(*columns, title=title, caption=caption, show_header=show_header)
 
 
-def show(renderable: RenderableType) -> None:
-    """Print a table (or any rich renderable) on the shared console."""
-    _console().print(renderable)
+def show(table: PlainTable | RenderableType) -> None:
+    """Print a table of :func:`new_table` on stdout, or a rich renderable on the shared console."""
+    from privsched.cli.tables import Table as PlainTable
+
+    if isinstance(table, PlainTable):
+        print(table.render(), flush=True)
+    else:
+        _console().print(table)
 
 
 def text(value: object, style: str = "") -> Text:
-    """A table cell, title or caption holding ``value`` shown as text (escaped)."""
+    """A rich table's cell, title or caption holding ``value`` shown as text (escaped)."""
     from rich.text import Text
 
     return Text(printable(value), style=style)
 
 
-def add_row(table: Table, *cells: object) -> None:
-    """Add a row whose cells are shown as text (a rich renderable is kept as it is)."""
+def add_row(table: PlainTable | Table, *cells: object) -> None:
+    """Add a row whose cells are shown as text (in a rich table, a rich renderable is kept as it is)."""
+    from privsched.cli.tables import Table as PlainTable
+
+    if isinstance(table, PlainTable):
+        table.add_row(*cells)
+        return
     from rich.text import Text
 
     table.add_row(*(cell if isinstance(cell, Text) else text(cell) for cell in cells))

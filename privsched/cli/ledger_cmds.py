@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
@@ -202,9 +202,7 @@ def budget_show(
         title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
         shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
-        table = new_table(
-            "block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=text(title), caption=text(caption)
-        )
+        table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=title, caption=caption)
         for row in shown:
             cells = [budget_text(amount, rdp) for amount in (row.locked, row.unlocked, row.allocated, row.consumed)]
             remaining = budget_text(row.remaining, rdp)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show, text
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -156,7 +156,7 @@ def status(
         by, releases = _caused_by(client.events(pipeline_id=pipeline_id))
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
-    table = new_table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
+    table = new_table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
     add_row(table, "state", info.state + (f" ({info.message})" if info.message else ""))
     add_row(table, "dataset", f"{info.dataset} ({acc.name})")
     add_row(table, "owner", info.owner)
