@@ -359,13 +359,12 @@ class Client(BudgetReads):
 
     def cancel(self, pipeline_id: int, *, actor: str | None = None) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
-        Running: the scheduler stops the job and fails the pipeline (its allocation is
-        consumed: the job may have touched data); returns ``"cancelling"``. Finished or
-        unknown: ``LedgerError``."""
+        Running: the request is recorded (a ``stop`` event), then the scheduler stops the job
+        and fails the pipeline, both in ``actor``'s name (its allocation is consumed: the job
+        may have touched data); returns ``"cancelling"``. Finished or unknown: ``LedgerError``."""
         info = self.ledger.get_pipeline(pipeline_id)
         if info.state is PipelineState.RUNNING:
-            self.runs.request_cancel(pipeline_id)
-            return "cancelling"
+            return self._stop(pipeline_id, actor)
         if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
@@ -373,9 +372,21 @@ class Client(BudgetReads):
         except LedgerError:
             if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
-            self.runs.request_cancel(pipeline_id)  # started meanwhile
-            return "cancelling"
+            return self._stop(pipeline_id, actor)  # started meanwhile
         return "cancelled"
+
+    def _stop(self, pipeline_id: int, actor: str | None) -> Literal["cancelling"]:
+        """Ask the scheduler to stop a running job: the request in the ledger first (who asked;
+        refused if the job has ended meanwhile), then the scheduler's cue in the runs folder."""
+        try:
+            self.ledger.request_stop(pipeline_id, actor=actor)
+        except LedgerError:
+            state = self.ledger.get_pipeline(pipeline_id).state
+            if state.is_final():
+                raise LedgerError(f"pipeline {pipeline_id} has already ended ({state})") from None
+            raise
+        self.runs.request_cancel(pipeline_id)
+        return "cancelling"
 
     def log_path(self, pipeline_id: int) -> Path:
         self.ledger.get_pipeline(pipeline_id)

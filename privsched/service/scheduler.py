@@ -478,7 +478,7 @@ class Scheduler:
 
     def _settle(self, result: JobResult, now: float) -> bool:
         try:
-            state = settle(self.ledger, result, now)
+            state = settle(self.ledger, result, now, actor=self._canceller(result))
         except StorageFull:
             raise
         except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
@@ -487,6 +487,15 @@ class Scheduler:
         detail = f": {result.message}" if result.message and state == "failed" else ""
         self.log(f"pipeline {result.pipeline_id} {state}{detail}")
         return True
+
+    def _canceller(self, result: JobResult) -> str | None:
+        """Who the failure of a job that a user asked to cancel is recorded as caused by: the
+        last requester of its cancellation (the ledger's ``stop`` events), None (the scheduler)
+        for a job that completed, or failed with no cancellation asked."""
+        if result.completed or not self.runs.cancel_request(result.pipeline_id).exists():
+            return None
+        stops = [e.actor for e in self.ledger.events(pipeline_id=result.pipeline_id) if e.kind == "stop"]
+        return stops[-1] if stops else None
 
     def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
         self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)
