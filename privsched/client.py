@@ -409,6 +409,7 @@ class Client(BudgetReads):
 
         ranking, rule = self._serving_policy(policy)
         now = time.time()
+        reserved = self.runs.recorded_reservations()  # round robin's, if it serves
         found: dict[int, WaitingReason] = {}
         db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
         try:
@@ -422,7 +423,8 @@ class Client(BudgetReads):
                 keys = {b.id: b.key for b in blocks}
                 quota = None if quotas is None else (lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
                 unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock))
+                waiting = waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock, reserved=reserved)
+                found.update((r.pipeline_id, r) for r in waiting)
         finally:
             db.close()
         granted = self.ledger.list_pipelines(states=["granted"])
