@@ -66,8 +66,8 @@ def _clock(at: float) -> str:
 @dataclass(frozen=True)
 class WaitingReason:
     pipeline_id: int
-    code: str  # "budget": does not fit the unlocked budget; "quota": its team's quota; "turn": waits its
-    #            turn; "compute" (granted): waits for free compute
+    code: str  # "budget": does not fit the unlocked budget; "quota": its team's quota (whatever budget it also
+    #            lacks); "turn": waits its turn; "compute" (granted): waits for free compute
     rank: int  # 1-based position among the dataset's pending pipelines in the policy's order ("compute":
     #            among the granted jobs waiting for compute, in grant order)
     pending: int  # how many pipelines are pending on the dataset ("compute": granted jobs waiting)
