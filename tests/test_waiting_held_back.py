@@ -101,6 +101,7 @@ def test_round_robin_under_a_per_arrival_rule_says_why_it_gives_no_estimate(tmp_
     why = client.reasons("d")[run.id]
     assert (why.code, why.unlock, why.no_estimate, why.arrivals) == ("budget", "arrivals", ARRIVALS_SHARE, None)
     assert f"no unlock estimate: {ARRIVALS_SHARE}" in why.text() and why.short().endswith(" ?")
+    assert "needs 0.45, unreserved 0 (short 0.45)" in why.text()  # alone on its block: nobody else's share
 
 
 def test_a_restarted_scheduler_drops_the_reservations_it_no_longer_holds(tmp_path):

@@ -105,10 +105,9 @@ class WaitingReason:
             if self.free is None:
                 return f"compute: fits the free compute, starts at the scheduler's next pass; {rank}"
             return f"compute: needs {self.need}, free {self.free}; {rank}"
-        if self.shares is None:
-            needs, free = f"needs {self.demand:.4g}", "unlocked"
-        else:  # round robin
-            needs, free = f"needs {self.demand:.4g} with the round-robin shares of {self.shares} other pipeline(s)", "unreserved"
+        needs, free = f"needs {self.demand:.4g}", "unlocked" if self.shares is None else "unreserved"  # round robin: unreserved
+        if self.shares:
+            needs += f" with the round-robin shares of {self.shares} other pipeline(s)"
         return (
             f"budget: block {self.block} {self.dimension} {needs}, "
             f"{free} {self.unlocked:.4g} (short {self.shortfall:.4g}){self._outlook()}; {rank}"
