@@ -288,6 +288,8 @@ class Ledger:
     def request_stop(self, pipeline_id: int, now: float | None = None, *, actor: str | None = None) -> None:
         """Record that ``actor`` asked to cancel running pipeline ``pipeline_id`` (a ``stop``
         event); the scheduler stops its job and fails it in that actor's name."""
+        from privsched.ledger import lifecycle
+
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.request_stop, pipeline_id, now=now, actor=actor)
 
