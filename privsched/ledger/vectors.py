@@ -30,7 +30,9 @@ def _vectors(value: Any) -> Any:
 
 class _DecodedOnRead:
     """A data descriptor replacing a dataclass field: ``__init__`` sets the value as given
-    (a BLOB), the first read decodes it with ``decode`` and keeps the result."""
+    (a BLOB), the first read decodes it with ``decode`` and keeps the result. Threads that
+    read it first at once all get the one result kept (``dict.setdefault`` is atomic), and
+    the value given stays, so that none finds it gone."""
 
     def __init__(self, name: str, decode: Callable[[Any], Any]) -> None:
         self.name = name
@@ -41,9 +43,10 @@ class _DecodedOnRead:
         if instance is None:
             raise AttributeError(self.name)
         values = instance.__dict__
-        if self.name not in values:
-            values[self.name] = self.decode(values.pop(self.raw))
-        return values[self.name]
+        try:
+            return values[self.name]
+        except KeyError:
+            return values.setdefault(self.name, self.decode(values[self.raw]))
 
     def __set__(self, instance: object, value: object) -> None:
         instance.__dict__.pop(self.name, None)
