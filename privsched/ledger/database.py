@@ -4,8 +4,8 @@
 Reading and moving budget is plain SQL (``execute``, ``query``, ``conn.executemany``), so a
 command that opens the ledger does not import sqlite-utils (and with it dateutil, pluggy
 and click's own copy), a large part of a read command's start-up (issue 16;
-``benchmarks/README.md``). Creating the schema, migrating it and creating the identity
-tables use sqlite-utils' ``table(...).create``, which loads it on first use.
+``benchmarks/README.md``). Only creating a new database's schema uses sqlite-utils'
+``table(...).create``, which loads it on first use.
 """
 
 from __future__ import annotations
