@@ -121,11 +121,17 @@ def test_a_command_that_lists_names_and_states_loads_neither_numpy_nor_sqlite_ut
     assert [m for m in outcome["loaded"] if m in READ_PATH_HEAVY] == []
 
 
-@pytest.mark.parametrize("args", [["budget", "show"], ["audit"], ["status", "1"], ["list"], ["cancel", "1"]])
+@pytest.mark.parametrize("args", [["budget", "show"], ["audit"], ["status", "1"], ["list"]])
 def test_a_command_that_reads_budgets_or_ranks_waiting_pipelines_does_not_load_sqlite_utils(database, args):
     outcome = probe(*args, "--db", database, cwd=database.parent, watch=READ_PATH_HEAVY)
     assert outcome["code"] == 0
     assert "sqlite_utils" not in outcome["loaded"]
+
+
+def test_cancelling_a_pending_pipeline_loads_neither_numpy_nor_sqlite_utils(database):
+    """Nothing is allocated to a pending pipeline: its cancellation moves no budget."""
+    outcome = probe("cancel", "1", "--db", database, cwd=database.parent, watch=READ_PATH_HEAVY)
+    assert outcome == {"code": 0, "loaded": ["service_cmds"]}
 
 
 def test_help_lists_every_command_without_heavy_imports(tmp_path):

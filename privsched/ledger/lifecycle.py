@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from privsched.budgets.accounting import leq
 from privsched.ledger import launches
@@ -22,6 +21,9 @@ from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.quotas import QuotaCheck
 from privsched.ledger.schema import pack, unpack, unpack_rows
 from privsched.ledger.transaction import Transaction
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SET_CONSUMED = "UPDATE demands SET consumed = ? WHERE pipeline_id = ? AND block_id = ?"
 
@@ -129,6 +131,8 @@ def grant(tx: Transaction, ids: list[int]) -> list[int]:
 def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]], quotas: QuotaCheck | None) -> bool:
     """Allocate a pipeline's demand on every block if it fits on all of them (and within its
     team's quota, :mod:`privsched.ledger.quotas`)."""
+    import numpy as np
+
     moves = tx.moves
     block_ids = [b for b, _ in edges]
     if any(moves.states[b] != "active" for b in block_ids):
@@ -150,7 +154,7 @@ def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]],
 
 def mark_running(tx: Transaction, pipeline_id: int, placement: str, launch_token: str | None) -> None:
     """granted → running, where it runs, and (with a token) that its launch began."""
-    _, dataset_id, _ = tx.read.pipeline_edges(pipeline_id, ("granted",), "start")
+    _, dataset_id = tx.read.pipeline_state(pipeline_id, ("granted",), "start")
     tx.db.execute("UPDATE pipelines SET state = 'running', started_at = ?, placement = ? WHERE id = ?", [tx.at, placement, pipeline_id])
     tx.moves.state_event("run", "granted", "running", dataset_id=dataset_id, pipeline_id=pipeline_id)
     if launch_token is not None:
@@ -166,6 +170,8 @@ def record_started(tx: Transaction, pipeline_id: int, token: str, pid: int | Non
 def complete(tx: Transaction, pipeline_id: int, spent: np.ndarray | Mapping[str, np.ndarray]) -> None:
     """running (or granted) → completed: what the job spent (≤ its grant, per block, in
     every dimension) allocated → consumed, the rest allocated → unlocked."""
+    import numpy as np
+
     state, dataset_id, edges = tx.read.pipeline_edges(pipeline_id, HOLDING_STATES, "complete")
     accounting = tx.read.dataset_by_id(dataset_id).accounting
     per_block = check.spent_per_block(spent, [key for _, key, _ in edges], accounting)
@@ -187,6 +193,8 @@ def complete(tx: Transaction, pipeline_id: int, spent: np.ndarray | Mapping[str,
 def fail(tx: Transaction, pipeline_id: int, message: str, touched_data: bool) -> None:
     """→ failed. A job that touched data consumes its whole allocation (a partial model may
     already have leaked); one that did not releases it (docs/design.md §4.4)."""
+    import numpy as np
+
     state, dataset_id, edges = tx.read.pipeline_edges(pipeline_id, ("pending", *HOLDING_STATES), "fail")
     if state in HOLDING_STATES:
         tx.moves.load(b for b, _, _ in edges)
@@ -201,8 +209,11 @@ def fail(tx: Transaction, pipeline_id: int, message: str, touched_data: bool) ->
 
 def cancel(tx: Transaction, pipeline_id: int) -> None:
     """pending → cancelled; granted (job not started) → cancelled, allocation released."""
-    state, dataset_id, edges = tx.read.pipeline_edges(pipeline_id, ("pending", "granted"), "cancel")
+    state, dataset_id = tx.read.pipeline_state(pipeline_id, ("pending", "granted"), "cancel")
     if state == "granted":
+        import numpy as np
+
+        _, _, edges = tx.read.pipeline_edges(pipeline_id, ("granted",), "cancel")
         tx.moves.load(b for b, _, _ in edges)
         for block_id, _, demand in edges:
             settle(tx.moves, pipeline_id, block_id, demand, np.zeros_like(demand), kind="cancel")
@@ -213,13 +224,15 @@ def request_stop(tx: Transaction, pipeline_id: int) -> None:
     """A request to cancel a running pipeline, by the transaction's actor: a ``stop`` event
     (running → running) that names who asked; the scheduler then stops the job and fails the
     pipeline in that actor's name (docs/design.md §4.4)."""
-    _, dataset_id, _ = tx.read.pipeline_edges(pipeline_id, ("running",), "cancel")
+    _, dataset_id = tx.read.pipeline_state(pipeline_id, ("running",), "cancel")
     tx.moves.state_event("stop", "running", "running", dataset_id=dataset_id, pipeline_id=pipeline_id, reason="cancel requested")
 
 
 def release(tx: Transaction, pipeline_id: int, reason: str) -> None:
     """Admin act: a failed pipeline's consumed budget → unlocked, the reason kept in the
     event log (docs/design.md §4.4)."""
+    import numpy as np
+
     _, dataset_id, edges = tx.read.pipeline_edges(pipeline_id, ("failed",), "release")
     spent = dict(tx.sql("SELECT block_id, consumed FROM demands WHERE pipeline_id = ?", [pipeline_id]))
     tx.moves.load(b for b, _, _ in edges)

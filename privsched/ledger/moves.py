@@ -11,14 +11,15 @@ Each new event row is appended with its link in the hash chain (:mod:`privsched.
 from __future__ import annotations
 
 import json
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from privsched.ledger.database import Database
 from privsched.ledger import chain
 from privsched.ledger.models import BUCKETS
 from privsched.ledger.schema import pack, unpack
+
+if TYPE_CHECKING:
+    import numpy as np
 
 INSERT_EVENT = f"INSERT INTO events ({', '.join(chain.COLUMNS)}, hash) VALUES ({', '.join('?' * (len(chain.COLUMNS) + 1))})"
 
@@ -87,6 +88,8 @@ class Moves:
     def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, key: str, location: str | None) -> None:
         """Register a block just inserted with empty balances; its capacity enters ``locked``
         (the event's detail records the block's key and location)."""
+        import numpy as np
+
         zero = np.zeros_like(capacity)
         self.balances[block_id] = {"capacity": capacity} | {name: zero for name in BUCKETS}
         self.states[block_id] = "active"
@@ -164,6 +167,8 @@ def settle(
     reason: str | None = None,
 ) -> None:
     """End an allocation: ``used`` allocated → consumed, the rest allocated → unlocked."""
+    import numpy as np
+
     if np.any(used > 0):
         moves.move(block_id, "allocated", "consumed", used, kind=kind, pipeline_id=pipeline_id, reason=reason)
     rest = grant - used

@@ -14,12 +14,14 @@ one (local submissions, the operator's) are under no quota.
 from __future__ import annotations
 
 from collections import defaultdict
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import Accounting
 from privsched.ledger.schema import unpack
+
+if TYPE_CHECKING:
+    import numpy as np
 
 TABLE = (
     "CREATE TABLE IF NOT EXISTS team_quotas (dataset_id INTEGER NOT NULL REFERENCES datasets(id), "
@@ -70,6 +72,8 @@ class QuotaCheck:
         self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray, capacity: np.ndarray, accounting: Accounting
     ) -> tuple[str, int] | None:
         """(team, index of the first block over quota) if granting would exceed the team's quota."""
+        import numpy as np
+
         team = self.team(pipeline_id)
         if team is None:
             return None

@@ -101,15 +101,20 @@ class Reader:
             params.append(self.dataset(dataset).id)
         return self.pipelines(" AND ".join(where), params)
 
-    def pipeline_edges(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
-        """A pipeline's state, dataset id, and (block id, key, demand) edges, checked to be
-        in one of the ``allowed`` states."""
+    def pipeline_state(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int]:
+        """A pipeline's state and dataset id, checked to be in one of the ``allowed`` states."""
         found = self.sql("SELECT state, dataset_id FROM pipelines WHERE id = ?", [pipeline_id])
         if not found:
             raise LedgerError(f"unknown pipeline {pipeline_id}")
         state, dataset_id = found[0]
         if state not in allowed:
             raise LedgerError(f"cannot {action} pipeline {pipeline_id}: it is {state}")
+        return state, dataset_id
+
+    def pipeline_edges(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
+        """A pipeline's state, dataset id, and (block id, key, demand) edges, checked to be
+        in one of the ``allowed`` states."""
+        state, dataset_id = self.pipeline_state(pipeline_id, allowed, action)
         edges = [
             (block_id, key, unpack(demand))
             for block_id, key, demand in self.sql(
