@@ -24,10 +24,10 @@ from privsched.text import printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
-
-    from privsched.cli.tables import Table as PlainTable
     from rich.table import Table
     from rich.text import Text
+
+    from privsched.cli.tables import Table as PlainTable
 
 #: Environment variable naming the database when ``--db`` is not given.
 DB_ENV = "PRIVSCHED_DB"
