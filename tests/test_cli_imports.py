@@ -121,8 +121,18 @@ def test_a_command_that_lists_names_and_states_loads_neither_numpy_nor_sqlite_ut
     assert [m for m in outcome["loaded"] if m in READ_PATH_HEAVY] == []
 
 
-@pytest.mark.parametrize("args", [["budget", "show"], ["audit"], ["status", "1"], ["list"]])
-def test_a_command_that_reads_budgets_or_ranks_waiting_pipelines_does_not_load_sqlite_utils(database, args):
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["budget", "show"],
+        ["audit"],
+        ["status", "1"],
+        ["list"],
+        ["dataset", "create", "more", "--epsilon", "1", "--delta", "1e-6"],
+        ["blocks", "add", "reviews", "d3"],
+    ],
+)
+def test_a_command_that_computes_on_budgets_does_not_load_sqlite_utils(database, args):
     outcome = probe(*args, "--db", database, cwd=database.parent, watch=READ_PATH_HEAVY)
     assert outcome["code"] == 0
     assert "sqlite_utils" not in outcome["loaded"]
