@@ -61,16 +61,16 @@ def unique(values: Iterable[str], what: str) -> list[str]:
     return values
 
 
-def _numpy_scalar(value: object, *kinds: str) -> bool:
-    """Whether ``value`` is a NumPy scalar of one of ``kinds`` (``"integer"``, ``"floating"``);
-    it can be one only once NumPy is loaded, which reading the ledger does not need."""
+def _numpy_types(*kinds: str) -> tuple[type, ...]:
+    """NumPy's scalar types ``kinds`` (``"integer"``, ``"floating"``), or none while NumPy is
+    not loaded (no value can be one then; reading the ledger does not load it)."""
     numpy = sys.modules.get("numpy")
-    return numpy is not None and isinstance(value, tuple(getattr(numpy, kind) for kind in kinds))
+    return () if numpy is None else tuple(getattr(numpy, kind) for kind in kinds)
 
 
 def finite_number(value: object, what: str, *, low: float = 0.0, high: float = math.inf, low_open: bool = False) -> float:
     """A finite float in [low, high] (or (low, high] with ``low_open``)."""
-    if isinstance(value, bool) or not (isinstance(value, (int, float)) or _numpy_scalar(value, "integer", "floating")):
+    if isinstance(value, bool) or not isinstance(value, (int, float, *_numpy_types("integer", "floating"))):
         raise LedgerError(f"{what} must be a number, got {value!r}")
     number = float(value)  # type: ignore[arg-type]  # a number, checked above
     if not math.isfinite(number) or number > high or number < low or (low_open and number == low):
@@ -110,8 +110,9 @@ MAX_ID = 2**63 - 1
 def ids(values: Iterable[int], what: str = "pipeline id") -> list[int]:
     """Database ids given by a caller, as Python ints in [1, MAX_ID]."""
     out = []
+    integers = (int, *_numpy_types("integer"))
     for value in values:
-        if isinstance(value, bool) or not (isinstance(value, int) or _numpy_scalar(value, "integer")):
+        if isinstance(value, bool) or not isinstance(value, integers):
             raise LedgerError(f"{what} must be an integer, got {value!r}")
         if not 1 <= value <= MAX_ID:
             text = str(value) if len(str(value)) <= 40 else str(value)[:37] + "..."
