@@ -7,14 +7,16 @@ DP-SGD adds independent N(0, σ²C²) noise to every coordinate of the clipped g
 the floating-point value of the noise no longer reveals which inputs could have produced
 it (Holohan & Braghin 2021 §5.1, with n = 2 as in Opacus 1.6's ``_generate_noise``).
 
-Opacus draws that noise parameter by parameter, four tensors each. :class:`SecureNoise`
-draws the same 4·P standard normals for all P coordinates of the model at once, with the
-same sampler (torch's ``normal_``, on the given generator), and sums them the same way:
-every coordinate is still the scaled sum of four independent draws, independent of every
-other coordinate and of every earlier step (each step overwrites the whole buffer with new
-draws from the generator), so the noise, and with it the subsampled Gaussian mechanism the
-plan was charged for, is unchanged; only the number of tensor operations and allocations
-per step drops (one draw into a kept buffer, one sum into another, one scaling).
+Opacus draws that noise parameter by parameter, four tensors each, and halves their sum.
+:class:`SecureNoise` draws the 4·P normals for all P coordinates of the model at once, with
+the same sampler (torch's ``normal_``, on the given generator), each of standard deviation
+σC/2 (the sampler scales its Box-Muller output, so halving costs no pass of its own), and
+sums them: every coordinate is still the sum of four independent draws, N(0, 4·σ²C²/4) =
+N(0, σ²C²), independent of every other coordinate and of every earlier step (each step
+overwrites the whole buffer with new draws from the generator), so the noise, and with it
+the subsampled Gaussian mechanism the plan was charged for, is unchanged; only the number
+of tensor operations and allocations per step drops (one draw into a kept buffer, one sum
+into another).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ SECURE_DRAWS = 4
 class SecureNoise:
     """``numel`` coordinates of Gaussian noise on ``device``, redrawn at every
     :meth:`sample` into the same buffers: each coordinate the sum of :data:`SECURE_DRAWS`
-    standard normal draws from ``generator`` times std/√4 = std/2 (secure mode), or one
-    draw times std when ``secure`` is false (a benchmark baseline, never a job)."""
+    draws of N(0, (std/√4)²) = N(0, (std/2)²) from ``generator`` (secure mode), or one
+    draw of N(0, std²) when ``secure`` is false (a benchmark baseline, never a job)."""
 
     def __init__(self, numel: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype, secure: bool = True) -> None:
         self.generator = generator
@@ -45,6 +47,5 @@ class SecureNoise:
 
     def sample(self, std: float) -> torch.Tensor:
         """Fresh N(0, std²) noise in :attr:`noise`, the buffer the next call overwrites."""
-        self.draws.normal_(generator=self.generator)
-        torch.sum(self.draws, dim=0, out=self.noise)
-        return self.noise.mul_(std / math.sqrt(len(self.draws)))
+        self.draws.normal_(0.0, std / math.sqrt(len(self.draws)), generator=self.generator)
+        return torch.sum(self.draws, dim=0, out=self.noise)
