@@ -11,8 +11,9 @@ Opacus draws that noise parameter by parameter, four tensors each, and halves th
 :class:`SecureNoise` draws the 4·P normals for all P coordinates of the model at once, with
 the same sampler (torch's ``normal_``, on the given generator), each of standard deviation
 σC/2 (the sampler scales its Box-Muller output, so halving costs no pass of its own), and
-sums them: every coordinate is still the sum of four independent draws, N(0, 4·σ²C²/4) =
-N(0, σ²C²), independent of every other coordinate and of every earlier step (each step
+sums them. Halving a float is exact (short of underflow), so a coordinate is, bit for bit,
+Opacus' sum of its four draws of N(0, σ²C²) halved: still N(0, σ²C²), the sum of four
+independent draws, independent of every other coordinate and of every earlier step (each step
 overwrites the whole buffer with new draws from the generator), so the noise, and with it
 the subsampled Gaussian mechanism the plan was charged for, is unchanged; only the number
 of tensor operations and allocations per step drops (one draw into a kept buffer, one sum
