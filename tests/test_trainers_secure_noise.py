@@ -95,3 +95,23 @@ def test_a_step_adds_opacus_secure_noise_to_the_clipped_sum_and_divides_by_q_n_e
                 assert torch.equal(p.grad, (p.summed_grad + entries.view_as(p)) / 20), mode
             noises.append(noise)
         assert not torch.equal(noises[0], noises[1])
+
+
+def test_the_optimizer_draws_one_normal_per_coordinate_once_secure_mode_is_turned_off():
+    # the benchmark's non-secure baseline: the kept buffers are made anew for one draw
+    from privsched.trainers.dpsgd import private_trainer
+    from privsched.trainers.models import build_model
+    from privsched.trainers.plans import parse_job
+
+    job = parse_job({"kind": "dpsgd", "model": "logreg", "sample_rate": 0.1, "epochs": 1, "lr": 0.1, "max_grad_norm": 0.5})
+    records = TensorDataset(torch.rand(200, 30).round(), torch.randint(0, 2, (200,)))
+    trainer = private_trainer(build_model("logreg", 30, 2), records, job, 2.0, "ghost", CPU)
+    trainer.step(*records[:15])
+    trainer.optimizer.secure_mode = False
+    replay = torch.Generator()
+    replay.set_state(trainer.optimizer.generator.get_state())
+    params = list(trainer.model.parameters())
+    noise = torch.empty(1, sum(p.numel() for p in params)).normal_(0.0, 2.0 * 0.5, generator=replay).sum(dim=0)
+    trainer.step(*records[15:30])
+    for p, entries in zip(params, noise.split([p.numel() for p in params])):
+        assert torch.equal(p.grad, (p.summed_grad + entries.view_as(p)) / 20)
