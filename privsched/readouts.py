@@ -11,15 +11,13 @@ is (ε, δ) already; under RDP a curve is read as the ε it guarantees at the da
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import numpy as np
 
     from privsched.ledger.models import BlockInfo, DatasetInfo, PipelineInfo
-
-#: A block's balances, in the order ``budget show`` prints them (``remaining`` last).
-BALANCES = ("locked", "unlocked", "allocated", "consumed", "remaining")
 
 
 @dataclass(frozen=True)
@@ -37,16 +35,33 @@ def readout(vector: np.ndarray, dataset: DatasetInfo) -> Readout:
     return Readout(*as_epsilon_delta(vector, dataset.accounting, dataset.capacity, dataset.delta))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BlockBalances:
-    """One block's locked, unlocked, allocated, consumed and remaining budget as (ε, δ)."""
+    """One block's locked, unlocked, allocated, consumed and remaining budget as (ε, δ), each
+    read when first asked for: ``budget show`` converts only the rows it prints."""
 
     block: BlockInfo
-    locked: Readout
-    unlocked: Readout
-    allocated: Readout
-    consumed: Readout
-    remaining: Readout
+    dataset: DatasetInfo  # the block's
+
+    @cached_property
+    def locked(self) -> Readout:
+        return readout(self.block.locked, self.dataset)
+
+    @cached_property
+    def unlocked(self) -> Readout:
+        return readout(self.block.unlocked, self.dataset)
+
+    @cached_property
+    def allocated(self) -> Readout:
+        return readout(self.block.allocated, self.dataset)
+
+    @cached_property
+    def consumed(self) -> Readout:
+        return readout(self.block.consumed, self.dataset)
+
+    @cached_property
+    def remaining(self) -> Readout:
+        return readout(self.block.remaining, self.dataset)
 
 
 @dataclass(frozen=True)
@@ -55,10 +70,6 @@ class DatasetBalances:
 
     dataset: DatasetInfo
     blocks: list[BlockBalances]
-
-
-def block_balances(block: BlockInfo, dataset: DatasetInfo) -> BlockBalances:
-    return BlockBalances(block, *(readout(getattr(block, name), dataset) for name in BALANCES))
 
 
 @dataclass(frozen=True)
@@ -97,7 +108,7 @@ class BudgetReads:
     def balances(self: _Reads, dataset: str | None = None) -> list[DatasetBalances]:
         """Every block's balances as (ε, δ), per dataset (only ``dataset``'s when given)."""
         datasets = [self.dataset(dataset)] if dataset is not None else self.datasets()
-        return [DatasetBalances(info, [block_balances(block, info) for block in self.blocks(info.name)]) for info in datasets]
+        return [DatasetBalances(info, [BlockBalances(block, info) for block in self.blocks(info.name)]) for info in datasets]
 
     def grants(self: _Reads, pipeline_id: int) -> tuple[PipelineInfo, DatasetInfo, list[BlockGrant]]:
         """A pipeline, its dataset, and its demand and consumption per block as (ε, δ)."""
