@@ -35,6 +35,15 @@ def readout(vector: np.ndarray, dataset: DatasetInfo) -> Readout:
     return Readout(*as_epsilon_delta(vector, dataset.accounting, dataset.capacity, dataset.delta))
 
 
+def _balance(name: str) -> cached_property[Readout]:
+    """A :class:`BlockBalances` attribute: the block's balance ``name`` as (ε, δ), read once."""
+
+    def read(balances: BlockBalances) -> Readout:
+        return readout(getattr(balances.block, name), balances.dataset)
+
+    return cached_property(read)
+
+
 @dataclass(frozen=True, eq=False)
 class BlockBalances:
     """One block's locked, unlocked, allocated, consumed and remaining budget as (ε, δ), each
@@ -43,25 +52,11 @@ class BlockBalances:
     block: BlockInfo
     dataset: DatasetInfo  # the block's
 
-    @cached_property
-    def locked(self) -> Readout:
-        return readout(self.block.locked, self.dataset)
-
-    @cached_property
-    def unlocked(self) -> Readout:
-        return readout(self.block.unlocked, self.dataset)
-
-    @cached_property
-    def allocated(self) -> Readout:
-        return readout(self.block.allocated, self.dataset)
-
-    @cached_property
-    def consumed(self) -> Readout:
-        return readout(self.block.consumed, self.dataset)
-
-    @cached_property
-    def remaining(self) -> Readout:
-        return readout(self.block.remaining, self.dataset)
+    locked = _balance("locked")
+    unlocked = _balance("unlocked")
+    allocated = _balance("allocated")
+    consumed = _balance("consumed")
+    remaining = _balance("remaining")  # capacity − allocated − consumed
 
 
 @dataclass(frozen=True)
