@@ -356,6 +356,10 @@ def run_pass(
                 continue  # a replaced entry
             if fresh[p] < round_:
                 if _moved_since(p, fresh[p], start, count, block, moved):
+                    if not _fits(p, start, count, block, demand, available, live, is_rdp):
+                        queued[p] = False  # budget only shrinks within a pass: it never fits again,
+                        live_entries -= 1  # and where it would have come in the order grants nothing
+                        continue
                     urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
                 fresh[p] = round_
             if top_key != urgency[p]:  # a lower bound: queue it again under its exact key
