@@ -56,6 +56,21 @@ def build_packing(sorted_edges, demand, available, live, state):  # pragma: no c
 
 
 @_jit
+def settle_rows(values, order):  # pragma: no cover
+    """Sort each row of ``order`` (positions in the same row of ``values``) by value, in
+    place, by insertion: linear in the row's length when it is nearly sorted already."""
+    for r in range(order.shape[0]):
+        for i in range(1, order.shape[1]):
+            item = order[r, i]
+            value = values[r, item]
+            j = i - 1
+            while j >= 0 and values[r, order[r, j]] > value:
+                order[r, j + 1] = order[r, j]
+                j -= 1
+            order[r, j + 1] = item
+
+
+@_jit
 def _remove_edge(e, block, demand, state):  # pragma: no cover
     """A granted edge stops counting as pending; inside a prefix it leaves the count and
     the sum (the budget lost the same demand, so the rest of the prefix still fits)."""
