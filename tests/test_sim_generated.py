@@ -114,11 +114,12 @@ def test_a_generated_workload_that_no_trace_could_hold_is_refused_naming_the_ent
         small(**changes).instance  # noqa: B018 (compiling checks it)
 
 
-def test_simulating_a_generated_microbenchmark_imports_no_trace_model():
+def test_simulating_a_generated_microbenchmark_imports_no_trace_model_nor_another_policy():
     code = (
         "import sys; from privsched.simulation import simulate\n"
         "result = simulate('multi-block', 'dpf-n', n=50, duration=20.0)\n"
-        "print(result.summary()['granted'] > 0, 'pydantic' in sys.modules, 'privsched.simulation.trace' in sys.modules)"
+        "print(result.summary()['granted'] > 0, 'pydantic' in sys.modules, 'privsched.simulation.trace' in sys.modules,\n"
+        "      sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('privsched.policies.')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
-    assert done.stdout.split() == ["True", "False", "False"]
+    assert done.stdout.split(" ", 3) == ["True", "False", "False", "['admission', 'base', 'dpf', 'fcfs', 'registry', 'unlock']\n"]
