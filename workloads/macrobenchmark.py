@@ -33,6 +33,7 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.mechanisms import Mechanism
 from privsched.simulation.params import Between
 from privsched.simulation.generated import GeneratedTrace
+from privsched.simulation.limits import MAX_TIME
 from privsched.trainers.builtin import plan_mechanism
 from workloads.microbenchmarks import MAX_BLOCKS as MAX_WORKLOAD_BLOCKS
 from workloads.microbenchmarks import MAX_PIPELINES
@@ -100,8 +101,9 @@ def macrobenchmark(
     duration: float | None = None,
 ) -> GeneratedTrace:
     """Daily blocks and a mix of DP statistics (mice) and DP-SGD models (elephants)."""
-    if not block_period > 0:
-        raise ValueError(f"block_period must be positive, got {block_period!r}")
+    if not 0 < block_period <= MAX_TIME:
+        raise ValueError(f"block_period must be positive and at most {MAX_TIME:g} seconds, got {block_period!r}")
+    block_period = float(block_period)
     if duration is not None:
         periods = duration / block_period  # may overflow to inf: compared before it is rounded
         days = max(1, math.ceil(periods)) if periods <= MAX_WORKLOAD_BLOCKS else MAX_WORKLOAD_BLOCKS + 1
