@@ -23,13 +23,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
 from privsched.server.dashboard import dashboard_router
-from privsched.ledger import LedgerError
 from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, User
 from privsched.server import access
-from privsched.server.access import ApiError, NotFound
+from privsched.server.access import ApiError
 from privsched.server.batching import SubmitBatcher
 from privsched.server.limits import BodyLimit
+from privsched.server.views import Views
+from privsched.server.watching import MAX_WAIT, StateChanges
+from privsched.service import wakeup
+from privsched.ledger.states import PipelineState
 from privsched.server.models import (
     MAX_BODY,
     AuditOut,
@@ -92,13 +95,17 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
-    tokens = Identities(path)  # the event loop's own connection (current_user)
+    tokens = Identities(path)  # the event loop's own connections (current_user, async routes)
+    loop_client = Client(path, create=False)
     batcher = SubmitBatcher(client.ledger)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.changes = StateChanges(path)
         yield
+        app.state.changes.close()
         batcher.close()
+        loop_client.close()
         tokens.close()
         identities.close()
         client.close()
@@ -114,21 +121,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     _errors(app)
     app.include_router(dashboard_router(client, identities, current_user, policy))
 
-    def dataset_out(name: str, caller: User) -> DatasetOut:
-        info = access.readable_dataset(client, identities, caller, name)
-        return DatasetOut.of(info, identities.dataset_teams(info.id))
-
-    def pipeline_out(info, caller: User) -> PipelineOut:
-        submission = identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
-
-    def pipeline(pipeline_id: int, caller: User):
-        try:
-            info = client.status(pipeline_id)
-        except LedgerError:
-            raise NotFound(f"unknown pipeline {pipeline_id}") from None
-        access.readable_dataset(client, identities, caller, info.dataset)
-        return info
+    views, on_loop = Views(client, identities), Views(loop_client, tokens)
+    pipeline, pipeline_out = views.pipeline, views.pipeline_out
 
     def resubmitted(pipeline_id: int, submission_id: str | None, caller: User) -> Response:
         access.check_same_submitter(caller, identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
@@ -151,7 +145,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @app.get("/v1/datasets/{name}", response_model=DatasetOut, tags=["datasets"])
     def get_dataset(name: str, caller: Caller) -> Response:
-        return reply(dataset_out(name, caller))
+        return reply(views.dataset(name, caller))
 
     @app.get("/v1/blocks", response_model=list[BlockOut], tags=["datasets"])
     def list_blocks(caller: Caller, dataset: str | None = None, active_only: bool = False) -> Response:
@@ -218,15 +212,29 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller)) for p in infos])
 
     @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
-    def status(pipeline_id: int, caller: Caller) -> Response:
-        return reply(pipeline_out(pipeline(pipeline_id, caller), caller))
+    async def status(
+        pipeline_id: int,
+        caller: Caller,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT, description="seconds to wait for a change of state")] = 0.0,
+        since: Annotated[PipelineState | None, Query(description="the state to wait out (default: the current one)")] = None,
+    ) -> Response:
+        """A pipeline. With ``wait``: answered once its state is no longer ``since``, or
+        after ``wait`` seconds (:mod:`privsched.server.watching`). Read on the event loop,
+        on its own connections, and a waiting request holds no thread."""
+        info = on_loop.pipeline(pipeline_id, caller)
+        if wait > 0:
+            before = since or info.state
+            info = await app.state.changes.until(lambda: loop_client.status(pipeline_id), lambda now: now.state != before, wait)
+        return reply(on_loop.pipeline_out(info, caller))
 
     @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
     def cancel(pipeline_id: int, caller: Caller) -> Response:
         info = pipeline(pipeline_id, caller)
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
-        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id, actor=caller.name)))
+        outcome = client.cancel(pipeline_id, actor=caller.name)
+        wakeup.changed(client.path)  # requests waiting on its state look again
+        return reply(CancelOut(id=pipeline_id, outcome=outcome))
 
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
     def events(pipeline_id: int, caller: Caller) -> Response:
