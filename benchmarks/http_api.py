@@ -169,8 +169,8 @@ def main() -> None:
         for name, source in sources.items():
             keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(3 * THREADS * args.probes)]
             local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
-            with api_server(env, source, local) as url:
-                rounds[name].append(measure(url, token, db, keys, args.submissions, args.probes, waits=name == "this code"))
+            with api_server(env, source, local) as (url, pid):
+                rounds[name].append(measure(url, pid, token, db, keys, args.submissions, args.probes, waits=name == "this code"))
                 if turn == 0:
                     remote_cmds[name] = command_seconds(
                         {**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats, source
@@ -208,6 +208,10 @@ def main() -> None:
             ("local submissions per second", mine.local_rate, base.local_rate),
         ):
             print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
+        print(
+            f"| server CPU per HTTP submission (ms, scheduler included) | {1000 * mine.server_cpu:.2f} | "
+            f"{1000 * base.server_cpu:.2f} | {mine.server_cpu / base.server_cpu:.2f} |"
+        )
         for way in ("remote", "local"):
             for label, q in (("p50", 0.5), ("p99", 0.99)):
                 ours, theirs = (pct(getattr(m, f"{way}_latency"), q) for m in (mine, base))
@@ -232,6 +236,7 @@ class Measures:
     remote_latency: list[float]  # submit → grant seconds, polling
     local_latency: list[float]
     wait_latency: list[float]  # through the HTTP API, waiting at the server (empty: not measured)
+    server_cpu: float  # the server's CPU seconds per remote submission (scheduler included)
 
     @classmethod
     def pooled(cls, rounds: list[Measures]) -> Measures:
@@ -242,25 +247,43 @@ class Measures:
             [x for m in rounds for x in m.remote_latency],
             [x for m in rounds for x in m.local_latency],
             [x for m in rounds for x in m.wait_latency],
+            statistics.median(m.server_cpu for m in rounds),
         )
 
 
-def measure(url: str, token: str, db: Path, keys: list[str], submissions: int, probes: int, waits: bool) -> Measures:
-    """Rates and latencies, remote and local, against the server at ``url`` (``waits``:
-    also the latency of HTTP clients waiting at the server)."""
+def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissions: int, probes: int, waits: bool) -> Measures:
+    """Rates and latencies, remote and local, against the server at ``url`` (process
+    ``pid``; ``waits``: also the latency of HTTP clients waiting at the server)."""
+    before = cpu_seconds(pid)
     remote_rate = rate(lambda: RemoteClient(url, token), submissions)
+    server_cpu = (cpu_seconds(pid) - before) / (submissions // THREADS * THREADS)
     local_rate = rate(lambda: connect(db), submissions)
     n = THREADS * probes
-    remote_latency = latencies(lambda: RemoteClient(url, token), keys[:n], probes)
-    local_latency = latencies(lambda: connect(db), keys[n : 2 * n], probes)
-    wait_latency = latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True) if waits else []
-    return Measures(remote_rate, local_rate, remote_latency, local_latency, wait_latency)
+    remote_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[:n], probes))
+    local_latency = quiet_after(db, latencies(lambda: connect(db), keys[n : 2 * n], probes))
+    wait_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True)) if waits else []
+    return Measures(remote_rate, local_rate, remote_latency, local_latency, wait_latency, server_cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (not its children: the jobs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def quiet_after(db: Path, found: list[float]) -> list[float]:
+    """``found``, once every granted probe's job has ended: the next measure does not share
+    the machine with the jobs of this one."""
+    with connect(db) as client:
+        while client.list(states=["granted", "running"]):
+            time.sleep(0.05)
+    return found
 
 
 @contextmanager
-def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
+def api_server(env: dict, source: Path, local: Client) -> Iterator[tuple[str, int]]:
     """``privsched serve --listen`` (the scheduler and the API in one process) of the code
-    in ``source``; yields its address."""
+    in ``source``; yields its address and process id."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -289,7 +312,7 @@ def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
             raise RuntimeError(f"the server did not start: {line}{server.stdout.read()}")
         while local.ledger.lease_holder() is None:
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server.pid
     finally:
         server.terminate()
         server.wait()

@@ -196,7 +196,7 @@ class _Loop:
                 fresh = report is not None and scheduler.news()
                 summary.ticks += 1
                 if report is not None:
-                    if report.granted or report.started or report.settled or report.expired:
+                    if report.started or report.settled or report.expired:  # (the scheduler tells of grants)
                         wakeup.changed(self.path)  # the API's waiting requests look again
                     summary.granted += len(report.granted)
                     summary.settled += len(report.settled)
