@@ -63,6 +63,13 @@ def test_a_state_other_than_since_is_answered_at_once(server: Server, no_recheck
     assert (status, answer["state"]) == (200, "pending")
 
 
+def test_an_ended_pipeline_is_answered_at_once(server: Server, no_rechecks):  # noqa: F811
+    pipeline = submitted(server)
+    assert server.call("POST", f"/v1/pipelines/{pipeline}/cancel", user="alice")[0] == 200
+    status, answer = server.call("GET", f"/v1/pipelines/{pipeline}?wait=30", user="alice")
+    assert (status, answer["state"]) == (200, "cancelled")
+
+
 def test_a_cancel_through_the_api_wakes_a_remote_wait(server: Server, no_rechecks):  # noqa: F811
     client = ps.connect(server.url, token=server.tokens["alice"])
     run = client.submit(spec())  # no scheduler serves the database: it stays pending

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -32,6 +33,7 @@ from privsched.server.limits import BodyLimit
 from privsched.server.views import Views
 from privsched.server.watching import MAX_WAIT, StateChanges
 from privsched.service import wakeup
+from privsched.ledger import PipelineInfo
 from privsched.ledger.states import PipelineState
 from privsched.server.models import (
     MAX_BODY,
@@ -95,8 +97,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     client = Client(path, create=False)
     client.ledger  # noqa: B018 -- open now: a missing database fails at start, not at the first request
     identities = Identities(path)
-    tokens = Identities(path)  # the event loop's own connections (current_user, async routes)
-    loop_client = Client(path, create=False)
+    tokens = Identities(path)  # the event loop's own connection (current_user)
     batcher = SubmitBatcher(client.ledger)
 
     @asynccontextmanager
@@ -105,7 +106,6 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         yield
         app.state.changes.close()
         batcher.close()
-        loop_client.close()
         tokens.close()
         identities.close()
         client.close()
@@ -121,7 +121,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     _errors(app)
     app.include_router(dashboard_router(client, identities, current_user, policy))
 
-    views, on_loop = Views(client, identities), Views(loop_client, tokens)
+    views = Views(client, identities)
     pipeline = views.pipeline
 
     def resubmitted(pipeline_id: int, submission_id: str | None, caller: User) -> Response:
@@ -220,14 +220,21 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         wait: Annotated[float, Query(ge=0, le=MAX_WAIT, description="seconds to wait for a change of state")] = 0.0,
         since: Annotated[PipelineState | None, Query(description="the state to wait out (default: the current one)")] = None,
     ) -> Response:
-        """A pipeline. With ``wait``: answered once its state is no longer ``since``, or
-        after ``wait`` seconds (:mod:`privsched.server.watching`). Read on the event loop,
-        on its own connections, and a waiting request holds no thread."""
-        info = on_loop.pipeline(pipeline_id, caller)
-        if wait > 0:
-            before = since or info.state
-            info = await app.state.changes.until(lambda: loop_client.status(pipeline_id), lambda now: now.state != before, wait)
-        return reply(on_loop.pipeline_out(info, caller))
+        """A pipeline. With ``wait``: answered once its state is no longer ``since`` (at
+        once if it has ended), or after ``wait`` seconds (:mod:`privsched.server.watching`).
+        Each read runs in a worker thread, as a synchronous route's would (SQLite on the
+        event loop would hold up every request), and a waiting request holds none between
+        its reads."""
+        if wait == 0:
+            return reply(await run_in_threadpool(views.status, pipeline_id, caller))
+        info = await run_in_threadpool(views.pipeline, pipeline_id, caller)
+        before = since or info.state
+
+        def moved(now: PipelineInfo) -> bool:
+            return now.state != before or now.state.is_final()
+
+        info = await app.state.changes.until(lambda: run_in_threadpool(client.status, pipeline_id), moved, wait)
+        return reply(await run_in_threadpool(views.pipeline_out, info, caller))
 
     @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
     def cancel(pipeline_id: int, caller: Caller) -> Response:

@@ -1,5 +1,4 @@
-"""What the routes answer about datasets and pipelines, with who may read them, read
-through one pair of connections: the worker threads' or the event loop's own."""
+"""What the routes answer about datasets and pipelines, with who may read them."""
 
 from __future__ import annotations
 
@@ -30,6 +29,9 @@ class Views:
             raise NotFound(f"unknown pipeline {pipeline_id}") from None
         access.readable_dataset(self.client, self.identities, caller, info.dataset)
         return info
+
+    def status(self, pipeline_id: int, caller: User) -> PipelineOut:
+        return self.pipeline_out(self.pipeline(pipeline_id, caller), caller)
 
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
         submission = self.identities.submissions([info.id]).get(info.id)

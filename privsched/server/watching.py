@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from privsched.service import wakeup
@@ -48,13 +48,13 @@ class StateChanges:
         self._event.set()
         self._event = asyncio.Event()  # the next wait awaits the next change
 
-    async def until(self, look: Callable[[], T], done: Callable[[T], bool], seconds: float) -> T:
-        """``look()`` again at each change until ``done`` holds of what it found or
-        ``seconds`` have passed; what the last look found."""
+    async def until(self, look: Callable[[], Awaitable[T]], done: Callable[[T], bool], seconds: float) -> T:
+        """``await look()`` again at each change until ``done`` holds of what it found
+        or ``seconds`` have passed; what the last look found."""
         deadline = self._loop.time() + seconds
         while True:
             event = self._event  # taken before the look: a change during the look is not missed
-            found = look()
+            found = await look()
             left = deadline - self._loop.time()
             if done(found) or left <= 0:
                 return found
