@@ -49,16 +49,17 @@ class StateChanges:
         self._event = asyncio.Event()  # the next wait awaits the next change
 
     async def until(self, look: Callable[[], Awaitable[T]], done: Callable[[T], bool], seconds: float) -> T:
-        """``await look()`` again at each change until ``done`` holds of what it found
-        or ``seconds`` have passed; what the last look found."""
+        """``await look()`` again at each change (and every :data:`RECHECK` seconds) until
+        ``done`` holds of what it found or ``seconds`` have passed; what the last look found."""
         deadline = self._loop.time() + seconds
-        while True:
-            event = self._event  # taken before the look: a change during the look is not missed
-            found = await look()
-            left = deadline - self._loop.time()
-            if done(found) or left <= 0:
-                return found
+        event = self._event  # taken before each look: a change during the look is not missed
+        found = await look()
+        while not done(found) and (left := deadline - self._loop.time()) > 0:
             try:
                 await asyncio.wait_for(event.wait(), min(RECHECK, left))
             except TimeoutError:
-                pass
+                if left <= RECHECK:  # the time is up
+                    break
+            event = self._event
+            found = await look()
+        return found
