@@ -104,3 +104,18 @@ def test_changed_calls_the_watchers_of_its_database_only(tmp_path):
     wakeup.unwatch(tmp_path / "a.db", watchers["a"])
     wakeup.changed(tmp_path / "a.db")
     assert calls == ["a"]
+
+
+def test_the_local_client_waits_for_a_change_too(server: Server):  # noqa: F811
+    with ps.connect(server.db) as client:
+        run = client.submit(spec())  # no scheduler serves the database: it stays pending
+        assert client.wait_for_change(run.id, "granted").state == "pending"  # not the state waited out: at once
+        canceller = threading.Timer(0.05, cancel_in_own_client, args=(server, run.id))  # a client per thread
+        canceller.start()
+        assert client.wait_for_change(run.id, "pending", 30).state == "cancelled"
+        canceller.join()
+
+
+def cancel_in_own_client(server: Server, pipeline_id: int) -> None:  # noqa: F811
+    with ps.connect(server.db) as client:
+        client.cancel(pipeline_id)
