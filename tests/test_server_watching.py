@@ -70,6 +70,16 @@ def test_an_ended_pipeline_is_answered_at_once(server: Server, no_rechecks):  # 
     assert (status, answer["state"]) == (200, "cancelled")
 
 
+def test_a_change_no_one_announces_is_seen_at_the_next_look(server: Server, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(watching, "RECHECK", 0.05)
+    run = ps.connect(server.url, token=server.tokens["alice"]).submit(spec())
+    canceller = threading.Timer(0.05, cancel_in_own_client, args=(server, run.id))  # the ledger directly, as another process would
+    canceller.start()
+    status, answer = server.call("GET", f"/v1/pipelines/{run.id}?wait=30&since=pending", user="alice")
+    canceller.join()
+    assert (status, answer["state"]) == (200, "cancelled")
+
+
 def test_a_cancel_through_the_api_wakes_a_remote_wait(server: Server, no_rechecks):  # noqa: F811
     client = ps.connect(server.url, token=server.tokens["alice"])
     run = client.submit(spec())  # no scheduler serves the database: it stays pending

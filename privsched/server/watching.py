@@ -18,8 +18,9 @@ from typing import TypeVar
 
 from privsched.service import wakeup
 
-#: Seconds between two looks of a waiting request when nothing in this process woke it.
-RECHECK = 0.1
+#: Seconds between two looks of a waiting request when nothing in this process woke it: only
+#: a change made by another process (a local `privsched cancel`) goes unannounced.
+RECHECK = 1.0
 
 #: The longest a request may wait, in seconds (below the remote client's 60-second timeout).
 MAX_WAIT = 30.0
