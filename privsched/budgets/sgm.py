@@ -127,6 +127,7 @@ def _log_half_erfc(x: float) -> float:
     return math.log(0.5) + (math.log(2) + log_ndtr(-x * 2**0.5))
 
 
+@functools.lru_cache(maxsize=4096)
 def _log_binomials(alpha: float, start: int, stop: int) -> tuple[list[float], list[float]]:
     """For start ≤ k < stop: C(α, k) up to a positive scale (its sign, and 0 where C is 0:
     k > α for an integer α) and ln |C(α, k)| (−inf where C is 0)."""
