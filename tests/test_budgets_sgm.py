@@ -92,6 +92,13 @@ def test_curve_is_the_exact_series_to_rounding(q, sigma, alpha):
     assert abs(ours - exact) <= max(1e-10 * abs(exact), LN_A_ROUNDING)
 
 
+def test_curve_at_orders_in_the_thousands_is_finite_and_grows():
+    orders = [300.5, 600.5, 1100.0, 1500.5, 2000.0]  # C(α, k) overflows a double from α ≈ 1030
+    curve = subsampled_gaussian_curve(0.01, 5.0, 1, orders)
+    assert np.all(np.isfinite(curve)) and np.all(np.diff(curve) > 0)
+    assert abs(curve[2] * 1099 - float(exact_log_a(0.01, 5.0, 1100.0))) <= 1e-10 * curve[2] * 1099
+
+
 def test_curve_grows_with_the_sampling_rate_and_shrinks_with_the_noise():
     base = subsampled_gaussian_curve(0.01, 1.0, 100, DEFAULT_ALPHAS)
     assert np.all(subsampled_gaussian_curve(0.02, 1.0, 100, DEFAULT_ALPHAS) > base)

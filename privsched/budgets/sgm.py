@@ -40,6 +40,9 @@ MAX_NOISE_MULTIPLIER = 1e6
 
 #: A series term of the fractional-order sum below e^{-30} ends it (MTZ 2019 §3.3).
 _SERIES_CUTOFF = -30.0
+#: A fractional-order series still running after this many terms is refused (its terms
+#: left the range of doubles), never summed forever.
+_MAX_TERMS = 2**22
 
 
 def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
@@ -119,6 +122,8 @@ def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]
                 unfinished.append(row)
             sums[row] = (a0, a1)
         todo, start, stop = unfinished, stop, 2 * stop
+        if todo and stop > _MAX_TERMS:
+            raise ValueError(f"the subsampled-Gaussian series at order {orders[todo[0]]:g} does not converge in double precision")
     return [_log_add(a0, a1) for a0, a1 in sums]
 
 
@@ -139,7 +144,8 @@ def _log_binomials(alpha: float, start: int, stop: int) -> tuple[list[float], li
 #: Below this k (after the symmetry C(n, k) = C(n, n − k) of an integer n), C(α, k) is the
 #: product below; from it on, the recurrence.
 _PRODUCT_BELOW = 20
-#: A coefficient of the recurrence below this is rescaled by it, so that it never underflows.
+#: A coefficient of the recurrence below this (or above its inverse) is rescaled by it, so
+#: that it never underflows (or overflows: α in the hundreds).
 _RESCALE_BELOW = 1e-280
 
 
@@ -152,7 +158,8 @@ def _binomial_row(alpha: float, stop: int) -> tuple[list[float], list[float]]:
       numerator and denominator multiplied separately and divided out whenever the
       numerator passes 1e50: the value SciPy's ``binom`` gives, on which Opacus' terms are
       built (these small-k terms dominate the series where ε is tiny);
-    - integer α, larger k: ``math.comb``, exact before its rounding to a double;
+    - integer α, larger k: ``math.comb``, exact before its rounding to a double (and scaled
+      by a power of two where it would overflow one);
     - fractional α, larger k: the recurrence C(α, k) = C(α, k − 1)·(α − k + 1)/k, with a
       relative error of about √k ulp.
     A row of ``stop`` > 64 extends the cached row of ``stop // 2`` (the series ask for rows
@@ -168,11 +175,15 @@ def _binomial_row(alpha: float, stop: int) -> tuple[list[float], list[float]]:
         elif small < _PRODUCT_BELOW:
             value = _binomial_product(n, float(small))
         elif whole:
-            value = float(math.comb(int(n), k))
+            exact = math.comb(int(n), k)
+            shift = max(0, exact.bit_length() - 1000)  # beyond a double's range (α > 1000): keep the scale apart
+            value, scale = float(exact >> shift), shift * math.log(2)
         else:
             value, scale = mantissas[-1] * (n - k + 1) / k, scales[-1]
             if abs(value) < _RESCALE_BELOW:
                 value, scale = value / _RESCALE_BELOW, scale + math.log(_RESCALE_BELOW)
+            elif abs(value) > 1 / _RESCALE_BELOW:
+                value, scale = value * _RESCALE_BELOW, scale - math.log(_RESCALE_BELOW)
         mantissas.append(value)
         scales.append(scale)
     return mantissas, scales
