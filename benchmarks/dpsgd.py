@@ -17,7 +17,8 @@ four, a configuration the built-in jobs never use, to show the cost of secure no
 single-pass ghost clipping also with Opacus' own optimizer (secure noise drawn parameter by
 parameter, clipped sums copied), to show what drawing the noise at once saves. A second
 table splits a step of the single-pass ghost clipping models into its parts (median process
-CPU time per step): where the time of DP-SGD goes.
+CPU time per step, from whole epochs so that the parts add up to the epoch's time): where
+the time of DP-SGD goes.
 """
 
 from __future__ import annotations
@@ -58,41 +59,45 @@ def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dic
 
 
 def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[str, dict[str, float]]:
-    """Median process CPU milliseconds of each part of a step, for a non-private trainer
+    """Process CPU milliseconds per step of each part of a step, for a non-private trainer
     and single-pass ghost clipping trainers: zeroing the gradients, drawing the batch (and
     moving it to the device), forward and backward (the clipping pass, for DP-SGD), the DP
-    optimizer's pre-step (noise, scaling by q·n, the accountant) and the Adam update.
-    Trainers alternate step by step so that load from other processes hits all alike."""
+    optimizer's pre-step (noise, scaling by q·n, the accountant) and the Adam update; and
+    "outside", the rest of the epoch (its loop, the clock reads). Each part is its total
+    over an epoch divided by the steps, the median of ``repeats`` epochs, so that the parts
+    add up to the epoch's time; trainers alternate epoch by epoch, as in
+    :func:`epoch_seconds`."""
+    clock = time.process_time
     parts: dict[str, dict[str, list[float]]] = {name: {} for name in trainers}
-    iterators = {name: iter(()) for name in trainers}
-    for _ in range(steps * repeats):
+    for _ in range(repeats):
         for name, trainer in trainers.items():
-            clock = time.process_time
-            times = parts[name]
-            start = clock()
-            trainer.optimizer.zero_grad(set_to_none=True)
-            marks = [("zero_grad", clock())]
-            try:
-                inputs, labels = next(iterators[name])
-            except StopIteration:
-                iterators[name] = iter(trainer.batches)
-                inputs, labels = next(iterators[name])
-            inputs, labels = inputs.to(trainer.device), labels.to(trainer.device)
-            marks.append(("batch", clock()))
-            if trainer.clipping is None:
-                trainer.criterion(trainer.module(inputs), labels).backward()
-                marks.append(("forward, backward", clock()))
-                trainer.optimizer.step()
-            else:
-                trainer.clipping.accumulate(inputs, labels)
-                marks.append(("forward, backward", clock()))
-                trainer.optimizer.pre_step()
-                marks.append(("noise, scaling, accountant", clock()))
-                trainer.optimizer.original_optimizer.step()
-            marks.append(("Adam", clock()))
-            for part, end in marks:
-                times.setdefault(part, []).append(end - start)
-                start = end
+            totals: dict[str, float] = {}
+            begin = clock()
+            batches = iter(trainer.batches)
+            for _ in range(steps):
+                start = clock()
+                trainer.optimizer.zero_grad(set_to_none=True)
+                marks = [("zero_grad", clock())]
+                inputs, labels = next(batches)
+                inputs, labels = inputs.to(trainer.device), labels.to(trainer.device)
+                marks.append(("batch", clock()))
+                if trainer.clipping is None:
+                    trainer.criterion(trainer.module(inputs), labels).backward()
+                    marks.append(("forward, backward", clock()))
+                    trainer.optimizer.step()
+                else:
+                    trainer.clipping.accumulate(inputs, labels)
+                    marks.append(("forward, backward", clock()))
+                    trainer.optimizer.pre_step()
+                    marks.append(("noise, scaling, accountant", clock()))
+                    trainer.optimizer.original_optimizer.step()
+                marks.append(("Adam", clock()))
+                for part, end in marks:
+                    totals[part] = totals.get(part, 0.0) + end - start
+                    start = end
+            totals["outside"] = clock() - begin - sum(totals.values())
+            for part, total in totals.items():
+                parts[name].setdefault(part, []).append(total / steps)
     return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()} for name, times in parts.items()}
 
 
@@ -152,8 +157,10 @@ def main() -> None:
             f"| {model_name} | {mode} | {plain['wall']:.3f} | {private['wall']:.3f} | "
             f"{private['wall'] / plain['wall']:.2f}× | {private['cpu'] / plain['cpu']:.2f}× |"
         )
-    columns = ["zero_grad", "batch", "forward, backward", "noise, scaling, accountant", "Adam"]
-    print("\nCPU ms per step, median (single-pass ghost clipping; forward, backward is the clipping pass)\n")
+    columns = ["zero_grad", "batch", "forward, backward", "noise, scaling, accountant", "Adam", "outside"]
+    print(
+        "\nCPU ms per step, each part's epoch total / steps, median (single-pass ghost clipping; forward, backward is the clipping pass)\n"
+    )
     print(f"| model | training | {' | '.join(columns)} | total | ratio |")
     print("|---|---|" + "---:|" * (len(columns) + 2))
     for model_name, trainers_parts in parts.items():

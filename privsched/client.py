@@ -359,13 +359,12 @@ class Client(BudgetReads):
 
     def cancel(self, pipeline_id: int, *, actor: str | None = None) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
-        Running: the scheduler stops the job and fails the pipeline (its allocation is
-        consumed: the job may have touched data); returns ``"cancelling"``. Finished or
-        unknown: ``LedgerError``."""
+        Running: the request is recorded (a ``stop`` event), then the scheduler stops the job
+        and fails the pipeline, both in ``actor``'s name (its allocation is consumed: the job
+        may have touched data); returns ``"cancelling"``. Finished or unknown: ``LedgerError``."""
         info = self.ledger.get_pipeline(pipeline_id)
         if info.state is PipelineState.RUNNING:
-            self.runs.request_cancel(pipeline_id)
-            return "cancelling"
+            return self._stop(pipeline_id, actor)
         if info.state.is_final():
             raise LedgerError(f"pipeline {pipeline_id} has already ended ({info.state})")
         try:
@@ -373,9 +372,21 @@ class Client(BudgetReads):
         except LedgerError:
             if self.ledger.get_pipeline(pipeline_id).state is not PipelineState.RUNNING:
                 raise
-            self.runs.request_cancel(pipeline_id)  # started meanwhile
-            return "cancelling"
+            return self._stop(pipeline_id, actor)  # started meanwhile
         return "cancelled"
+
+    def _stop(self, pipeline_id: int, actor: str | None) -> Literal["cancelling"]:
+        """Ask the scheduler to stop a running job: the request in the ledger first (who asked;
+        refused if the job has ended meanwhile), then the scheduler's cue in the runs folder."""
+        try:
+            self.ledger.request_stop(pipeline_id, actor=actor)
+        except LedgerError:
+            state = self.ledger.get_pipeline(pipeline_id).state
+            if state.is_final():
+                raise LedgerError(f"pipeline {pipeline_id} has already ended ({state})") from None
+            raise
+        self.runs.request_cancel(pipeline_id)
+        return "cancelling"
 
     def log_path(self, pipeline_id: int) -> Path:
         self.ledger.get_pipeline(pipeline_id)
@@ -398,6 +409,7 @@ class Client(BudgetReads):
 
         ranking, rule = self._serving_policy(policy)
         now = time.time()
+        reserved = self.runs.recorded_reservations()  # round robin's, if it serves
         found: dict[int, WaitingReason] = {}
         db = open_database(self.path, create=False)  # its own connection: the ledger's may serve other threads
         try:
@@ -411,7 +423,8 @@ class Client(BudgetReads):
                 keys = {b.id: b.key for b in blocks}
                 quota = None if quotas is None else (lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
                 unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
-                found.update((r.pipeline_id, r) for r in waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock))
+                waiting = waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock, reserved=reserved)
+                found.update((r.pipeline_id, r) for r in waiting)
         finally:
             db.close()
         granted = self.ledger.list_pipelines(states=["granted"])

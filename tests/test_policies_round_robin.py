@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting
 from privsched.policies import Snapshot, make_policy
-from privsched.policies.round_robin import water_fill
+from privsched.policies.round_robin import fill_requirement, water_fill
 from tests.support.snapshots import make_snapshot, snapshots
 
 
@@ -79,3 +79,25 @@ def test_round_robin_rejects_rdp_accounting() -> None:
     snapshot = make_snapshot([{0: [0.5, 0.5]}], unlocked=[[1.0, 1.0]], accounting=Accounting.rdp((2.0, 4.0)))
     with pytest.raises(ValueError, match="basic accounting only"):
         _pass(snapshot)
+
+
+def test_fill_requirement_counts_each_other_need_up_to_the_edges_own() -> None:
+    blocks, need = np.array([0, 0, 0, 1]), np.array([0.5, 4.0, 2.0, 1.0])
+    assert fill_requirement(blocks, need).tolist() == [1.5, 6.5, 4.5, 1.0]  # e.g. 0.5 + 2 + 2 for the 2
+    assert fill_requirement(np.array([0, 0]), np.array([0.0, 1.0])).tolist() == [0.0, 1.0]  # no need: no requirement
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    edges=st.lists(st.tuples(st.integers(0, 2), st.floats(0.01, 1.0)), min_size=1, max_size=8),
+    budget=st.floats(0.0, 4.0),
+)
+def test_water_fill_fills_an_edge_exactly_when_its_block_holds_its_fill_requirement(edges, budget) -> None:
+    blocks = np.array([b for b, _ in edges])
+    need = np.array([r for _, r in edges])
+    required = fill_requirement(blocks, need)
+    given_ = water_fill(blocks, need, np.full(3, budget))
+    filled = given_ == need
+    margin = 1e-9 * max(budget, 1.0)
+    assert filled[required <= budget - margin].all()
+    assert not filled[required > budget + margin].any()

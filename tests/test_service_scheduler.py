@@ -3,7 +3,6 @@ placement, settling of every way a job can end, cancellation, restarts and the l
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler
 from privsched.service.serve import ServiceError, serve_options
 from tests.support.blockdata import block_files
+from tests.support.serving import Serving, wait_for_state
 
 POOL = Pool((), cpus=8.0, memory=0)
 
@@ -142,35 +142,6 @@ def test_round_robin_reservations_grant_both_fair_shares(client: Client):
     run_until_idle(client, "rr-n", n=2)
     assert [r.status for r in runs] == ["completed", "completed"]
     assert client.audit().ok
-
-
-class Serving:
-    """A scheduler serving the database in a thread, stopped on exit."""
-
-    def __init__(self, path: Path, **options) -> None:
-        self.stop = threading.Event()
-        self.error: BaseException | None = None
-        options = {"tick": 0.1, "cpus": 8, "gpus": 2, **options}
-        self.thread = threading.Thread(target=self._run, args=(path, options), daemon=True)
-
-    def _run(self, path: Path, options: dict) -> None:
-        try:
-            serve_options(path, stop=self.stop, **options)
-        except BaseException as exc:  # reported by the test
-            self.error = exc
-
-    def __enter__(self) -> Serving:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc_info) -> None:
-        self.stop.set()
-        self.thread.join()
-
-
-def wait_for_state(run, state: str) -> None:
-    while run.status != state:
-        time.sleep(0.05)
 
 
 def test_cancelling_a_running_job_stops_it_and_consumes_its_allocation(client: Client):

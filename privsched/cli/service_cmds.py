@@ -47,20 +47,25 @@ _TIMING_ROWS = {
 }
 
 
-def _caused_by(events: list[Event]) -> tuple[dict[str, str], list[str]]:
+#: The rows of ``status`` that each event of these kinds adds: a request to cancel the
+#: running job, a release of the pipeline's budget.
+_EVENT_ROWS = {"stop": "cancel requested", "release": "released"}
+
+
+def _caused_by(events: list[Event]) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """From a pipeline's events: " by <actor>" for each timing row of ``status``, and a
-    "<time> by <actor>" line per release of its budget (events recorded before actors
-    were name nobody)."""
+    ("cancel requested" or "released", "<time> by <actor>") row per request to cancel the running
+    job and per release of its budget (events recorded before actors were name nobody)."""
     by: dict[str, str] = {}
-    releases: list[str] = []
+    rows: list[tuple[str, str]] = []
     for event in events:
         if event.amount is not None or event.actor is None:
             continue
-        if event.kind == "release":
-            releases.append(f"{_when(event.at)} by {event.actor}")
+        if event.kind in _EVENT_ROWS:
+            rows.append((_EVENT_ROWS[event.kind], f"{_when(event.at)} by {event.actor}"))
         elif event.kind in _TIMING_ROWS:
             by[_TIMING_ROWS[event.kind]] = f" by {event.actor}"
-    return by, releases
+    return by, rows
 
 
 def _when(timestamp: float | None) -> str:
@@ -159,7 +164,7 @@ def status(
         info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
-        by, releases = _caused_by(client.events(pipeline_id=pipeline_id))
+        by, caused = _caused_by(client.events(pipeline_id=pipeline_id))
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = new_table("field", "value", title=text(f"pipeline {info.id}: {info.name}"), show_header=False)
@@ -182,8 +187,8 @@ def status(
         ("finished", info.finished_at),
     ):
         add_row(table, label, _when(at) + by.get(label, ""))
-    for released in releases:
-        add_row(table, "released", released)
+    for label, value in caused:
+        add_row(table, label, value)
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     show(table)

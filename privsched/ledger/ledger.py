@@ -264,6 +264,12 @@ class Ledger:
         (pipeline_id,) = check.ids([pipeline_id])
         self._write(lifecycle.cancel, pipeline_id, now=now, actor=actor)
 
+    def request_stop(self, pipeline_id: int, now: float | None = None, *, actor: str | None = None) -> None:
+        """Record that ``actor`` asked to cancel running pipeline ``pipeline_id`` (a ``stop``
+        event); the scheduler stops its job and fails it in that actor's name."""
+        (pipeline_id,) = check.ids([pipeline_id])
+        self._write(lifecycle.request_stop, pipeline_id, now=now, actor=actor)
+
     def release(self, pipeline_id: int, reason: str, now: float | None = None, *, actor: str | None = None) -> None:
         """Admin act: return a failed pipeline's consumed budget to unlocked, with a reason
         kept in the event log (docs/design.md §4.4)."""

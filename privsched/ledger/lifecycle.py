@@ -1,5 +1,5 @@
 """A pipeline's life-cycle transitions (docs/design.md §4.4): submit, grant, start, complete,
-fail, cancel, release, expire.
+fail, cancel (and the request to stop a running job), release, expire.
 
 Each is a plain function over a :class:`~privsched.ledger.transaction.Transaction`, run by
 the façade as one write transaction that makes all its checks inside it; an error raised
@@ -207,6 +207,14 @@ def cancel(tx: Transaction, pipeline_id: int) -> None:
         for block_id, _, demand in edges:
             settle(tx.moves, pipeline_id, block_id, demand, np.zeros_like(demand), kind="cancel")
     _finish(tx, pipeline_id, dataset_id, state, "cancelled", "cancel")
+
+
+def request_stop(tx: Transaction, pipeline_id: int) -> None:
+    """A request to cancel a running pipeline, by the transaction's actor: a ``stop`` event
+    (running → running) that names who asked; the scheduler then stops the job and fails the
+    pipeline in that actor's name (docs/design.md §4.4)."""
+    _, dataset_id, _ = tx.read.pipeline_edges(pipeline_id, ("running",), "cancel")
+    tx.moves.state_event("stop", "running", "running", dataset_id=dataset_id, pipeline_id=pipeline_id, reason="cancel requested")
 
 
 def release(tx: Transaction, pipeline_id: int, reason: str) -> None:

@@ -158,7 +158,7 @@ class Event:
 
     id: int  # its place in the log, from 1
     at: float  # seconds since the epoch
-    kind: str  # create, submit, unlock, grant, run, complete, fail, cancel, release, expire, retire
+    kind: str  # create, submit, unlock, grant, run, stop, complete, fail, cancel, release, expire, retire
     dataset_id: int | None
     block_id: int | None
     pipeline_id: int | None

@@ -53,6 +53,35 @@ def water_fill(blocks: np.ndarray, need: np.ndarray, budget: np.ndarray) -> np.n
     return give
 
 
+def remaining_need(demand: np.ndarray, reserved: np.ndarray) -> np.ndarray:
+    """What each edge still needs (E, K) beyond its reservation: ``max(d − reserved, 0)``,
+    0 where the reservation already holds the demand (``leq``)."""
+    need = np.maximum(demand - reserved, 0.0)
+    need[leq(demand, reserved)] = 0.0
+    return need
+
+
+def fill_requirement(blocks: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """For each edge, the budget its block must have free for :func:`water_fill` to fill the
+    edge's ``need`` (E,) completely: ``Σ_k min(r_k, r_e)`` over the edges k waiting on the
+    same block (r > 0), 0 for an edge that needs nothing.
+
+    :func:`water_fill` fills the m-th smallest need exactly when
+    ``r_1 + … + r_m + (n − m) r_m ≤ budget``, and that sum is ``Σ_k min(r_k, r_m)``: the
+    edge is filled once every edge of its block has received as much as it (or all it needs).
+    """
+    required = np.zeros(len(need))
+    waiting = np.flatnonzero(need > 0)
+    for block in np.unique(blocks[waiting]).tolist():
+        mine = waiting[blocks[waiting] == block]
+        r = need[mine]
+        ordered = np.sort(r)
+        prefix = np.r_[0.0, np.cumsum(ordered)]
+        below = np.searchsorted(ordered, r, side="right")  # needs ≤ r, its own included
+        required[mine] = prefix[below] + (len(r) - below) * r
+    return required
+
+
 @dataclass(frozen=True)
 class RoundRobin:
     """Drips unlocked budget evenly into waiting pipelines and grants the ones it fills."""
@@ -66,8 +95,7 @@ class RoundRobin:
         demand = np.asarray(snapshot.edge_demand, dtype=float)
         blocks = np.asarray(snapshot.edge_block, dtype=np.intp)
         old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)
-        need = np.maximum(demand - old, 0.0)
-        need[leq(demand, old)] = 0.0
+        need = remaining_need(demand, old)
         new = old + np.stack([water_fill(blocks, need[:, k], snapshot.unlocked[:, k]) for k in range(demand.shape[1])], axis=1)
         complete = np.all(leq(demand, new), axis=1)
         new[complete] = demand[complete]

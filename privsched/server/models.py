@@ -280,6 +280,9 @@ class WaitingOut(Model):
     unlocked: float | None = None
     shortfall: float | None = None
     team: str | None = None
+    shares: int | None = Field(
+        None, description="Round robin: other pipelines waiting on the block, whose water-filled shares the demand includes."
+    )
     unlock: Literal["time", "arrivals"] | None = Field(None, description="What releases more budget under the serving unlock rule.")
     fits_at: float | None = Field(
         None, description="Per-time rule: the earliest time (s since the epoch) the demand fits if nothing else is granted."
@@ -288,6 +291,7 @@ class WaitingOut(Model):
     unlock_block: str | None = Field(
         None, description="The block that unlocks enough last; None with unlock set: no further unlock is enough."
     )
+    no_estimate: str | None = Field(None, description="With unlock set: why no estimate can be given.")
     need: str | None = Field(None, description="compute: what the job asks for.")
     free: str | None = Field(None, description="compute: what running jobs leave free (None: it fits now).")
     never: str | None = Field(None, description="compute: why the pool can never hold the job.")

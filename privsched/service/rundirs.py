@@ -5,6 +5,7 @@ Layout, for a database ``DIR/NAME.db``::
     DIR/runs/NAME/pool.json          the compute pool the scheduler serves with
     DIR/runs/NAME/policy.json        its policy and unlock rule (make_policy's name and options)
     DIR/runs/NAME/condition          why the scheduler cannot make progress (storage full), while it lasts
+    DIR/runs/NAME/reservations.json  round robin's reservations of the waiting pipelines, while it holds any
     DIR/runs/NAME/<id>/context.json  the job's context (JobContext JSON plus its job entry)
     DIR/runs/NAME/<id>/result.json   written by the job's supervisor when the job ends
     DIR/runs/NAME/<id>/job.log       the job's stdout and stderr
@@ -19,14 +20,18 @@ scheduler. Folders are created ``0700`` and files ``0600``: readable by their ow
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 # The job runner and the pool (the specification models) are imported where they are used:
 # a command that only reads a pipeline's state opens this folder and no more.
 if TYPE_CHECKING:
+    import numpy as np
+
     from privsched.service.resources import Pool
 
 #: Longest condition text read back from the runs folder, in characters.
@@ -114,6 +119,33 @@ class RunDirs:
             return str(data["name"]), dict(data["params"])
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def record_reservations(self, reserved: Mapping[tuple[int, int], np.ndarray]) -> None:
+        """Record round robin's reservations (by pipeline id and block id), so that waiting
+        reasons see what the scheduler has set aside; none: the file is removed. Best effort:
+        a write the disk refuses removes the file rather than leave an outdated one."""
+        from privsched.jobs.runner import write_atomic
+
+        path = self.root / "reservations.json"
+        try:
+            if reserved:
+                _private_folder(self.root)
+                write_atomic(path, json.dumps([[p, b, [float(x) for x in v]] for (p, b), v in reserved.items()]))
+                return
+        except OSError:
+            pass
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
+
+    def recorded_reservations(self) -> dict[tuple[int, int], np.ndarray]:
+        """Round robin's reservations the serving scheduler recorded (none if it holds none)."""
+        import numpy as np
+
+        try:
+            rows = json.loads((self.root / "reservations.json").read_text())
+            return {(int(p), int(b)): np.array(v, dtype=float) for p, b, v in rows}
+        except (OSError, ValueError, TypeError):
+            return {}
 
     def recorded_pool(self) -> Pool | None:
         """The pool the last scheduler served this database with, if any."""

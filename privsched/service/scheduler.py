@@ -14,9 +14,10 @@ same span of time twice, and a per-time block is fully unlocked its lifetime aft
 creation (docs/design.md §4.1).
 
 Round robin's water-filled reservations (Snapshot.reserved) live in the scheduler's memory
-only: the ledger still counts them as unlocked, a granted pipeline's reservation becomes its
-allocation, and reservations of a timed-out pipeline, or all of them after a restart,
-return to the unlocked pool rather than being lost.
+only (with a copy in the runs folder for the waiting reasons of every client): the ledger
+still counts them as unlocked, a granted pipeline's reservation becomes its allocation, and
+reservations of a timed-out pipeline, or all of them after a restart, return to the
+unlocked pool rather than being lost.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
 from privsched.ledger.launches import LaunchRecord
-from privsched.ledger.models import PendingView, PipelineInfo
+from privsched.ledger.models import PipelineInfo
 from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, orders_per_pipeline
 from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
@@ -48,7 +49,7 @@ from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
-from privsched.service.snapshot import snapshot_of
+from privsched.service.snapshot import edge_keys, edge_reservations, snapshot_of
 from privsched.service.unsatisfiable import never_grantable
 from privsched.spec import Resources
 
@@ -119,6 +120,7 @@ class Scheduler:
         Granted jobs not started yet are placed by the next tick like any other."""
         self.pending.rebuild()
         self._refresh()
+        self.runs.record_reservations({})  # an earlier scheduler's reservations died with it
         running = self.ledger.list_pipelines(states=["running"])
         records = self.ledger.launch_records([info.id for info in running])
         for info in running:
@@ -308,10 +310,10 @@ class Scheduler:
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
                 view = self.pending.view(dataset_id, pipelines)
-                allocation = self.policy.policy.allocate(snapshot_of(view, now, self._reservations(view)))
+                allocation = self.policy.policy.allocate(snapshot_of(view, now, edge_reservations(view, self._reserved)))
                 granted = [int(i) for i in view.pipelines.pipeline_ids[allocation.granted]]
                 if allocation.reserved is not None:
-                    reserved.update(_waiting_reservations(self._edge_keys(view), allocation.reserved, set(granted)))
+                    reserved.update(_waiting_reservations(edge_keys(view), allocation.reserved, set(granted)))
                 order.extend(granted)
             granted = self.ledger.grant(order, now=now) if order else []
         except BaseException:
@@ -321,24 +323,14 @@ class Scheduler:
             not np.array_equal(amount, self._reserved[key]) for key, amount in reserved.items()
         )
         self._reserved = reserved  # pipelines no longer pending drop theirs
+        if changed:
+            self.runs.record_reservations(reserved)  # for the waiting reasons of every client
         self._reread = granted != order  # a quota, or a change the pass did not see: read everything next tick
         if order:
             self._refresh()
         if granted:
             self.log(f"granted pipelines {', '.join(map(str, granted))}")
         return granted, changed
-
-    def _edge_keys(self, view: PendingView) -> list[tuple[int, int]]:
-        """(pipeline id, block id) of every edge of the view."""
-        pipelines = view.pipelines
-        return list(zip(pipelines.pipeline_ids[pipelines.edge_pipeline].tolist(), pipelines.edge_block.tolist()))
-
-    def _reservations(self, view: PendingView) -> np.ndarray | None:
-        """Round robin's reservations on the view's edges (E, K), or None when it holds none."""
-        if not self._reserved:
-            return None
-        zero = np.zeros(view.accounting.dims)
-        return np.array([self._reserved.get(k, zero) for k in self._edge_keys(view)]).reshape(-1, view.accounting.dims)
 
     def place(self, now: float) -> tuple[list[int], int]:
         """Start granted jobs on free compute in grant order, letting smaller jobs behind a
@@ -478,7 +470,7 @@ class Scheduler:
 
     def _settle(self, result: JobResult, now: float) -> bool:
         try:
-            state = settle(self.ledger, result, now)
+            state = settle(self.ledger, result, now, actor=self._canceller(result))
         except StorageFull:
             raise
         except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
@@ -487,6 +479,15 @@ class Scheduler:
         detail = f": {result.message}" if result.message and state == "failed" else ""
         self.log(f"pipeline {result.pipeline_id} {state}{detail}")
         return True
+
+    def _canceller(self, result: JobResult) -> str | None:
+        """Who the failure of a job that a user asked to cancel is recorded as caused by: the
+        last requester of its cancellation (the ledger's ``stop`` events), None (the scheduler)
+        for a job that completed, or failed with no cancellation asked."""
+        if result.completed or not self.runs.cancel_request(result.pipeline_id).exists():
+            return None
+        stops = [e.actor for e in self.ledger.events(pipeline_id=result.pipeline_id) if e.kind == "stop"]
+        return stops[-1] if stops else None
 
     def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
         self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)

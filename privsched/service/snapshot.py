@@ -4,6 +4,8 @@ by database id, become the arrays a policy indexes (docs/design.md §4.2–4.3).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 from privsched.ledger.models import PendingView
@@ -34,3 +36,18 @@ def snapshot_of(view: PendingView, clock: float = 0.0, reserved: np.ndarray | No
         clock=clock,
         reserved=reserved,
     )
+
+
+def edge_keys(view: PendingView) -> list[tuple[int, int]]:
+    """(pipeline id, block id) of every edge of the view."""
+    pipelines = view.pipelines
+    return list(zip(pipelines.pipeline_ids[pipelines.edge_pipeline].tolist(), pipelines.edge_block.tolist()))
+
+
+def edge_reservations(view: PendingView, reserved: Mapping[tuple[int, int], np.ndarray]) -> np.ndarray | None:
+    """Round robin's reservations ``reserved`` (by pipeline id and block id) on the view's
+    edges (E, K), or None when there are none."""
+    if not reserved:
+        return None
+    zero = np.zeros(view.accounting.dims)
+    return np.array([reserved.get(k, zero) for k in edge_keys(view)]).reshape(-1, view.accounting.dims)

@@ -87,24 +87,29 @@ class GhostClipping:
     def per_example(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, list[Pair]]:
         """Per-example gradient norms N (n,) and each layer's (a, g): its input and the
         gradient of the summed loss with respect to its output (one backward pass that
-        computes no weight gradient)."""
+        computes no weight gradient). A layer adds ‖g_i‖²·(‖a_i‖² + 1) to N_i² with a
+        trainable weight and bias, ‖g_i‖²·‖a_i‖² or ‖g_i‖² with only one of them."""
         outputs, captured = self.forward(inputs)
         total = self.loss(outputs, labels)
         grads = torch.autograd.grad(total, [z for _, z in captured])
         squared = torch.zeros(len(labels), dtype=outputs.dtype, device=outputs.device)
         pairs = []
         for layer, (a, _), g in zip(self.layers, captured, grads):
-            g_squared = torch.linalg.vector_norm(g, dim=1).square()
+            g_squared = torch.linalg.vector_norm(g, dim=1).square_()
             if layer.weight.requires_grad:
-                squared += torch.linalg.vector_norm(a, dim=1).square() * g_squared
-            if layer.bias is not None and layer.bias.requires_grad:
+                a_squared = torch.linalg.vector_norm(a, dim=1).square_()
+                if layer.bias is not None and layer.bias.requires_grad:
+                    a_squared += 1.0
+                squared.addcmul_(a_squared, g_squared)
+            elif layer.bias is not None and layer.bias.requires_grad:
                 squared += g_squared
             pairs.append((a, g))
-        return squared.sqrt(), pairs
+        return squared.sqrt_(), pairs
 
     def clip_factors(self, norms: torch.Tensor) -> torch.Tensor:
-        """Opacus' clip factors min(1, C / (N_i + 10⁻⁶))."""
-        return (self.max_grad_norm / (norms + NORM_EPSILON)).clamp(max=1.0)
+        """Opacus' clip factors min(1, C / (N_i + 10⁻⁶)), computed as Opacus' ``C / x``
+        computes them (torch's reciprocal times C), in place on ``norms``."""
+        return norms.add_(NORM_EPSILON).reciprocal_().mul_(self.max_grad_norm).clamp_(max=1.0)
 
     def accumulate(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
         """Store the clipped sum of per-example gradients on the batch in each trainable
