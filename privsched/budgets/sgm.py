@@ -127,9 +127,12 @@ def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]
     return [_log_add(a0, a1) for a0, a1 in sums]
 
 
+_LOG_HALF, _LOG_TWO = math.log(0.5), math.log(2)
+
+
 def _log_half_erfc(x: float) -> float:
     """ln(½ erfc(x)) = ln ½ + (ln 2 + ln Φ(−√2 x)), in the operations of Opacus' ``_log_erfc``."""
-    return math.log(0.5) + (math.log(2) + log_ndtr(-x * 2**0.5))
+    return _LOG_HALF + (_LOG_TWO + log_ndtr(-x * 2**0.5))
 
 
 @functools.lru_cache(maxsize=4096)
