@@ -10,8 +10,10 @@ process runs the scheduler and the API, as deployed: ``privsched serve --listen 
 - submissions per second: 8 threads, each with its own client, submit pipelines that stay
   pending (remote clients over keep-alive HTTP; local clients, one SQLite connection each);
 - submit → grant: 8 threads each submit probes that fit a free block of their own, one at
-  a time, and wait for the grant; latency = when the client sees the grant (polling every
-  2 ms) − the time before the submit call;
+  a time, and wait for the grant; latency = when the client sees the grant − the time
+  before the submit call. Clients see it by polling the status every 2 ms (both APIs,
+  both servers) or, through this code's HTTP API, by waiting at the server for the change
+  of state (``RemoteClient.wait_for_change``: a long poll, woken by the scheduler's pass);
 - one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
   server plans the demand) and locally (the command plans it: torch and opacus load).
 
@@ -88,8 +90,9 @@ def rate(make_client: Callable[[], object], count: int) -> float:
     return (count // THREADS * THREADS) / in_threads(work)
 
 
-def latencies(make_client: Callable[[], object], keys: list[str], probes: int) -> list[float]:
-    """Submit → grant seconds of probes, THREADS clients each submitting one at a time."""
+def latencies(make_client: Callable[[], object], keys: list[str], probes: int, waiting: bool = False) -> list[float]:
+    """Submit → grant seconds of probes, THREADS clients each submitting one at a time and
+    polling every 2 ms (or, ``waiting``, waiting at the server for the change of state)."""
     clients = [make_client() for _ in range(THREADS)]
     found: list[float] = []
 
@@ -98,8 +101,12 @@ def latencies(make_client: Callable[[], object], keys: list[str], probes: int) -
         for n in range(probes):
             started = time.time()
             run = client.submit(probe_spec(f"probe-{i}-{n}", keys[i * probes + n]))
-            while client.status(run.id).granted_at is None:
-                time.sleep(0.002)
+            if waiting:
+                while client.wait_for_change(run.id, "pending").granted_at is None:
+                    pass
+            else:
+                while client.status(run.id).granted_at is None:
+                    time.sleep(0.002)
             found.append(time.time() - started)
 
     in_threads(work)
@@ -160,10 +167,10 @@ def main() -> None:
     remote_cmds: dict[str, tuple[float, float]] = {}
     for turn in range(args.rounds):
         for name, source in sources.items():
-            keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(2 * THREADS * args.probes)]
+            keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(3 * THREADS * args.probes)]
             local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
-            with api_server(env, source, local) as url:
-                rounds[name].append(measure(url, token, db, keys, args.submissions, args.probes))
+            with api_server(env, source, local) as (url, pid):
+                rounds[name].append(measure(url, pid, token, db, keys, args.submissions, args.probes, waits=name == "this code"))
                 if turn == 0:
                     remote_cmds[name] = command_seconds(
                         {**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats, source
@@ -182,6 +189,11 @@ def main() -> None:
             f"| submit → grant {label} (ms) | {pct(mine.remote_latency, q):.0f} | {pct(mine.local_latency, q):.0f} | "
             f"{pct(mine.remote_latency, q) / pct(mine.local_latency, q):.2f} |"
         )
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        print(
+            f"| submit → grant {label} (ms), HTTP waiting at the server, local polling | {pct(mine.wait_latency, q):.0f} | "
+            f"{pct(mine.local_latency, q):.0f} | {pct(mine.wait_latency, q) / pct(mine.local_latency, q):.2f} |"
+        )
     for i, clock in enumerate(("wall", "CPU")):
         print(
             f"| `privsched submit` of a DP-SGD pipeline, whole process, {clock} (s) | {remote_cmd[i]:.2f} | "
@@ -196,6 +208,10 @@ def main() -> None:
             ("local submissions per second", mine.local_rate, base.local_rate),
         ):
             print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
+        print(
+            f"| server CPU per HTTP submission (ms, scheduler included) | {1000 * mine.server_cpu:.2f} | "
+            f"{1000 * base.server_cpu:.2f} | {mine.server_cpu / base.server_cpu:.2f} |"
+        )
         for way in ("remote", "local"):
             for label, q in (("p50", 0.5), ("p99", 0.99)):
                 ours, theirs = (pct(getattr(m, f"{way}_latency"), q) for m in (mine, base))
@@ -203,6 +219,10 @@ def main() -> None:
                     f"| {'HTTP' if way == 'remote' else 'local'} submit → grant {label} (ms) | {ours:.0f} | "
                     f"{theirs:.0f} | {ours / theirs:.2f} |"
                 )
+        for label, q in (("p50", 0.5), ("p99", 0.99)):
+            ours, theirs = pct(mine.wait_latency, q), pct(base.remote_latency, q)
+            label = f"HTTP submit → grant {label} (ms), this code waiting at the server, baseline polling"
+            print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
         for i, clock in enumerate(("wall", "CPU")):
             ours, theirs = remote_cmd[i], remote_cmds["baseline"][i]
             print(f"| remote DP-SGD `privsched submit`, whole process, {clock} (s) | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} |")
@@ -213,8 +233,10 @@ def main() -> None:
 class Measures:
     remote_rate: float  # submissions per second through the HTTP API
     local_rate: float  # through the local Python API
-    remote_latency: list[float]  # submit → grant seconds
+    remote_latency: list[float]  # submit → grant seconds, polling
     local_latency: list[float]
+    wait_latency: list[float]  # through the HTTP API, waiting at the server (empty: not measured)
+    server_cpu: float  # the server's CPU seconds per remote submission (scheduler included)
 
     @classmethod
     def pooled(cls, rounds: list[Measures]) -> Measures:
@@ -224,23 +246,44 @@ class Measures:
             statistics.median(m.local_rate for m in rounds),
             [x for m in rounds for x in m.remote_latency],
             [x for m in rounds for x in m.local_latency],
+            [x for m in rounds for x in m.wait_latency],
+            statistics.median(m.server_cpu for m in rounds),
         )
 
 
-def measure(url: str, token: str, db: Path, keys: list[str], submissions: int, probes: int) -> Measures:
-    """Rates and latencies, remote and local, against the server at ``url``."""
+def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissions: int, probes: int, waits: bool) -> Measures:
+    """Rates and latencies, remote and local, against the server at ``url`` (process
+    ``pid``; ``waits``: also the latency of HTTP clients waiting at the server)."""
+    before = cpu_seconds(pid)
     remote_rate = rate(lambda: RemoteClient(url, token), submissions)
+    server_cpu = (cpu_seconds(pid) - before) / (submissions // THREADS * THREADS)
     local_rate = rate(lambda: connect(db), submissions)
-    half = THREADS * probes
-    remote_latency = latencies(lambda: RemoteClient(url, token), keys[:half], probes)
-    local_latency = latencies(lambda: connect(db), keys[half:], probes)
-    return Measures(remote_rate, local_rate, remote_latency, local_latency)
+    n = THREADS * probes
+    remote_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[:n], probes))
+    local_latency = quiet_after(db, latencies(lambda: connect(db), keys[n : 2 * n], probes))
+    wait_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True)) if waits else []
+    return Measures(remote_rate, local_rate, remote_latency, local_latency, wait_latency, server_cpu)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (not its children: the jobs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def quiet_after(db: Path, found: list[float]) -> list[float]:
+    """``found``, once every granted probe's job has ended: the next measure does not share
+    the machine with the jobs of this one."""
+    with connect(db) as client:
+        while client.list(states=["granted", "running"]):
+            time.sleep(0.05)
+    return found
 
 
 @contextmanager
-def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
+def api_server(env: dict, source: Path, local: Client) -> Iterator[tuple[str, int]]:
     """``privsched serve --listen`` (the scheduler and the API in one process) of the code
-    in ``source``; yields its address."""
+    in ``source``; yields its address and process id."""
     port = free_port()
     server = subprocess.Popen(
         [
@@ -269,7 +312,7 @@ def api_server(env: dict, source: Path, local: Client) -> Iterator[str]:
             raise RuntimeError(f"the server did not start: {line}{server.stdout.read()}")
         while local.ledger.lease_holder() is None:
             time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", server.pid
     finally:
         server.terminate()
         server.wait()

@@ -9,6 +9,9 @@ run: ``python -c pass`` (the interpreter alone). Target: overhead ≤ 0.5 s.
 
 Run from the repository root: ``.venv/bin/python benchmarks/simulate_cli.py [--repeats 5]``.
 ``--repo`` and ``--python`` measure another checkout and environment with the same script.
+An editable install's import hook imports its own checkout whatever ``PYTHONPATH`` says, so
+with ``--repo`` every process (the baseline's too) starts through :data:`LAUNCHER`, which
+drops that hook first; compare two checkouts by giving ``--repo`` for both.
 """
 
 from __future__ import annotations
@@ -38,6 +41,21 @@ CASES = [
 ]
 
 
+#: ``python -c LAUNCHER REPO ARGS...`` runs ``python ARGS...`` (``-c CODE`` or ``-m MODULE``)
+#: with REPO's packages imported, not those of an editable install.
+LAUNCHER = """
+import runpy, sys
+sys.meta_path[:] = [finder for finder in sys.meta_path if "editable" not in repr(finder).lower()]
+repo, flag, target, *rest = sys.argv[1:]
+sys.path.insert(0, repo)
+sys.argv = [target, *rest]
+if flag == "-c":
+    exec(compile(target, "<string>", "exec"), {"__name__": "__main__"})
+else:
+    runpy.run_module(target, run_name="__main__", alter_sys=True)
+"""
+
+
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Wall and CPU (user + system) seconds of one process running ``argv``."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -53,13 +71,15 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--repo", type=Path, default=REPO, help="Checkout whose privsched is measured.")
+    parser.add_argument("--repo", type=Path, help="Checkout whose privsched is measured (default: this one, run plainly).")
     parser.add_argument("--python", default=sys.executable, help="Interpreter of that checkout's environment.")
     parser.add_argument("--only", default="", help="Comma-separated workloads (default: all).")
     args = parser.parse_args()
-    env = {**os.environ, "PYTHONPATH": str(args.repo.resolve())}
+    repo = (args.repo or REPO).resolve()
+    env = {**os.environ, "PYTHONPATH": str(repo)}
+    python = [args.python] if args.repo is None else [args.python, "-c", LAUNCHER, str(repo)]
     cases = [c for c in CASES if not args.only or c[0] in args.only.split(",")]
-    interpreter = [timed([args.python, "-c", "pass"], env) for _ in range(args.repeats)]
+    interpreter = [timed([*python, "-c", "pass"], env) for _ in range(args.repeats)]
     print(
         f"`python -c pass`: {statistics.median(w for w, _ in interpreter):.3f} s wall, "
         f"{statistics.median(c for _, c in interpreter):.3f} s CPU (median of {args.repeats})\n"
@@ -74,7 +94,7 @@ def main() -> None:
             rows = []
             for i in range(args.repeats):
                 out = Path(folder) / f"{workload}-{i}"
-                wall, cpu = timed([args.python, "-m", "privsched", "simulate", workload, "--out", str(out), *options], env)
+                wall, cpu = timed([*python, "-m", "privsched", "simulate", workload, "--out", str(out), *options], env)
                 summary = json.loads((out / "summary.json").read_text())
                 rows.append((wall, cpu, summary["runtime_s"], summary["cpu_s"]))
             whole_wall, whole_cpu, sim_wall, sim_cpu = (statistics.median(column) for column in zip(*rows))

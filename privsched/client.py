@@ -357,6 +357,17 @@ class Client(BudgetReads):
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
 
+    def wait_for_change(self, pipeline_id: int, since: str, seconds: float = 25.0, *, poll: float = 0.01) -> PipelineInfo:
+        """The pipeline once its state is no longer ``since`` (at once if it has ended), or
+        after ``seconds`` with its state then; the remote client's request of the same name
+        waits at the server, this one reads the ledger every ``poll`` seconds."""
+        deadline = time.monotonic() + seconds
+        info = self.status(pipeline_id)
+        while info.state == since and not info.state.is_final() and time.monotonic() < deadline:
+            time.sleep(poll)
+            info = self.status(pipeline_id)
+        return info
+
     def cancel(self, pipeline_id: int, *, actor: str | None = None) -> Literal["cancelled", "cancelling"]:
         """Cancel a pipeline. Pending or granted: cancelled now (a grant is released).
         Running: the request is recorded (a ``stop`` event), then the scheduler stops the job

@@ -18,6 +18,7 @@ import http.client
 import json
 import os
 import ssl
+import time
 import types
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,10 @@ def _models() -> types.ModuleType:
 #: Seconds to wait for the server to answer one request.
 TIMEOUT = 60.0
 
+#: The longest one request waits at the server for a pipeline's change of state, in seconds
+#: (at most the server's ``MAX_WAIT``, and below :data:`TIMEOUT`).
+LONG_POLL = 25.0
+
 
 class RemoteError(PrivschedError, ValueError):
     """The server refused a request (``status`` is its HTTP status, 0 if unreachable)."""
@@ -57,6 +62,24 @@ class RemoteRun(PipelineHandle):
     """A handle on one pipeline of the server; every property asks the server afresh."""
 
     POLL = 0.2
+    client: RemoteClient
+
+    def wait(self, timeout: float | None = None, poll: float | None = None) -> RemoteRun:
+        """Block until the pipeline ends; ``TimeoutError`` after ``timeout`` seconds. Each
+        request waits at the server for the next change of state (a long poll) instead of
+        asking every ``poll`` seconds; ``poll`` paces the asking only against a server
+        that answers at once (one without waiting requests)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        info = self.client.status(self.id)
+        while not info.state.is_final():
+            left = LONG_POLL if deadline is None else min(LONG_POLL, deadline - time.monotonic())
+            if left <= 0:
+                raise TimeoutError(f"pipeline {self.id} is still {info.state} after {timeout:g} s")
+            asked = time.monotonic()
+            before, info = info.state, self.client.wait_for_change(self.id, info.state, left)
+            if info.state == before and time.monotonic() - asked < left / 2:
+                time.sleep(self.POLL if poll is None else poll)
+        return self
 
 
 def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
@@ -291,6 +314,13 @@ class RemoteClient(BudgetReads):
 
     def status(self, pipeline_id: int) -> PipelineInfo:
         return _models().PipelineOut.model_validate(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}")).info()
+
+    def wait_for_change(self, pipeline_id: int, since: str, seconds: float = LONG_POLL) -> PipelineInfo:
+        """The pipeline once its state is no longer ``since``, or after ``seconds`` (at
+        most :data:`LONG_POLL`) with its state then: the server holds the request until
+        its scheduler changes the state (``GET /v1/pipelines/{id}?wait=&since=``)."""
+        query = {"wait": max(0.0, min(seconds, LONG_POLL)), "since": str(since)}
+        return _models().PipelineOut.model_validate(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}", query=query)).info()
 
     def cancel(self, pipeline_id: int) -> str:
         return self.request("POST", f"/v1/pipelines/{int(pipeline_id)}/cancel")["outcome"]

@@ -28,3 +28,20 @@ def test_edges_come_grouped_by_block_and_ascending_in_demand(seed, n_blocks, col
         assert np.all(np.diff(block[edges]) >= 0)
         values, same_block = demand[edges, column], np.diff(block[edges]) == 0
         assert np.all(values[1:][same_block] >= values[:-1][same_block])
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 20), st.integers(1, 300))
+def test_demands_differing_only_in_their_last_bits_come_in_exact_order(seed, n_blocks, width):
+    """The table sort orders integers with a double's lowest bits replaced by its slot; the
+    values that differ only in those bits must still come out in exact ascending order."""
+    rng = np.random.default_rng(seed)
+    block = rng.permutation(np.repeat(np.arange(n_blocks), width))
+    ulps = rng.integers(0, 4 * width, size=(len(block), 2))
+    demand = np.ldexp(1.0 + ulps * 2.0**-52, rng.integers(-3, 3, size=(len(block), 1)) * (ulps[:, :1] % 2))
+    size = np.bincount(block, minlength=n_blocks)
+    order = _sorted_within_blocks(block, demand, size, np.cumsum(size) - size)
+    for column in range(2):
+        edges = order[:, column]
+        assert np.array_equal(np.sort(edges), np.arange(len(block)))
+        assert np.array_equal(demand[edges, column], np.concatenate([np.sort(demand[block == b, column]) for b in range(n_blocks)]))

@@ -34,6 +34,7 @@ SHARED_METHODS = (
     "run",
     "list",
     "status",
+    "wait_for_change",
     "cancel",
     "log_chunk",
     "logs",

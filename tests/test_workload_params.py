@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from privsched.simulation.params import declared_params
 from privsched.simulation.registry import generate_workload
-from privsched.simulation.trace import Trace
+from privsched.simulation.instance import Instance
 from tests.cli_inprocess import invoke
 from tests.conftest import REPO
 from workloads import WORKLOADS
@@ -79,8 +79,8 @@ def test_any_value_of_any_parameter_generates_or_is_refused_in_one_line(case, va
     name, key = case
     params = {key: value} if key == "duration" else {key: value, "duration": 5.0}
     try:
-        trace = generate_workload(WORKLOADS, name, 0, params)
+        instance = generate_workload(WORKLOADS, name, 0, params).instance  # a generated workload is checked as it compiles
     except ValueError as exc:
         assert "\n" not in str(exc) and len(str(exc)) < 400
     else:
-        assert isinstance(trace, Trace)
+        assert isinstance(instance, Instance)

@@ -22,6 +22,7 @@ Time is in seconds; a block period is one day by default.
 
 from __future__ import annotations
 
+import json
 import math
 from functools import lru_cache
 from typing import Annotated
@@ -31,7 +32,8 @@ import numpy as np
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.mechanisms import Mechanism
 from privsched.simulation.params import Between
-from privsched.simulation.trace import Trace, parse_trace
+from privsched.simulation.generated import GeneratedTrace
+from privsched.simulation.limits import MAX_TIME
 from privsched.trainers.builtin import plan_mechanism
 from workloads.microbenchmarks import MAX_BLOCKS as MAX_WORKLOAD_BLOCKS
 from workloads.microbenchmarks import MAX_PIPELINES
@@ -97,29 +99,42 @@ def macrobenchmark(
     block_period: float = DAY,
     timeout_periods: float = 5.0,
     duration: float | None = None,
-) -> Trace:
+) -> GeneratedTrace:
     """Daily blocks and a mix of DP statistics (mice) and DP-SGD models (elephants)."""
-    if not block_period > 0:
-        raise ValueError(f"block_period must be positive, got {block_period!r}")
+    if not 0 < block_period <= MAX_TIME:
+        raise ValueError(f"block_period must be positive and at most {MAX_TIME:g} seconds, got {block_period!r}")
+    block_period = float(block_period)
     if duration is not None:
         periods = duration / block_period  # may overflow to inf: compared before it is rounded
         days = max(1, math.ceil(periods)) if periods <= MAX_WORKLOAD_BLOCKS else MAX_WORKLOAD_BLOCKS + 1
     if days > MAX_WORKLOAD_BLOCKS:
         raise ValueError(f"the workload would have {days} daily blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
     rng = np.random.default_rng(seed)
-    blocks = [{"id": f"day{d}", "arrival": d * block_period, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA} for d in range(days)]
     horizon = days * block_period if duration is None else duration
     times = poisson_arrivals(rng, pipelines_per_day / block_period, horizon)
-    pipelines = []
-    for i, t in enumerate(times.tolist()):
+    demands: dict[str, int] = {}  # a demand description (as JSON) -> its index
+    demand, last, elephant = np.zeros(len(times), dtype=np.intp), np.zeros(len(times), dtype=np.int64), np.zeros(len(times), dtype=np.intp)
+    for i in range(len(times)):
         if rng.random() < 0.75:
             epsilon = float(MICE_EPSILONS[rng.integers(len(MICE_EPSILONS))])
             target = MICE_TARGETS[rng.integers(len(MICE_TARGETS))]
-            demand = {"mechanism": live_charge(MOUSE_JOB, epsilon, 0.0, accounting)}
-            n_blocks, klass = blocks_needed(target, epsilon), "mice"
+            description, last[i] = {"mechanism": live_charge(MOUSE_JOB, epsilon, 0.0, accounting)}, blocks_needed(target, epsilon)
         else:
-            (demand, n_blocks), klass = _elephant(rng, accounting), "elephants"
-        pipelines.append(
-            {"id": f"p{i}", "arrival": t, "blocks": {"last": n_blocks}, **demand, "timeout": timeout_periods * block_period, "class": klass}
-        )
-    return parse_trace({"accounting": accounting, "blocks": blocks, "pipelines": pipelines})
+            description, last[i] = _elephant(rng, accounting)
+            elephant[i] = 1
+        demand[i] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
+    return GeneratedTrace(
+        accounting=accounting,
+        block_ids=[f"day{d}" for d in range(days)],
+        block_arrival=np.arange(days) * block_period,
+        block_epsilon=np.full(days, BLOCK_EPSILON),
+        block_delta=np.full(days, BLOCK_DELTA),
+        pipeline_ids=[f"p{i}" for i in range(len(times))],
+        arrival=times,
+        last=last,
+        demand=demand,
+        demands=tuple(json.loads(text) for text in demands),
+        timeout=np.full(len(times), timeout_periods * block_period),
+        klass=elephant,
+        classes=("mice", "elephants"),
+    )

@@ -18,7 +18,7 @@ from typing import Annotated
 import numpy as np
 
 from privsched.simulation.params import Between
-from privsched.simulation.trace import Trace, parse_trace
+from privsched.simulation.generated import GeneratedTrace
 
 MICE_EPSILON = 0.01
 ELEPHANT_EPSILON = 0.1
@@ -48,34 +48,43 @@ def poisson_arrivals(rng: np.random.Generator, rate: float, duration: float) -> 
 
 def periodic_blocks(initial: int, interval: float, duration: float, epsilon: float, delta: float) -> list[dict]:
     """``initial`` blocks at time 0, then one every ``interval`` seconds before ``duration``."""
+    return [
+        {"id": f"b{j}", "arrival": t, "epsilon": epsilon, "delta": delta}
+        for j, t in enumerate(block_times(initial, interval, duration).tolist())
+    ]
+
+
+def block_times(initial: int, interval: float, duration: float) -> np.ndarray:
+    """Arrival times of ``initial`` blocks at time 0, then one every ``interval`` seconds before ``duration``."""
     if not interval > 0:
         raise ValueError(f"the block interval must be positive, got {interval!r}")
     count = initial + max(0.0, duration / interval)
     if count > MAX_BLOCKS:
         raise ValueError(f"the workload would have about {count:.3g} blocks, more than the limit of {MAX_BLOCKS}")
-    times = np.concatenate([np.zeros(initial), np.arange(interval, duration, interval)])
-    return [{"id": f"b{j}", "arrival": float(t), "epsilon": epsilon, "delta": delta} for j, t in enumerate(times.tolist())]
+    return np.concatenate([np.zeros(initial), np.arange(interval, duration, interval)])
 
 
-def _document(accounting: str, blocks: list[dict], pipelines: list[dict]) -> Trace:
-    data: dict = {"accounting": accounting, "blocks": blocks, "pipelines": pipelines}
-    return parse_trace(data)
-
-
-def _pipelines(rng: np.random.Generator, times: np.ndarray, blocks_of, timeout: float) -> list[dict]:
-    mice = rng.random(len(times)) < MICE_FRACTION
-    return [
-        {
-            "id": f"p{i}",
-            "arrival": float(t),
-            "blocks": blocks_of(i),
-            "epsilon": MICE_EPSILON if mouse else ELEPHANT_EPSILON,
-            "delta": PIPELINE_DELTA,
-            "timeout": timeout,
-            "class": "mice" if mouse else "elephants",
-        }
-        for i, (t, mouse) in enumerate(zip(times.tolist(), mice.tolist()))
-    ]
+def _workload(
+    accounting: str, rng: np.random.Generator, blocks: np.ndarray, times: np.ndarray, last: np.ndarray, timeout: float
+) -> GeneratedTrace:
+    """Blocks of (ε_G, δ_G) arriving at ``blocks``; pipelines at ``times``, each a mouse or
+    an elephant (drawn from ``rng``) asking for its ``last`` blocks."""
+    elephant = (rng.random(len(times)) >= MICE_FRACTION).astype(np.intp)
+    return GeneratedTrace(
+        accounting=accounting,
+        block_ids=[f"b{j}" for j in range(len(blocks))],
+        block_arrival=blocks,
+        block_epsilon=np.full(len(blocks), BLOCK_EPSILON),
+        block_delta=np.full(len(blocks), BLOCK_DELTA),
+        pipeline_ids=[f"p{i}" for i in range(len(times))],
+        arrival=times,
+        last=last,
+        demand=elephant,
+        demands=({"epsilon": MICE_EPSILON, "delta": PIPELINE_DELTA}, {"epsilon": ELEPHANT_EPSILON, "delta": PIPELINE_DELTA}),
+        timeout=np.full(len(times), float(timeout)),
+        klass=elephant,
+        classes=("mice", "elephants"),
+    )
 
 
 def single_block(
@@ -85,13 +94,12 @@ def single_block(
     duration: float = 236.0,
     rate: float | None = None,
     timeout: float = TIMEOUT,
-) -> Trace:
+) -> GeneratedTrace:
     """One static block; mice and elephants arriving at ``rate`` per second for ``duration`` s."""
     rate = SINGLE_RATE.get(accounting, 1.0) if rate is None else rate
     rng = np.random.default_rng(seed)
     times = poisson_arrivals(rng, rate, duration)
-    blocks = [{"id": "b0", "arrival": 0.0, "epsilon": BLOCK_EPSILON, "delta": BLOCK_DELTA}]
-    return _document(accounting, blocks, _pipelines(rng, times, lambda i: ["b0"], timeout))
+    return _workload(accounting, rng, np.zeros(1), times, np.ones(len(times), dtype=np.int64), timeout)
 
 
 def multi_block(
@@ -105,11 +113,11 @@ def multi_block(
     many: Annotated[int, Between(1, MAX_BLOCKS)] = 10,
     p_one: Annotated[float, Between(0, 1)] = 0.75,
     timeout: float = TIMEOUT,
-) -> Trace:
+) -> GeneratedTrace:
     """Blocks arriving every ``block_interval`` s; each pipeline wants the last 1 or ``many`` blocks."""
     rate = MULTI_RATE.get(accounting, 12.8) if rate is None else rate
     rng = np.random.default_rng(seed)
-    blocks = periodic_blocks(initial_blocks, block_interval, duration, BLOCK_EPSILON, BLOCK_DELTA)
+    blocks = block_times(initial_blocks, block_interval, duration)
     times = poisson_arrivals(rng, rate, duration)
-    last = np.where(rng.random(len(times)) < p_one, 1, many).tolist()
-    return _document(accounting, blocks, _pipelines(rng, times, lambda i: {"last": last[i]}, timeout))
+    last = np.where(rng.random(len(times)) < p_one, 1, many)
+    return _workload(accounting, rng, blocks, times, last, timeout)

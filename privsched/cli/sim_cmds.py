@@ -83,7 +83,7 @@ def _writing(out: Path) -> Iterator[None]:
 
 def _duration(value: float | None) -> None:
     from privsched.budgets.bounds import check_number
-    from privsched.simulation.trace import MAX_TIME
+    from privsched.simulation.limits import MAX_TIME
 
     if value is not None:
         with errors():
@@ -214,7 +214,7 @@ def trace(
 ) -> None:
     """Save a generated workload as a trace file."""
     from privsched.simulation.registry import generate_workload, workload_generators
-    from privsched.simulation.trace import save_trace
+    from privsched.simulation.trace import Trace, save_trace
 
     _output_file(out)
     _duration(duration)
@@ -222,7 +222,8 @@ def trace(
     if duration is not None:
         params["duration"] = duration
     with errors():
-        document = generate_workload(workload_generators(), workload, seed, params)
+        generated = generate_workload(workload_generators(), workload, seed, params)
+        document = generated if isinstance(generated, Trace) else generated.trace
     with _writing(out):
         save_trace(document, out)
     say(f"wrote {len(document.pipelines)} pipelines on {len(document.blocks)} blocks to {out}")

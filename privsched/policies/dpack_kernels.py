@@ -56,6 +56,21 @@ def build_packing(sorted_edges, demand, available, live, state):  # pragma: no c
 
 
 @_jit
+def settle_rows(values, order):  # pragma: no cover
+    """Sort each row of ``order`` (positions in the same row of ``values``) by value, in
+    place, by insertion: linear in the row's length when it is nearly sorted already."""
+    for r in range(order.shape[0]):
+        for i in range(1, order.shape[1]):
+            item = order[r, i]
+            value = values[r, item]
+            j = i - 1
+            while j >= 0 and values[r, order[r, j]] > value:
+                order[r, j + 1] = order[r, j]
+                j -= 1
+            order[r, j + 1] = item
+
+
+@_jit
 def _remove_edge(e, block, demand, state):  # pragma: no cover
     """A granted edge stops counting as pending; inside a prefix it leaves the count and
     the sum (the budget lost the same demand, so the rest of the prefix still fits)."""
@@ -259,15 +274,14 @@ def _push(heap, size, key, tie, item, version):  # pragma: no cover
 
 
 @_jit
-def _pop(heap, size):  # pragma: no cover
-    """Remove the smallest entry; returns its key, pipeline and version, and the new size."""
-    key, item, version = heap[0, 0], np.int64(heap[0, 2]), np.int64(heap[0, 3])
+def _drop_top(heap, size):  # pragma: no cover
+    """Remove the smallest entry; returns the new size."""
     size -= 1
     if size:
         for c in range(4):
             heap[0, c] = heap[size, c]
         _sift_down(heap, size, 0)
-    return key, item, version, size
+    return size
 
 
 # -- the pass ------------------------------------------------------------------------------------
@@ -351,18 +365,25 @@ def run_pass(
         round_grants = n_granted
         need = k
         while need and live_entries:
-            top_key, p, v, size_heap = _pop(heap, size_heap)
+            top_key, p, v = heap[0, 0], np.int64(heap[0, 2]), np.int64(heap[0, 3])
             if v != current[p] or not queued[p]:
+                size_heap = _drop_top(heap, size_heap)
                 continue  # a replaced entry
             if fresh[p] < round_:
                 if _moved_since(p, fresh[p], start, count, block, moved):
+                    if not _fits(p, start, count, block, demand, available, live, is_rdp):
+                        queued[p] = False  # budget only shrinks within a pass: it never fits again,
+                        live_entries -= 1  # and where it would have come in the order grants nothing
+                        size_heap = _drop_top(heap, size_heap)
+                        continue
                     urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
                 fresh[p] = round_
-            if top_key != urgency[p]:  # a lower bound: queue it again under its exact key
-                current[p] += 1
+            if top_key != urgency[p]:  # a lower bound: the entry takes its exact key, in place
                 entry_key[p] = urgency[p]
-                size_heap = _push(heap, size_heap, urgency[p], tie[p], p, current[p])
+                heap[0, 0] = urgency[p]
+                _sift_down(heap, size_heap, 0)
                 continue
+            size_heap = _drop_top(heap, size_heap)
             queued[p] = False
             live_entries -= 1
             if _fits(p, start, count, block, demand, available, live, is_rdp):

@@ -39,14 +39,24 @@ def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarra
         by_demand = np.argsort(demand, axis=0)
         labels = block.astype(np.uint16 if n_blocks <= 1 << 16 else np.intp)[by_demand]
         return np.take_along_axis(by_demand, np.argsort(labels, axis=0, kind="stable"), axis=0)
+    from privsched.policies import dpack_kernels
+
     by_block = np.argsort(block, kind="stable")
-    row, slot = block[by_block], np.arange(len(block)) - first[block[by_block]]
+    place = block[by_block] * width + np.arange(len(block)) - first[block[by_block]]  # ascending
+    columns = np.ascontiguousarray((demand[by_block] + 0.0).T)  # one gather; -0.0 becomes +0.0
     start = np.repeat(first, size)
     padded = np.full((n_blocks, width), np.inf)
+    low = np.uint64((1 << max(1, (width - 1).bit_length())) - 1)
+    slots = np.arange(width, dtype=np.uint64)
     sorted_edges = np.empty(demand.shape, dtype=np.intp)
     for column in range(demand.shape[1]):
-        padded[row, slot] = demand[by_block, column]
-        local = np.argsort(padded, axis=1)
+        np.put(padded, place, columns[column])
+        # The bits of a non-negative double (or +inf) sort as the double does; with its
+        # lowest bits replaced by its slot, one plain sort of integers orders each row up
+        # to those bits and says where every value came from; an insertion pass then
+        # puts the few values that differ only there in exact order.
+        local = (np.sort((padded.view(np.uint64) & ~low) | slots, axis=1) & low).astype(np.intp)
+        dpack_kernels.settle_rows(padded, local)
         sorted_edges[:, column] = by_block[start + local[local < size[:, None]]]
     return sorted_edges
 

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 from privsched.policies.base import Policy, PolicySpec, UnlockRule
-from privsched.policies.dpack import DPack
-from privsched.policies.dpf import DominantPrivateBlockFairness
-from privsched.policies.fcfs import FirstComeFirstServed
-from privsched.policies.optimal import Optimal
-from privsched.policies.round_robin import RoundRobin
 from privsched.policies.unlock import UnlockAll, UnlockPerArrival, UnlockPerTime
 
 POLICY_NAMES: tuple[str, ...] = ("fcfs", "rr-n", "rr-t", "dpf-n", "dpf-t", "dpack", "dpack-n", "dpack-t", "optimal")
@@ -33,14 +28,25 @@ def _unlock_rule(kind: str, name: str, n: int | None, lifetime: float | None) ->
 
 
 def _policy(name: str, k: int, time_limit: float) -> tuple[Policy, dict]:
+    """The policy ``name`` with its parameters; only its own module is imported."""
     if name == "fcfs":
+        from privsched.policies.fcfs import FirstComeFirstServed
+
         return FirstComeFirstServed(), {}
     if name.startswith("rr-"):
+        from privsched.policies.round_robin import RoundRobin
+
         return RoundRobin(name=name), {}
     if name.startswith("dpf-"):
+        from privsched.policies.dpf import DominantPrivateBlockFairness
+
         return DominantPrivateBlockFairness(name=name), {}
     if name == "dpack":
+        from privsched.policies.dpack import DPack
+
         return DPack(k=k), {"k": k}
+    from privsched.policies.optimal import Optimal
+
     return Optimal(time_limit=time_limit), {"time_limit": time_limit}
 
 

@@ -16,6 +16,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel
@@ -23,13 +24,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
 from privsched.server.dashboard import dashboard_router
-from privsched.ledger import LedgerError
 from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, User
 from privsched.server import access
-from privsched.server.access import ApiError, NotFound
+from privsched.server.access import ApiError
 from privsched.server.batching import SubmitBatcher
 from privsched.server.limits import BodyLimit
+from privsched.server.views import Views
+from privsched.server.watching import MAX_WAIT, StateChanges
+from privsched.service import wakeup
+from privsched.ledger import PipelineInfo
+from privsched.ledger.states import PipelineState
 from privsched.server.models import (
     MAX_BODY,
     AuditOut,
@@ -97,7 +102,9 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.changes = StateChanges(path)
         yield
+        app.state.changes.close()
         batcher.close()
         tokens.close()
         identities.close()
@@ -114,25 +121,12 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     _errors(app)
     app.include_router(dashboard_router(client, identities, current_user, policy))
 
-    def dataset_out(name: str, caller: User) -> DatasetOut:
-        info = access.readable_dataset(client, identities, caller, name)
-        return DatasetOut.of(info, identities.dataset_teams(info.id))
-
-    def pipeline_out(info, caller: User) -> PipelineOut:
-        submission = identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
-
-    def pipeline(pipeline_id: int, caller: User):
-        try:
-            info = client.status(pipeline_id)
-        except LedgerError:
-            raise NotFound(f"unknown pipeline {pipeline_id}") from None
-        access.readable_dataset(client, identities, caller, info.dataset)
-        return info
+    views = Views(client, identities)
+    pipeline = views.pipeline
 
     def resubmitted(pipeline_id: int, submission_id: str | None, caller: User) -> Response:
         access.check_same_submitter(caller, identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
-        return reply(pipeline_out(client.status(pipeline_id), caller))
+        return reply(views.pipeline_out(client.status(pipeline_id), caller))
 
     # -- datasets and blocks ------------------------------------------------------------------
     @app.get("/v1/datasets", response_model=list[DatasetOut], tags=["datasets"])
@@ -151,7 +145,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @app.get("/v1/datasets/{name}", response_model=DatasetOut, tags=["datasets"])
     def get_dataset(name: str, caller: Caller) -> Response:
-        return reply(dataset_out(name, caller))
+        return reply(views.dataset(name, caller))
 
     @app.get("/v1/blocks", response_model=list[BlockOut], tags=["datasets"])
     def list_blocks(caller: Caller, dataset: str | None = None, active_only: bool = False) -> Response:
@@ -183,7 +177,9 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.post("/v1/pipelines", response_model=PipelineOut, status_code=201, tags=["pipelines"])
     def submit(body: SubmitIn, caller: Caller) -> Response:
         """Submit a pipeline. With an ``id`` already used, the pipeline it names is returned
-        (status 200) and nothing is written."""
+        (status 200) and nothing is written. In a worker thread: its reads and its wait for
+        the submission writer's commit release the interpreter lock to the other requests
+        (on the event loop they would hold up every request; benchmarks/README.md)."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
         access.readable_dataset(client, identities, caller, spec.dataset)
@@ -195,10 +191,10 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
             spec = spec.model_copy(update={"owner": caller.name})
         (request,) = client.requests([spec], owner=caller.name)
         try:
-            pipeline_id = batcher.submit(request, caller, body.id)
+            pipeline_id = batcher.enqueue(request, caller, body.id).result()
         except DuplicateSubmission as exc:  # a concurrent request with the same id won
             return resubmitted(exc.pipeline_id, body.id, caller)
-        return reply(pipeline_out(client.status(pipeline_id), caller), 201)
+        return reply(views.pipeline_out(client.status(pipeline_id), caller), 201)
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:
@@ -218,15 +214,36 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller)) for p in infos])
 
     @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
-    def status(pipeline_id: int, caller: Caller) -> Response:
-        return reply(pipeline_out(pipeline(pipeline_id, caller), caller))
+    async def status(
+        pipeline_id: int,
+        caller: Caller,
+        wait: Annotated[float, Query(ge=0, le=MAX_WAIT, description="seconds to wait for a change of state")] = 0.0,
+        since: Annotated[PipelineState | None, Query(description="the state to wait out (default: the current one)")] = None,
+    ) -> Response:
+        """A pipeline. With ``wait``: answered once its state is no longer ``since`` (at
+        once if it has ended), or after ``wait`` seconds (:mod:`privsched.server.watching`).
+        Each read runs in a worker thread, as a synchronous route's would (SQLite on the
+        event loop would hold up every request), and a waiting request holds none between
+        its reads."""
+        if wait == 0:
+            return reply(await run_in_threadpool(views.status, pipeline_id, caller))
+        info = await run_in_threadpool(views.pipeline, pipeline_id, caller)
+        before = since or info.state
+
+        def moved(now: PipelineInfo) -> bool:
+            return now.state != before or now.state.is_final()
+
+        info = await app.state.changes.until(lambda: run_in_threadpool(client.status, pipeline_id), moved, wait)
+        return reply(await run_in_threadpool(views.pipeline_out, info, caller))
 
     @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
     def cancel(pipeline_id: int, caller: Caller) -> Response:
         info = pipeline(pipeline_id, caller)
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
-        return reply(CancelOut(id=pipeline_id, outcome=client.cancel(pipeline_id, actor=caller.name)))
+        outcome = client.cancel(pipeline_id, actor=caller.name)
+        wakeup.changed(client.path)  # requests waiting on its state look again
+        return reply(CancelOut(id=pipeline_id, outcome=outcome))
 
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
     def events(pipeline_id: int, caller: Caller) -> Response:

@@ -1,7 +1,7 @@
 """Group commit of submissions: requests that arrive together share one ledger
 transaction, and so one disk sync, instead of one each.
 
-Each request thread builds its own claim (parsing, demand, compute check), then hands it to
+Each request builds its own claim (parsing, demand, compute check), then hands it to
 one writer thread, which records everything waiting in one :meth:`Ledger.submit_many`
 (all or none) on a connection of its own, then wakes the scheduler of this process
 (:mod:`privsched.service.wakeup`). If that transaction fails, the writer records the batch one by one, so each
@@ -29,7 +29,7 @@ class _Pending:
     request: PipelineRequest
     user: User
     submission_id: str | None
-    done: Future = field(default_factory=Future)
+    done: Future[int] = field(default_factory=Future)
 
 
 class SubmitBatcher:
@@ -43,11 +43,12 @@ class SubmitBatcher:
         self._thread = threading.Thread(target=self._run, name="privsched-submit", daemon=True)
         self._thread.start()
 
-    def submit(self, request: PipelineRequest, user: User, submission_id: str | None) -> int:
-        """Record one claim; its pipeline id once committed, or the error that refused it."""
+    def enqueue(self, request: PipelineRequest, user: User, submission_id: str | None) -> Future[int]:
+        """Record one claim: a future of its pipeline id once committed, or of the error
+        that refused it."""
         pending = _Pending(request, user, submission_id)
         self._queue.put(pending)
-        return pending.done.result()
+        return pending.done
 
     def close(self) -> None:
         self._queue.put(None)

@@ -51,6 +51,7 @@ from privsched.service.rundirs import RunDirs
 from privsched.service.settle import settle
 from privsched.service.snapshot import edge_keys, edge_reservations, snapshot_of
 from privsched.service.unsatisfiable import never_grantable
+from privsched.service import wakeup
 from privsched.spec import Resources
 
 
@@ -188,6 +189,8 @@ class Scheduler:
             self._refresh()
         report.expired += self.end_never_grantable(now)
         report.granted, report.reserved_changed = self.admit(now)
+        if report.granted:  # before placing (a job launch takes a while): waiting requests see the grant now
+            wakeup.changed(self.ledger.path)
         report.pending = self.pending.count
         report.started, report.waiting = self.place(now)
         report.settled = self.collect(now)

@@ -9,7 +9,8 @@ its successor (which adopts them), and fails with :class:`ServiceError`. Between
 collecting finished jobs and watching SQLite's ``PRAGMA data_version`` on a connection of
 its own every :data:`WATCH_INTERVAL`, so that a submission (or cancellation) from another
 process is scheduled at once rather than at the next tick; a submission made in this
-process (the local client, the HTTP API) wakes it directly (:mod:`privsched.service.wakeup`).
+process (the local client, the HTTP API) wakes it directly (:mod:`privsched.service.wakeup`),
+and it tells the HTTP API's waiting requests when a pass changed pipelines' states.
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ class _Loop:
                 fresh = report is not None and scheduler.news()
                 summary.ticks += 1
                 if report is not None:
+                    if report.started or report.settled or report.expired:  # (the scheduler tells of grants)
+                        wakeup.changed(self.path)  # the API's waiting requests look again
                     summary.granted += len(report.granted)
                     summary.settled += len(report.settled)
                     summary.pending = report.pending
@@ -249,6 +252,8 @@ class _Loop:
                     summary.storage_full += 1
                     condition.full(exc)
             summary.settled += len(settled)
+            if settled:
+                wakeup.changed(self.path)
             if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
                 return
 

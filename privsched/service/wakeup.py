@@ -6,41 +6,76 @@ writer, running in the same process, call :func:`notify` after each submission c
 so its pass starts at once instead of at the scheduler's next look at the database.
 Submissions from other processes are seen through SQLite's ``PRAGMA data_version``
 (:class:`privsched.service.serve.ChangeWatcher`).
+
+The other way round, the scheduler calls :func:`changed` after a pass that changed
+pipelines' states (a grant, a start, an end), and the HTTP API's waiting requests
+(:mod:`privsched.server.watching`), registered with :func:`watch`, look again at once
+instead of polling.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 _lock = threading.Lock()
-_listeners: dict[Path, set[threading.Event]] = {}
+Registry = dict[Path, set[Callable[[], None]]]
+_listeners: Registry = {}  # per database: the ``set`` of each scheduler's event (notify)
+_watchers: Registry = {}  # per database: the HTTP API's callbacks (changed)
 
 
 def _key(path: str | os.PathLike) -> Path:
     return Path(path).resolve()
 
 
+def _add(registry: Registry, path: str | os.PathLike, callback: Callable[[], None]) -> None:
+    with _lock:
+        registry.setdefault(_key(path), set()).add(callback)
+
+
+def _discard(registry: Registry, path: str | os.PathLike, callback: Callable[[], None]) -> None:
+    with _lock:
+        callbacks = registry.get(_key(path), set())
+        callbacks.discard(callback)
+        if not callbacks:
+            registry.pop(_key(path), None)
+
+
+def _call(registry: Registry, path: str | os.PathLike) -> None:
+    with _lock:
+        callbacks = list(registry.get(_key(path), ()))
+    for callback in callbacks:
+        callback()
+
+
 def listen(path: str | os.PathLike) -> threading.Event:
     """An event set by every :func:`notify` of ``path`` until :func:`unlisten`."""
     event = threading.Event()
-    with _lock:
-        _listeners.setdefault(_key(path), set()).add(event)
+    _add(_listeners, path, event.set)
     return event
 
 
 def unlisten(path: str | os.PathLike, event: threading.Event) -> None:
-    with _lock:
-        listeners = _listeners.get(_key(path), set())
-        listeners.discard(event)
-        if not listeners:
-            _listeners.pop(_key(path), None)
+    _discard(_listeners, path, event.set)
 
 
 def notify(path: str | os.PathLike) -> None:
     """Wake every scheduler of this process that serves the database at ``path``."""
-    with _lock:
-        listeners = list(_listeners.get(_key(path), ()))
-    for event in listeners:
-        event.set()
+    _call(_listeners, path)
+
+
+def watch(path: str | os.PathLike, callback: Callable[[], None]) -> None:
+    """Call ``callback`` (from the scheduler's thread: it must be quick) at every
+    :func:`changed` of ``path`` until :func:`unwatch`."""
+    _add(_watchers, path, callback)
+
+
+def unwatch(path: str | os.PathLike, callback: Callable[[], None]) -> None:
+    _discard(_watchers, path, callback)
+
+
+def changed(path: str | os.PathLike) -> None:
+    """Tell the watchers of ``path`` in this process that pipelines changed state."""
+    _call(_watchers, path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -14,7 +15,10 @@ from privsched.simulation.instance import Instance
 from privsched.simulation.registry import generate_workload, workload_generators
 from privsched.simulation.results import SimulationResult, used_share
 from privsched.simulation.status import STATUS_NAMES
-from privsched.simulation.trace import Trace, load_trace
+
+if TYPE_CHECKING:
+    from privsched.simulation.generated import GeneratedTrace
+    from privsched.simulation.trace import Trace
 
 
 def resolve_policy(
@@ -35,7 +39,7 @@ def resolve_policy(
 
 
 def load_workload(
-    workload_or_trace: str | Path | Trace | Instance,
+    workload_or_trace: str | Path | Trace | GeneratedTrace | Instance,
     *,
     seed: int = 0,
     duration: float | None = None,
@@ -48,7 +52,7 @@ def load_workload(
     """
     if isinstance(workload_or_trace, Instance):
         label, instance = "instance", workload_or_trace
-    elif isinstance(workload_or_trace, Trace):
+    elif not isinstance(workload_or_trace, (str, Path)):
         label, instance = "trace", workload_or_trace.instance
     else:
         name = str(workload_or_trace)
@@ -64,6 +68,8 @@ def load_workload(
         if not path.exists() and not name.endswith(".json"):
             known = ", ".join(generators)
             raise ValueError(f"unknown workload {name!r}: not a trace file nor one of: {known}")
+        from privsched.simulation.trace import load_trace
+
         label, instance = path.stem, load_trace(path).instance
     if duration is not None:
         instance = instance.until(duration)
@@ -131,7 +137,7 @@ def run(
 
 
 def simulate(
-    workload_or_trace: str | Path | Trace | Instance,
+    workload_or_trace: str | Path | Trace | GeneratedTrace | Instance,
     policy: str | PolicySpec = "dpf-n",
     *,
     n: int | None = None,

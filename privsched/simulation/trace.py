@@ -2,7 +2,7 @@
 
 A trace is validated entry by entry; every problem is reported as one :class:`TraceError`
 line naming the offending entry (``pipelines[3] 'p3': ...``). Loading a trace also compiles
-it (:func:`privsched.simulation.instance.compile_trace`), so a trace that loads is one the
+it (:func:`privsched.simulation.compile.compile_trace`), so a trace that loads is one the
 simulator can run. Saving writes to a temporary file renamed into place: a failed save
 leaves no partial file behind.
 
@@ -37,7 +37,7 @@ from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON
 from privsched.budgets.fields import Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
-from privsched.errors import BadInput
+from privsched.simulation.limits import MAX_ORDERS, MAX_TIME, MAX_TRACE_BYTES, TraceError
 from privsched.spec import MAX_LAST, MAX_WEIGHT, MIN_DURATION, MIN_WEIGHT, Name
 from privsched.text import printable
 
@@ -47,23 +47,11 @@ if TYPE_CHECKING:
 #: Mechanisms a pipeline may name with a string; they are calibrated to its (ε, δ).
 MECHANISM_NAMES = ("gaussian", "laplace")
 
-
-#: Largest trace file read, in bytes.
-MAX_TRACE_BYTES = 64 * 2**20
-#: Largest magnitude of an arrival time in a trace, in seconds (about 300 years).
-MAX_TIME = 1e10
-#: Most RDP orders a trace may use.
-MAX_ORDERS = 256
-
 Time = bounded(-MAX_TIME, MAX_TIME)
 Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
 Timeout = bounded(MIN_DURATION, MAX_TIME)
 Share = bounded(MIN_EPSILON, MAX_DEMAND)
 CurveValue = bounded(0.0, MAX_DEMAND)
-
-
-class TraceError(BadInput):
-    """A trace that cannot be simulated; the message names the offending entry."""
 
 
 class _Entry(BaseModel):
@@ -143,7 +131,7 @@ class Trace(_Entry):
     def instance(self) -> Instance:
         """The compiled arrays the simulator runs on (computed once)."""
         if self._instance is None:
-            from privsched.simulation.instance import compile_trace
+            from privsched.simulation.compile import compile_trace
 
             self._instance = compile_trace(self)
         return self._instance

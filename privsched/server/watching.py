@@ -1,0 +1,66 @@
+"""Answering a request once a pipeline's state changes, instead of the client polling.
+
+``GET /v1/pipelines/{id}?wait=SECONDS&since=STATE`` answers as soon as the pipeline's
+state is no longer ``since`` (by default: its state when the request came), or after
+``wait`` seconds with the state then: a long poll, after Kubernetes' watches and Consul's
+blocking queries. A waiting request holds no thread: it awaits :class:`StateChanges`, which
+the scheduler of this process fires after each pass that changed pipelines' states
+(:func:`privsched.service.wakeup.changed`); a change made by another process is seen at
+the next look, every :data:`RECHECK` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from privsched.service import wakeup
+
+#: Seconds between two looks of a waiting request when nothing in this process woke it: only
+#: a change made by another process (a local `privsched cancel`) goes unannounced.
+RECHECK = 1.0
+
+#: The longest a request may wait, in seconds (below the remote client's 60-second timeout).
+MAX_WAIT = 30.0
+
+T = TypeVar("T")
+
+
+class StateChanges:
+    """Wakes the event loop's waiting requests at every state change the scheduler of this
+    process reports for the database at ``path``. Create and use it on the event loop."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self._path = path
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        wakeup.watch(path, self._notify)
+
+    def close(self) -> None:
+        wakeup.unwatch(self._path, self._notify)
+
+    def _notify(self) -> None:
+        """From the scheduler's (or a worker's) thread: fire on the loop."""
+        self._loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()  # the next wait awaits the next change
+
+    async def until(self, look: Callable[[], Awaitable[T]], done: Callable[[T], bool], seconds: float) -> T:
+        """``await look()`` again at each change (and every :data:`RECHECK` seconds) until
+        ``done`` holds of what it found or ``seconds`` have passed; what the last look found."""
+        deadline = self._loop.time() + seconds
+        event = self._event  # taken before each look: a change during the look is not missed
+        found = await look()
+        while not done(found) and (left := deadline - self._loop.time()) > 0:
+            try:
+                await asyncio.wait_for(event.wait(), min(RECHECK, left))
+            except TimeoutError:
+                if left <= RECHECK:  # the time is up
+                    break
+            event = self._event
+            found = await look()
+        return found

@@ -1,0 +1,202 @@
+"""A generated workload held as columns and compiled in bulk (docs/design.md §5).
+
+A workload generator knows the shape of what it makes: every pipeline asks for the last k
+blocks existing at its arrival, and its demand is one of a few descriptions. Validating
+each of tens of thousands of entries as a trace document would cost more than simulating
+them, so a :class:`GeneratedTrace` keeps the columns, checks them as whole NumPy arrays
+and builds the simulator's :class:`~privsched.simulation.instance.Instance` directly, with
+each distinct demand and block budget computed once. The arrays are those
+:func:`~privsched.simulation.compile.compile_trace` gives the same workload written as a
+trace and validated entry by entry (tests/test_sim_generated.py); that document, for
+``privsched trace`` or inspection, is built and validated only when asked for
+(:attr:`GeneratedTrace.trace`). Simulating a generated workload imports no pydantic
+unless one of its demands is a mechanism description.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import MAX_EPSILON, MIN_EPSILON, check_delta, check_number
+from privsched.budgets.capacity import block_capacity
+from privsched.simulation.instance import Instance, plain_demand
+from privsched.simulation.limits import MAX_TIME, TraceError
+from privsched.text import printable
+
+if TYPE_CHECKING:
+    from privsched.simulation.trace import Trace, TraceBlock, TracePipeline
+
+
+@dataclass(frozen=True, eq=False)
+class GeneratedTrace:
+    """A generated workload: blocks, and pipelines each asking for its ``last`` k blocks.
+
+    ``demand`` and ``klass`` index ``demands`` (each ``{"epsilon": ε, "delta": δ}``, a plain
+    (ε, δ), or ``{"mechanism": {...}}``, a mechanism description, as in a trace) and
+    ``classes``. Arrays are per block or per pipeline, in any order (compiled stably by
+    arrival, as a trace is)."""
+
+    accounting: str  # "basic" or "rdp"
+    block_ids: list[str]
+    block_arrival: np.ndarray  # seconds
+    block_epsilon: np.ndarray  # ε_G
+    block_delta: np.ndarray  # δ_G
+    pipeline_ids: list[str]
+    arrival: np.ndarray  # seconds
+    last: np.ndarray  # k: the pipeline asks for the last k blocks existing at its arrival
+    demand: np.ndarray  # index into ``demands``
+    demands: tuple[dict[str, Any], ...]
+    timeout: np.ndarray  # seconds
+    klass: np.ndarray  # index into ``classes``
+    classes: tuple[str, ...]
+
+    @cached_property
+    def instance(self) -> Instance:
+        """The compiled arrays the simulator runs on (computed once)."""
+        return _compile(self)
+
+    def document(self) -> dict:
+        """The workload as a trace document (the format of :mod:`privsched.simulation.trace`)."""
+        blocks = [
+            {"id": i, "arrival": t, "epsilon": e, "delta": d}
+            for i, t, e, d in zip(self.block_ids, self.block_arrival.tolist(), self.block_epsilon.tolist(), self.block_delta.tolist())
+        ]
+        pipelines = [
+            {"id": i, "arrival": t, "blocks": {"last": k}, **self.demands[d], "timeout": timeout, "class": self.classes[c]}
+            for i, t, k, d, timeout, c in zip(
+                self.pipeline_ids,
+                self.arrival.tolist(),
+                self.last.tolist(),
+                self.demand.tolist(),
+                self.timeout.tolist(),
+                self.klass.tolist(),
+            )
+        ]
+        return {"accounting": self.accounting, "blocks": blocks, "pipelines": pipelines}
+
+    @cached_property
+    def trace(self) -> Trace:
+        """The workload as a validated trace (:func:`~privsched.simulation.trace.parse_trace`)."""
+        from privsched.simulation.trace import parse_trace
+
+        return parse_trace(self.document())
+
+    @property
+    def blocks(self) -> list[TraceBlock]:
+        return self.trace.blocks
+
+    @property
+    def pipelines(self) -> list[TracePipeline]:
+        return self.trace.pipelines
+
+    def to_dict(self) -> dict:
+        """The validated trace document, as :meth:`Trace.to_dict` writes it."""
+        return self.trace.to_dict()
+
+
+def _problem(kind: str, ids: list[str], bad: np.ndarray, problem: str) -> TraceError:
+    """The error naming the first entry flagged in ``bad``, as a trace's errors do."""
+    i = int(np.argmax(bad))
+    return TraceError(f"invalid trace: {kind}[{i}] {ids[i]!r}: {problem}")
+
+
+def _refuse(kind: str, ids: list[str], bad: np.ndarray, problem: str) -> None:
+    """Raise :func:`_problem` if any entry is flagged in ``bad``."""
+    if bad.any():
+        raise _problem(kind, ids, bad, problem)
+
+
+def _times(kind: str, ids: list[str], values: np.ndarray, what: str, low: float) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    _refuse(kind, ids, ~((values >= low) & (values <= MAX_TIME)), f"{what} must be in [{low:g}, {MAX_TIME:g}]")
+    return values
+
+
+def _distinct(kind: str, ids: list[str]) -> None:
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        first = next(i for i, key in enumerate(ids) if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise TraceError(f"invalid trace: {kind}[{first}] {ids[first]!r}: duplicate {kind[:-1]} id")
+
+
+def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.ndarray:
+    """A pipeline demand's vector: a plain (ε, δ) or a mechanism description."""
+    if set(description) == {"mechanism"}:
+        from privsched.budgets.mechanisms import demand_vector, parse_mechanism
+
+        return demand_vector(parse_mechanism(description["mechanism"]), accounting)
+    if set(description) != {"epsilon", "delta"}:
+        raise ValueError(f"a generated demand is a plain epsilon and delta or a mechanism, not {sorted(description)}")
+    epsilon = check_number(description["epsilon"], "epsilon", MIN_EPSILON, MAX_EPSILON)
+    return plain_demand(epsilon, check_delta(description["delta"], "delta"), accounting)
+
+
+def _compile(w: GeneratedTrace) -> Instance:
+    """The instance of a generated workload, checked in bulk; the arrays are built as
+    :func:`~privsched.simulation.compile.compile_trace` builds them, entry for entry."""
+    if w.accounting not in ("basic", "rdp"):
+        raise TraceError(f"invalid trace: accounting must be 'basic' or 'rdp', got {w.accounting!r}")
+    accounting = Accounting.rdp(None) if w.accounting == "rdp" else Accounting.basic()
+    n_pipelines = len(w.pipeline_ids)
+    _distinct("blocks", w.block_ids)
+    _distinct("pipelines", w.pipeline_ids)
+
+    block_order = np.argsort(_times("blocks", w.block_ids, w.block_arrival, "arrival", -MAX_TIME), kind="stable")
+    block_arrival = np.asarray(w.block_arrival, dtype=float)[block_order]
+    budgets = np.stack([np.asarray(w.block_epsilon, dtype=float), np.asarray(w.block_delta, dtype=float)], axis=1)
+    distinct, which = np.unique(budgets, axis=0, return_inverse=True)
+    rows = []
+    for d, (epsilon, delta) in enumerate(distinct.tolist()):
+        try:
+            rows.append(block_capacity(accounting, epsilon, delta))
+        except ValueError as exc:
+            raise _problem("blocks", w.block_ids, which.reshape(-1) == d, str(exc)) from None
+    capacity = np.array(rows, dtype=float).reshape(len(distinct), accounting.dims)[which.reshape(-1)][block_order]
+
+    arrival = _times("pipelines", w.pipeline_ids, w.arrival, "arrival", -MAX_TIME)
+    timeout = _times("pipelines", w.pipeline_ids, w.timeout, "timeout", math.ulp(0.0))
+    last = np.asarray(w.last, dtype=np.int64)
+    _refuse("pipelines", w.pipeline_ids, last < 1, "asks for no block")
+    demand, klass = np.asarray(w.demand, dtype=np.intp), np.asarray(w.klass, dtype=np.intp)
+    for index, choices in ((demand, w.demands), (klass, w.classes)):
+        _refuse("pipelines", w.pipeline_ids, (index < 0) | (index >= len(choices)), "names no generated demand or class")
+    for name in w.classes:
+        if printable(name) != name or len(name) > 256:
+            raise TraceError(f"invalid trace: class {name!r} is not a printable name of at most 256 characters")
+    vectors = np.zeros((len(w.demands), accounting.dims))
+    for d, description in enumerate(w.demands):
+        try:
+            vectors[d] = _demand_vector(description, accounting)
+        except ValueError as exc:
+            raise _problem("pipelines", w.pipeline_ids, demand == d, str(exc)) from None
+
+    order = np.argsort(arrival, kind="stable")
+    arrival, last = arrival[order], last[order]
+    existing = np.searchsorted(block_arrival, arrival, side="right")
+    if n_pipelines and not existing.all():
+        i = int(order[np.argmin(existing)])
+        raise TraceError(f"invalid trace: pipelines[{i}] {w.pipeline_ids[i]!r}: arrives at {w.arrival[i]:g} before any block exists")
+    counts = np.minimum(last, existing)
+    owner = np.repeat(np.arange(n_pipelines), counts)
+    edge_start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    edge_block = (np.repeat(existing - counts, counts) + np.arange(len(owner)) - edge_start[owner]).astype(np.int64)
+    return Instance(
+        accounting=accounting,
+        block_ids=np.array(w.block_ids, dtype=object)[block_order],
+        block_arrival=block_arrival,
+        capacity=capacity,
+        pipeline_ids=np.array(w.pipeline_ids, dtype=object)[order],
+        arrival=arrival,
+        weight=np.ones(n_pipelines),
+        timeout=timeout[order],
+        klass=np.array(w.classes, dtype=object)[klass[order]],
+        edge_start=edge_start,
+        edge_block=edge_block,
+        edge_demand=vectors[demand[order]][owner].reshape(len(owner), accounting.dims),
+    )
