@@ -7,18 +7,18 @@
   hundred bytes into gigabytes), duplicate keys (which YAML would silently overwrite) and
   nesting deeper than :data:`MAX_DEPTH`.
 - JSON likewise refuses duplicate keys, ``NaN``/``Infinity`` and deep nesting.
-Every problem raises :class:`DocumentError` with one line naming the file.
+Every problem raises :class:`DocumentError` with one line naming the file. PyYAML is
+imported only to read YAML (:mod:`privsched.strict_yaml`): a JSON document never loads it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import stat
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 #: Deepest nesting of mappings and lists accepted in a document.
 MAX_DEPTH = 32
@@ -71,44 +71,14 @@ def check_depth(data: Any, where: str, limit: int = MAX_DEPTH) -> None:
             stack.extend((child, depth + 1) for child in children)
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """Safe YAML without aliases, duplicate keys or deep nesting."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed", mark)
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # unhashable: the safe loader refuses it below
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def parse_yaml(text: str, where: str) -> Any:
     """One YAML document, strictly (see the module docstring)."""
+    import yaml
+
+    from privsched.strict_yaml import StrictLoader
+
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        return yaml.load(text, Loader=functools.partial(StrictLoader, max_depth=MAX_DEPTH))  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""

@@ -93,10 +93,46 @@ def _spec_dict(spec: Any, owner: str | None) -> dict[str, Any]:
         parsed = PipelineSpec.parse(dict(spec))
     else:
         parsed = load_spec(spec)
-    data = parsed.to_dict()
+    return _with_owner(parsed.to_dict(), owner)
+
+
+def _with_owner(data: dict[str, Any], owner: str | None) -> dict[str, Any]:
     if owner is not None and "owner" not in data:
-        data["owner"] = owner
+        data = {**data, "owner": owner}
     return data
+
+
+def _plain_document(spec: Any) -> tuple[dict[str, Any], str] | None:
+    """A specification file or mapping as read (a file strictly: :func:`privsched.spec_files.read_spec`)
+    and the name its errors give, when it holds only JSON values (so that the server parses
+    exactly what the local models would); None for anything else (a
+    :class:`~privsched.spec.PipelineSpec`, a YAML date), which is validated here first."""
+    if isinstance(spec, Mapping):
+        data, source = dict(spec), "pipeline"
+    elif isinstance(spec, (str, os.PathLike)):
+        from privsched.spec_files import read_spec
+
+        data, source = read_spec(spec), os.fspath(spec)
+    else:
+        return None
+    return (data, source) if isinstance(data, dict) and _json_values(data) else None
+
+
+def _json_values(value: Any) -> bool:
+    """Whether ``value`` is made of dicts with string keys, lists, strings, numbers, booleans
+    and None only (checked without recursion: documents are depth-bounded, mappings are not)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(isinstance(key, str) for key in item):
+                return False
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif item is not None and not isinstance(item, (str, int, float)):  # bool is an int
+            return False
+    return True
 
 
 class RemoteClient(BudgetReads):
@@ -231,18 +267,37 @@ class RemoteClient(BudgetReads):
         return self.request("PUT", path, {"share": share}, retry=True)["quotas"]
 
     # -- pipelines ----------------------------------------------------------------------------
+    def _send_spec(self, path: str, spec: Any, owner: str | None, fields: Mapping[str, Any], retry: bool | None = None) -> Any:
+        """POST a specification to ``path`` with the other ``fields`` of the body.
+
+        The server validates every specification. A file or mapping of plain JSON values is
+        sent as read, and checked against the local models (pydantic) only if the request
+        fails: an invalid one then raises the same one-line error it raises without a server,
+        whatever the server answered, so a valid submission never builds the models
+        (benchmarks/README.md). Anything else is validated here first."""
+        plain = _plain_document(spec)
+        if plain is None:
+            return self.request("POST", path, {"spec": _spec_dict(spec, owner), **fields}, retry=retry)
+        data, source = plain
+        try:
+            return self.request("POST", path, {"spec": _with_owner(data, owner), **fields}, retry=retry)
+        except RemoteError:
+            from privsched.spec import PipelineSpec
+
+            PipelineSpec.parse(data, source=source)  # an invalid specification: its own error
+            raise
+
     def submit(self, spec: Any, *, owner: str | None = None, id: str | None = None) -> RemoteRun:
         """Submit a pipeline; with a submission ``id``, a repeat returns the pipeline
         the first one created (and the request is safely resent if the connection drops)."""
-        body = {"spec": _spec_dict(spec, owner), "id": id}
-        answer = self.request("POST", "/v1/pipelines", body, retry=id is not None)
+        answer = self._send_spec("/v1/pipelines", spec, owner, {"id": id}, retry=id is not None)
         return RemoteRun(self, answer["id"])
 
     def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import BlockFit, DryRun
 
-        answer = self.request("POST", "/v1/pipelines/dry-run", {"spec": _spec_dict(spec, owner)})
+        answer = self._send_spec("/v1/pipelines/dry-run", spec, owner, {})
         return DryRun(**{**answer, "blocks": [BlockFit(**b) for b in answer["blocks"]]})
 
     def submit_many(self, specs: Iterable[Any], *, owner: str | None = None) -> list[RemoteRun]:

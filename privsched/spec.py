@@ -22,6 +22,7 @@ Example (YAML)::
 from __future__ import annotations
 
 import math
+import os
 import re
 from datetime import date
 from pathlib import Path
@@ -39,13 +40,10 @@ from pydantic import (
 
 from privsched.budgets.bounds import check_number, shown
 from privsched.budgets.fields import Delta, Epsilon, bounded
-from privsched.documents import check_depth, parse_json, parse_yaml, read_text
-from privsched.errors import BadInput, validation_message
+from privsched.documents import check_depth
+from privsched.errors import validation_message
+from privsched.spec_files import MAX_SPEC_BYTES as MAX_SPEC_BYTES, SpecError, read_spec
 from privsched.text import name_problem
-
-
-class SpecError(BadInput):
-    """A pipeline specification that cannot be loaded or is invalid (one-line message)."""
 
 
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ms|s|m|h|d)?\s*$")
@@ -53,8 +51,6 @@ _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, 
 _MEMORY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _MEMORY_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
-#: Largest specification file read, in bytes.
-MAX_SPEC_BYTES = 2**20
 #: Shortest and longest duration (timeouts, run times, ticks): 1 ms to 10 years, in seconds.
 MIN_DURATION, MAX_DURATION = 0.001, 10 * 365 * 86400.0
 #: Largest memory size, in bytes (1 PiB).
@@ -281,14 +277,6 @@ class PipelineSpec(_Model):
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def load_spec(path: str | Path) -> PipelineSpec:
-    """Load a specification from a ``.json`` file, or YAML for any other suffix; read strictly
-    (:mod:`privsched.documents`: a regular file of at most ``MAX_SPEC_BYTES``, no YAML
-    aliases, no duplicate keys, bounded nesting)."""
-    path = Path(path)
-    try:
-        text = read_text(path, MAX_SPEC_BYTES)
-        data = parse_json(text, str(path)) if path.suffix == ".json" else parse_yaml(text, str(path))
-    except ValueError as exc:
-        raise SpecError(str(exc)) from None
-    return PipelineSpec.parse(data, source=str(path))
+def load_spec(path: str | os.PathLike) -> PipelineSpec:
+    """Load and validate a specification file (:func:`read_spec`)."""
+    return PipelineSpec.parse(read_spec(path), source=str(Path(path)))

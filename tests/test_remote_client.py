@@ -3,6 +3,7 @@ equal to the local client's, concurrent clients that never over-spend, no heavy 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import privsched as ps
 from privsched.client import Client
 from privsched.ledger import Ledger
 from privsched.remote import RemoteClient, RemoteError
+from privsched.spec import SpecError
 from tests.conftest import REPO
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
 from tests.support.blockdata import block_files
@@ -85,6 +87,33 @@ def test_a_refusal_raises_a_one_line_value_error_with_its_status(server: Server)
         RemoteClient("http://127.0.0.1:9", "t").datasets()
 
 
+@pytest.mark.parametrize("user", ["alice", "vera"])
+def test_an_invalid_specification_gets_the_local_error_and_writes_nothing(server: Server, tmp_path, user):
+    bad = {**spec(blocks=["b0"]), "epsilon": -1.0, "colour": "red"}
+    path = tmp_path / "bad.yaml"
+    path.write_text(json.dumps(bad))  # JSON is YAML
+    remote = ps.connect(server.url, token=server.tokens[user])
+    with Ledger(server.db) as ledger:
+        before = ledger.list_pipelines()
+    with Client(server.db) as local:
+        for candidate in (bad, path):
+            with pytest.raises(SpecError) as here:
+                local.submit(candidate)
+            with pytest.raises(SpecError) as there:
+                remote.submit(candidate)
+            assert str(there.value) == str(here.value)
+    with Ledger(server.db) as ledger:
+        assert ledger.list_pipelines() == before
+
+
+def test_an_unreachable_server_names_an_invalid_specification_first(tmp_path):
+    unreachable = RemoteClient("http://127.0.0.1:9", "t")
+    with pytest.raises(SpecError, match="epsilon"):
+        unreachable.submit({**spec(blocks=["b0"]), "epsilon": -1.0})
+    with pytest.raises(RemoteError, match="cannot reach"):
+        unreachable.submit(spec(blocks=["b0"]))
+
+
 def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
     """Submitters and cancellers race a granting loop; the ledger stays within capacity."""
     stop = threading.Event()
@@ -120,7 +149,7 @@ def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
             assert np.all(block.allocated + block.consumed <= block.capacity + 1e-12)
 
 
-def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_or_sqlite(server: Server, tmp_path):
+def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_pydantic_or_sqlite(server: Server, tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(
         "name: t\ndataset: reviews\nblocks: [b0]\nepsilon: 0.5\ndelta: 1e-8\n"
@@ -129,7 +158,7 @@ def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_or_sqlite(ser
     code = (
         "import sys\nfrom privsched.cli import main\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
         "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
-        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'sqlite_utils', 'sqlite3'}))"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'pydantic', 'sqlite_utils', 'sqlite3'}))"
     )
     env = {**os.environ, "PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"], "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, text=True)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -24,6 +26,8 @@ from privsched.spec import (
 )
 from privsched.simulation.trace import TraceError, load_trace, parse_trace
 from privsched.trainers.plans import parse_job
+
+from .conftest import REPO
 
 BASE = {"name": "p", "dataset": "d", "blocks": ["b"], "epsilon": 0.5, "job": {"function": "m:f"}}
 ALIAS_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
@@ -232,3 +236,20 @@ def test_the_stored_size_of_a_pipeline_is_bounded(tmp_path):
         request = PipelineRequest("p", "d", ["b"], demand=np.array([0.1, 0.0]), job={"params": deep})
         assert "JSON" in one_line_error(lambda: ledger.submit(request), LedgerError)
         assert ledger.list_pipelines() == []
+
+
+READ_IMPORTS = """
+import sys
+from privsched.spec_files import read_spec
+data = read_spec(sys.argv[1])
+print(data["name"], sorted(m for m in ("yaml", "pydantic") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(("suffix", "loaded"), [(".json", "[]"), (".yaml", "['yaml']")])
+def test_reading_a_specification_loads_yaml_only_for_yaml_and_never_pydantic(tmp_path, suffix, loaded):
+    path = tmp_path / f"p{suffix}"
+    path.write_text(json.dumps(BASE))  # JSON is YAML
+    done = subprocess.run([sys.executable, "-c", READ_IMPORTS, str(path)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"p {loaded}\n"

@@ -68,9 +68,9 @@ def gaussian_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> fl
 
         δ(ε) = Φ(Δ/(2σ) − εσ/Δ) − e^ε Φ(−Δ/(2σ) − εσ/Δ),
 
-    evaluated in log space (``scipy.special.log_ndtr``) so that it stays accurate for ε up
-    to 50 and δ down to 1e-300."""
-    from scipy.special import log_ndtr
+    evaluated in log space (ln Φ of :func:`privsched.budgets.normal.log_ndtr`) so that it
+    stays accurate for ε up to 50 and δ down to 1e-300."""
+    from privsched.budgets.normal import log_ndtr
 
     ratio = sensitivity / sigma
     log_first = float(log_ndtr(ratio / 2 - epsilon / ratio))

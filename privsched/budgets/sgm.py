@@ -1,9 +1,10 @@
 """Rényi DP of the Poisson-subsampled Gaussian mechanism (DP-SGD) and its noise calibration.
 
-Pure NumPy (SciPy's ``special`` for the binomial coefficients and ``log_ndtr``, imported
-inside the functions), so that planning a DP-SGD job never loads torch or Opacus. The
-numbers are those of Opacus' RDP accountant (``compute_rdp``, ``get_noise_multiplier``);
-the tests compare the two.
+NumPy and the standard library only (the binomial coefficients below, ln Φ from
+:mod:`privsched.budgets.normal`), so that planning a DP-SGD job loads neither torch, Opacus
+nor SciPy. The numbers are those of Opacus' RDP accountant (``compute_rdp``,
+``get_noise_multiplier``), term by term in the same floating-point operations; the tests
+compare the two.
 
 Mironov, Talwar & Zhang 2019, "Rényi Differential Privacy of the Sampled Gaussian
 Mechanism", §3.3: one step with sampling rate q and noise multiplier σ has RDP
@@ -28,6 +29,7 @@ import math
 import numpy as np
 
 from privsched.budgets.curves import rdp_to_epsilon
+from privsched.budgets.normal import log_ndtr
 
 #: The orders Opacus' RDP accountant converts over (``RDPAccountant.DEFAULT_ALPHAS``); a
 #: noise level calibrated over them is the one Opacus' ``get_noise_multiplier`` returns.
@@ -38,6 +40,9 @@ MAX_NOISE_MULTIPLIER = 1e6
 
 #: A series term of the fractional-order sum below e^{-30} ends it (MTZ 2019 §3.3).
 _SERIES_CUTOFF = -30.0
+#: A fractional-order series still running after this many terms is refused (its terms
+#: left the range of doubles), never summed forever.
+_MAX_TERMS = 2**22
 
 
 def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
@@ -87,11 +92,11 @@ def _log_a_integer(q: float, sigma: float, orders: np.ndarray) -> list[float]:
 
 def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]:
     """ln A_α for fractional orders: the two signed series, term by term in log space, up to
-    and including the first k at which both terms fall below e^{−30}. Terms are prepared in
-    chunks of doubling length for the orders whose series has not ended yet."""
-    from scipy import special
-
+    and including the first k at which both terms fall below e^{−30}. The parts of the terms
+    without erfc are prepared in chunks of doubling length for the orders whose series has
+    not ended yet; the erfc factors, ln(½ erfc(x)) = ln Φ(−√2 x), only for the terms summed."""
     z0 = sigma**2 * math.log(1 / q - 1) + 0.5
+    scale = math.sqrt(2) * sigma
     sums = [(-math.inf, -math.inf)] * orders.size
     todo = list(range(orders.size))
     start, stop = 0, 64
@@ -102,14 +107,14 @@ def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]
         log_coef = np.array([log_coef for _, log_coef in coefs])
         log_t0 = log_coef + k * math.log(q) + j * math.log(1 - q)
         log_t1 = log_coef + j * math.log(q) + k * math.log(1 - q)
-        log_e0 = math.log(0.5) + (math.log(2) + special.log_ndtr(-((k - z0) / (math.sqrt(2) * sigma)) * 2**0.5))
-        log_e1 = math.log(0.5) + (math.log(2) + special.log_ndtr(-((z0 - j) / (math.sqrt(2) * sigma)) * 2**0.5))
-        log_s0 = (log_t0 + (k * k - k) / (2 * (sigma**2)) + log_e0).tolist()
-        log_s1 = (log_t1 + (j * j - j) / (2 * (sigma**2)) + log_e1).tolist()
+        base0 = (log_t0 + (k * k - k) / (2 * (sigma**2))).tolist()
+        base1 = (log_t1 + (j * j - j) / (2 * (sigma**2))).tolist()
         unfinished = []
-        for row, (coef, _), row0, row1 in zip(todo, coefs, log_s0, log_s1):
+        for row, (coef, _), row0, row1, row_j in zip(todo, coefs, base0, base1, j.tolist()):
             a0, a1 = sums[row]
-            for c, s0, s1 in zip(coef, row0, row1):
+            for i, (c, b0, b1, jj) in enumerate(zip(coef, row0, row1, row_j), start):
+                s0 = b0 + _log_half_erfc((i - z0) / scale)
+                s1 = b1 + _log_half_erfc((z0 - jj) / scale)
                 a0, a1 = (_log_add(a0, s0), _log_add(a1, s1)) if c > 0 else (_log_sub(a0, s0), _log_sub(a1, s1))
                 if max(s0, s1) < _SERIES_CUTOFF:
                     break
@@ -117,17 +122,86 @@ def _log_a_fractional(q: float, sigma: float, orders: np.ndarray) -> list[float]
                 unfinished.append(row)
             sums[row] = (a0, a1)
         todo, start, stop = unfinished, stop, 2 * stop
+        if todo and stop > _MAX_TERMS:
+            raise ValueError(f"the subsampled-Gaussian series at order {orders[todo[0]]:g} does not converge in double precision")
     return [_log_add(a0, a1) for a0, a1 in sums]
+
+
+_LOG_HALF, _LOG_TWO = math.log(0.5), math.log(2)
+
+
+def _log_half_erfc(x: float) -> float:
+    """ln(½ erfc(x)) = ln ½ + (ln 2 + ln Φ(−√2 x)), in the operations of Opacus' ``_log_erfc``."""
+    return _LOG_HALF + (_LOG_TWO + log_ndtr(-x * 2**0.5))
 
 
 @functools.lru_cache(maxsize=4096)
 def _log_binomials(alpha: float, start: int, stop: int) -> tuple[list[float], list[float]]:
-    """Generalised binomial coefficients C(α, k) for start ≤ k < stop and ln |C(α, k)|
-    (−inf where C is 0: k > α for an integer α)."""
-    from scipy import special
+    """For start ≤ k < stop: C(α, k) up to a positive scale (its sign, and 0 where C is 0:
+    k > α for an integer α) and ln |C(α, k)| (−inf where C is 0)."""
+    mantissas, scales = _binomial_row(alpha, stop)
+    logs = [math.log(abs(m)) + e if m != 0 else -math.inf for m, e in zip(mantissas[start:stop], scales[start:stop])]
+    return mantissas[start:stop], logs
 
-    coef = special.binom(alpha, np.arange(start, stop, dtype=float)).tolist()
-    return coef, [math.log(abs(c)) if c != 0 else -math.inf for c in coef]
+
+#: Below this k (after the symmetry C(n, k) = C(n, n − k) of an integer n), C(α, k) is the
+#: product below; from it on, the recurrence.
+_PRODUCT_BELOW = 20
+#: A coefficient of the recurrence below this (or above its inverse) is rescaled by it, so
+#: that it never underflows (or overflows: α in the hundreds).
+_RESCALE_BELOW = 1e-280
+
+
+@functools.lru_cache(maxsize=1024)
+def _binomial_row(alpha: float, stop: int) -> tuple[list[float], list[float]]:
+    """C(α, k) = m_k·e^{s_k} for 0 ≤ k < ``stop``, as the lists of m_k and s_k (s_k = 0 unless
+    the recurrence rescaled), where C(α, k) = α(α − 1)···(α − k + 1)/k! (A&S 3.1.4):
+
+    - k < 20 (after the symmetry of an integer α): the product ∏_{i=1}^{k} (i + α − k)/i, its
+      numerator and denominator multiplied separately and divided out whenever the
+      numerator passes 1e50: the value SciPy's ``binom`` gives, on which Opacus' terms are
+      built (these small-k terms dominate the series where ε is tiny);
+    - integer α, larger k: ``math.comb``, exact before its rounding to a double (and scaled
+      by a power of two where it would overflow one);
+    - fractional α, larger k: the recurrence C(α, k) = C(α, k − 1)·(α − k + 1)/k, with a
+      relative error of about √k ulp.
+    A row of ``stop`` > 64 extends the cached row of ``stop // 2`` (the series ask for rows
+    of doubling length)."""
+    n = float(alpha)
+    whole = n == math.floor(n)
+    mantissas, scales = (list(part) for part in _binomial_row(alpha, stop // 2)) if stop > 64 else ([], [])
+    for k in range(len(mantissas), stop):
+        small = n - k if whole and k > n / 2 else k
+        scale = 0.0
+        if whole and k > n:
+            value = 0.0
+        elif small < _PRODUCT_BELOW:
+            value = _binomial_product(n, float(small))
+        elif whole:
+            exact = math.comb(int(n), k)
+            shift = max(0, exact.bit_length() - 1000)  # beyond a double's range (α > 1000): keep the scale apart
+            value, scale = float(exact >> shift), shift * math.log(2)
+        else:
+            value, scale = mantissas[-1] * (n - k + 1) / k, scales[-1]
+            if abs(value) < _RESCALE_BELOW:
+                value, scale = value / _RESCALE_BELOW, scale + math.log(_RESCALE_BELOW)
+            elif abs(value) > 1 / _RESCALE_BELOW:
+                value, scale = value * _RESCALE_BELOW, scale - math.log(_RESCALE_BELOW)
+        mantissas.append(value)
+        scales.append(scale)
+    return mantissas, scales
+
+
+def _binomial_product(n: float, k: float) -> float:
+    """C(n, k) for a whole k < 20 as ∏_{i=1}^{k} (i + n − k)/i (see :func:`_binomial_row`)."""
+    num, den = 1.0, 1.0
+    for i in range(1, int(k) + 1):
+        num *= i + n - k
+        den *= i
+        if abs(num) > 1e50:
+            num /= den
+            den = 1.0
+    return num / den
 
 
 def _log_add(x: float, y: float) -> float:
