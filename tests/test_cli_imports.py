@@ -138,6 +138,16 @@ def test_a_command_that_computes_on_budgets_does_not_load_sqlite_utils(database,
     assert "sqlite_utils" not in outcome["loaded"]
 
 
+@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"]])
+def test_ranking_or_submitting_pending_pipelines_does_not_load_numpy_masked_arrays(database, args):
+    """``np.unique`` without indices loads ``numpy.ma`` (about 40 ms): the pending view, the
+    waiting reasons and a submission take the distinct values with ``set``."""
+    outcome = probe(*args, "--db", database, cwd=database.parent, watch=("numpy", "numpy.ma"))
+    assert outcome["code"] == 0
+    assert outcome["loaded"][0] == "numpy"
+    assert "numpy.ma" not in outcome["loaded"]
+
+
 def test_cancelling_a_pending_pipeline_loads_neither_numpy_nor_sqlite_utils(database):
     """Nothing is allocated to a pending pipeline: its cancellation moves no budget."""
     outcome = probe("cancel", "1", "--db", database, cwd=database.parent, watch=READ_PATH_HEAVY)

@@ -124,7 +124,7 @@ def pending_batches(db: Database, where: str, params: list) -> dict[int, Pending
     edge_ids, edge_datasets, edge_blocks = (np.array([row[i] for row in edges], dtype=np.int64) for i in range(3))
     dims = dict(db.execute("SELECT id, length(capacity) / 8 FROM datasets").fetchall())
     batches = {}
-    for dataset_id in np.unique(datasets).tolist():
+    for dataset_id in sorted(set(datasets.tolist())):  # not np.unique: it loads numpy.ma
         mine, edge_mine = datasets == dataset_id, np.flatnonzero(edge_datasets == dataset_id)
         batches[dataset_id] = PendingBatch(
             pipeline_ids=ids[mine],

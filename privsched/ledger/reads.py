@@ -139,7 +139,7 @@ class Reader:
             "SELECT b.id, bal.capacity, bal.unlocked FROM blocks b JOIN balances bal ON bal.block_id = b.id "
             "WHERE b.dataset_id = ? AND (b.state = 'active' OR b.id IN (SELECT value FROM json_each(?))) "
             "ORDER BY b.id",
-            [info.id, json.dumps(np.unique(pipelines.edge_block).tolist())],
+            [info.id, json.dumps(sorted(set(pipelines.edge_block.tolist())))],  # not np.unique: it loads numpy.ma
         )
         return PendingView(
             accounting=info.accounting,

@@ -293,7 +293,7 @@ def waiting_reasons(
             refused = quota(int(snapshot.pipeline_ids[p]), blocks.tolist(), demand[edges], snapshot.capacity[snapshot.edge_block[edges]])
             if refused is not None:
                 over[p] = (refused[0], block_keys.get(int(blocks[refused[1]])))
-    budget_short = np.setdiff1d(np.unique(snapshot.edge_pipeline[~fits]), list(over))
+    budget_short = np.array(sorted(set(snapshot.edge_pipeline[~fits].tolist()) - over.keys()), dtype=np.intp)  # no numpy.ma
     outlooks = {} if unlock is None else _outlooks(snapshot, required, block_ids, unlock, budget_short, block_keys, water)
     reasons = []
     for p in range(count):
