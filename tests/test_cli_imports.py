@@ -184,3 +184,29 @@ def test_commands_reach_the_ledger_only_through_a_client():
                     f"{path.name}:{node.lineno} imports {node.module}"
                 )
             assert not (isinstance(node, ast.Name) and node.id in ("Ledger", "Identities")), f"{path.name}:{node.lineno} names {node.id}"
+
+
+#: Runs ``privsched <argv>`` through ``main`` and prints the threads of NumPy's OpenBLAS.
+BLAS_PROBE = """
+import json, sys
+from privsched.cli import main
+from threadpoolctl import threadpool_info
+sys.argv = ["privsched", *sys.argv[1:]]
+try:
+    main()
+except SystemExit as exit:
+    code = exit.code
+print(json.dumps({"code": code, "threads": [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]}))
+"""
+
+
+@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"]])
+@pytest.mark.parametrize(("user", "threads"), [(None, 1), ("2", 2)])
+def test_a_submission_or_waiting_reason_loads_numpy_with_one_blas_thread_unless_the_user_set_it(database, args, user, threads):
+    env = {k: v for k, v in os.environ.items() if k not in ("PRIVSCHED_DB", "OPENBLAS_NUM_THREADS")}
+    env["PYTHONPATH"] = str(REPO)
+    if user is not None:
+        env["OPENBLAS_NUM_THREADS"] = user
+    argv = [sys.executable, "-c", BLAS_PROBE, *args, "--db", str(database)]
+    result = subprocess.run(argv, cwd=database.parent, env=env, capture_output=True, text=True)
+    assert json.loads(result.stdout.splitlines()[-1]) == {"code": 0, "threads": [threads]}
