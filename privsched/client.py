@@ -408,9 +408,10 @@ class Client(BudgetReads):
         path = self.log_path(pipeline_id)
         return path.read_text(errors="replace") if path.exists() else ""
 
-    def reasons(self, dataset: str | None = None, policy: Any = None) -> dict[int, WaitingReason]:
+    def reasons(self, dataset: str | None = None, policy: Any = None, *, pipeline_id: int | None = None) -> dict[int, WaitingReason]:
         """Why each pending or granted pipeline (of ``dataset``, else of every dataset) waits
-        (:mod:`privsched.service.waiting`). ``policy``: the serving
+        (:mod:`privsched.service.waiting`); with ``pipeline_id``, why that one waits (ranked
+        among all, the others' reasons not computed). ``policy``: the serving
         :class:`~privsched.policies.base.PolicySpec` (or just its ranking
         :class:`~privsched.policies.base.Policy`); by default the policy the last scheduler
         recorded, else arrival order and no unlock estimate."""
@@ -434,14 +435,14 @@ class Client(BudgetReads):
                 keys = {b.id: b.key for b in blocks}
                 quota = None if quotas is None else (lambda p, b, d, c, i=info: quotas.refusal(p, i.id, b, d, c, i.accounting))
                 unlock = None if rule is None else self._unlock_state(name, view, blocks, rule, now)
-                waiting = waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock, reserved=reserved)
+                waiting = waiting_reasons(view, keys, ranking, quota=quota, unlock=unlock, reserved=reserved, only=pipeline_id)
                 found.update((r.pipeline_id, r) for r in waiting)
         finally:
             db.close()
         granted = self.ledger.list_pipelines(states=["granted"])
         if granted:
             reasons = compute_reasons(granted, self.ledger.list_pipelines(states=["running"]), self.pool())
-            mine = {info.id for info in granted if dataset is None or info.dataset == dataset}
+            mine = {info.id for info in granted if (dataset is None or info.dataset == dataset) and pipeline_id in (None, info.id)}
             found.update((r.pipeline_id, r) for r in reasons if r.pipeline_id in mine)
         return found
 

@@ -342,11 +342,13 @@ class RemoteClient(BudgetReads):
             if not chunk or ended:
                 return "".join(text)
 
-    def reasons(self, dataset: str | None = None, policy: None = None) -> dict[int, WaitingReason]:
-        """Why each pending pipeline waits, ranked in the serving scheduler's order."""
+    def reasons(self, dataset: str | None = None, policy: None = None, *, pipeline_id: int | None = None) -> dict[int, WaitingReason]:
+        """Why each pending pipeline waits (with ``pipeline_id``: that one), ranked in the
+        serving scheduler's order."""
         from privsched.service.waiting import WaitingReason
 
-        return {r["pipeline_id"]: WaitingReason(**r) for r in self.request("GET", "/v1/reasons", query={"dataset": dataset})}
+        found = self.request("GET", "/v1/reasons", query={"dataset": dataset})
+        return {r["pipeline_id"]: WaitingReason(**r) for r in found if pipeline_id in (None, r["pipeline_id"])}
 
     def scheduler(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["holder"]

@@ -47,6 +47,9 @@ def test_a_team_at_its_quota_gets_the_quota_as_its_reason_and_no_unlock_estimate
         other = rita.submit(spec(dataset="fresh", blocks=["c0"], epsilon=0.3))  # team red: no quota
         created = local.blocks("fresh")[0].created_at
         here = local.reasons("fresh")
+        alone = {i: local.reasons("fresh", pipeline_id=i) for i in (held.id, over.id, other.id)}
+    assert alone == {i: {i: here[i]} for i in here} and len(here) == 3  # each alone, as among all (the granted one: compute)
+    assert bob.reasons("fresh", pipeline_id=other.id) == {other.id: here[other.id]}
     why, theirs = bob.reasons("fresh")[over.id], here[other.id]
     assert (why.code, why.team, why.block, why.unlock, why.fits_at) == ("quota", "blue", "c0", None, None)
     assert "no unlock lifts it" in why.text() and why.short() == "quota blue c0"
@@ -84,6 +87,7 @@ def test_round_robin_estimates_count_what_the_scheduler_has_already_set_aside(tm
     assert client.runs.recorded_reservations()[(first.id, client.blocks("d")[0].id)] == pytest.approx([0.5, 0.0])
     late = client.submit(pipeline(["b0"], 0.6))
     reasons = client.reasons("d")
+    assert {i: client.reasons("d", pipeline_id=i)[i] for i in (first.id, late.id)} == reasons  # each alone, as among all
     why = reasons[first.id]
     assert (why.unlocked, why.demand, why.shares) == (pytest.approx(0.0), pytest.approx(0.2), 1)  # 0.1 more for each
     assert why.fits_at == pytest.approx(created + 0.7 * LIFETIME, abs=1.0)

@@ -174,7 +174,7 @@ def status(
     _one_blas_thread()  # its budgets and waiting reason load NumPy
     with _client(db) as client, errors():
         info, dataset, grants = client.grants(pipeline_id)
-        reason = client.reasons(info.dataset).get(pipeline_id) if info.state in ("pending", "granted") else None
+        reason = client.reasons(info.dataset, pipeline_id=pipeline_id).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
         by, caused = _caused_by(client.events(pipeline_id=pipeline_id))
     acc, delta = dataset.accounting, dataset.delta

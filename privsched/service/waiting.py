@@ -250,6 +250,7 @@ def waiting_reasons(
     quota: Callable | None = None,
     unlock: UnlockState | None = None,
     reserved: Mapping[tuple[int, int], np.ndarray] | None = None,
+    only: int | None = None,
 ) -> list[WaitingReason]:
     """The reason of every pending pipeline in ``view``; ``block_keys`` maps block ids to
     keys. Ranks follow ``policy.order`` when the policy orders pipelines one by one
@@ -260,7 +261,8 @@ def waiting_reasons(
     pipeline short of budget also says when the rule will have released enough (module
     docstring). Under round robin, ``reserved`` are the scheduler's reservations (by pipeline
     id and block id), and a pipeline fits once the unreserved budget fills it beside the
-    others waiting on its blocks (module docstring)."""
+    others waiting on its blocks (module docstring). With ``only`` (a pipeline id), the
+    reason of that pipeline alone, ranked among all (none if it is not pending)."""
     from privsched.policies.base import orders_per_pipeline
     from privsched.policies.fcfs import FirstComeFirstServed
     from privsched.policies.round_robin import RoundRobin
@@ -276,6 +278,7 @@ def waiting_reasons(
         order, order_name = policy.order(snapshot), policy.name
     else:
         order, order_name = FirstComeFirstServed().order(snapshot), "arrival"
+    wanted = range(count) if only is None else np.flatnonzero(snapshot.pipeline_ids == only).tolist()
     rank = np.empty(count, dtype=np.intp)
     rank[order] = np.arange(1, count + 1)
 
@@ -287,16 +290,17 @@ def waiting_reasons(
 
     over = {}
     if quota is not None:
-        for p in range(count):
+        for p in wanted:
             edges = np.flatnonzero(snapshot.edge_pipeline == p)
             blocks = block_ids[snapshot.edge_block[edges]]
             refused = quota(int(snapshot.pipeline_ids[p]), blocks.tolist(), demand[edges], snapshot.capacity[snapshot.edge_block[edges]])
             if refused is not None:
                 over[p] = (refused[0], block_keys.get(int(blocks[refused[1]])))
-    budget_short = np.array(sorted(set(snapshot.edge_pipeline[~fits].tolist()) - over.keys()), dtype=np.intp)  # no numpy.ma
+    short_of_budget = set(snapshot.edge_pipeline[~fits].tolist()).intersection(wanted) - over.keys()
+    budget_short = np.array(sorted(short_of_budget), dtype=np.intp)  # not np.setdiff1d: it loads numpy.ma
     outlooks = {} if unlock is None else _outlooks(snapshot, required, block_ids, unlock, budget_short, block_keys, water)
     reasons = []
-    for p in range(count):
+    for p in wanted:
         edges = np.flatnonzero(snapshot.edge_pipeline == p)
         turn = WaitingReason(pipeline_id=int(snapshot.pipeline_ids[p]), code="turn", rank=int(rank[p]), pending=count, order=order_name)
         short = edges[~fits[edges]]
