@@ -94,9 +94,10 @@ class Checkout:
         return [self.python, "-m", "privsched", *words]
 
 
-def prepare(label: str, repo: Path, python: str, work: Path, blocks: int, repeats: int, cold: bool) -> Checkout:
+def prepare(label: str, repo: Path, python: str, work: Path, blocks: int, repeats: int, cold: bool, pending: int = 0) -> Checkout:
     """A checkout's environment and a database of one RDP dataset with ``blocks`` blocks and
-    ``repeats`` pending statistic pipelines (for ``cancel`` to cancel)."""
+    ``repeats`` pending statistic pipelines (for ``cancel`` to cancel), then ``pending``
+    more submitted in one transaction through the Python API (``list`` and ``status`` rank them)."""
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PRIVSCHED_DB", "PYTHONDONTWRITEBYTECODE")}
     env["PYTHONPATH"] = str(repo)
@@ -116,6 +117,9 @@ def prepare(label: str, repo: Path, python: str, work: Path, blocks: int, repeat
         timed(setup, env, work)
     for _ in range(repeats):
         timed(checkout.cli("submit", str(work / "statistic.json"), "--db", db), env, work)
+    if pending:
+        more = f"import privsched as ps; ps.connect({db!r}).submit_many([{STATISTIC!r}] * {pending})"
+        subprocess.run([python, "-c", more], env=env, cwd=work, check=True)
     return checkout
 
 
@@ -145,6 +149,7 @@ def commands(c: Checkout) -> list[tuple[str, Callable[[int], list[str]]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pending", type=int, default=0, help="Further pending pipelines for list and status to rank.")
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--repo", type=Path, default=REPO, help="Checkout whose privsched is measured.")
     parser.add_argument("--python", default=sys.executable, help="Interpreter of that checkout's environment.")
@@ -155,7 +160,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        setup = (args.blocks, args.repeats, args.no_bytecode_cache)
+        setup = (args.blocks, args.repeats, args.no_bytecode_cache, args.pending)
         after = prepare("after", args.repo.resolve(), args.python, work / "after", *setup)
         before = None
         if args.before is not None:
@@ -175,7 +180,8 @@ def main() -> None:
             flags = ("--no-plots", "--plots") if "--no-plots" in options else ("",)  # earlier versions always plot
             simulations = [(flag, simulate_times(after.cli, flag, args.repeats, after.env, after.work)) for flag in flags]
     cache = "no bytecode cache" if args.no_bytecode_cache else "bytecode cached"
-    print(f"privsched at {args.repo.resolve()}, median of {args.repeats} whole-process runs, {args.blocks} blocks, {cache}")
+    database = f"{args.blocks} blocks, {args.repeats + args.pending} pending"
+    print(f"privsched at {args.repo.resolve()}, median of {args.repeats} whole-process runs, {database}, {cache}")
     bare = rows[0][1][-1][0]
     if before is None:
         print(f"| command | wall s | CPU s | wall − python -c pass | × python -c pass | ≤ {TARGET_S} s wall |")
