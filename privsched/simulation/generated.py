@@ -193,12 +193,27 @@ def _block_lists(w: GeneratedTrace, rank: np.ndarray, block_arrival: np.ndarray,
 def mechanism_demand(description: str, accounting: Accounting) -> np.ndarray:
     """The demand vector :func:`~privsched.budgets.mechanisms.demand_vector` gives the
     mechanism described by ``description`` (its JSON text), read-only: computed once per
-    process, as it is a deterministic function of public parameters."""
-    from privsched.budgets.mechanisms import demand_vector, parse_mechanism
+    process, as it is a deterministic function of public parameters. A subsampled Gaussian
+    of T steps costs T times one step under RDP (composition, Mironov 2017, Prop. 1), which
+    is how :func:`~privsched.budgets.sgm.subsampled_gaussian_curve` computes it: one step's
+    curve is computed once per (q, σ) and multiplied, giving the same vector."""
+    from privsched.budgets.mechanisms import SubsampledGaussian, demand_vector, parse_mechanism
 
-    vector = demand_vector(parse_mechanism(description), accounting)
+    mechanism = parse_mechanism(description)
+    if accounting.is_rdp and isinstance(mechanism, SubsampledGaussian):
+        vector = _subsampled_gaussian_step(mechanism.sample_rate, mechanism.noise_multiplier, accounting.alphas) * mechanism.steps
+    else:
+        vector = demand_vector(mechanism, accounting)
     vector.setflags(write=False)
     return vector
+
+
+@lru_cache(maxsize=1024)
+def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float, alphas: tuple[float, ...]) -> np.ndarray:
+    """RDP curve of one Poisson-subsampled Gaussian step (Mironov, Talwar & Zhang 2019, §3.3)."""
+    from privsched.budgets.sgm import subsampled_gaussian_curve
+
+    return subsampled_gaussian_curve(sample_rate, noise_multiplier, 1, alphas)
 
 
 def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.ndarray:
