@@ -93,11 +93,13 @@ def live_charge(job: dict, epsilon: float, delta: float, accounting: str) -> dic
     return _live_charge(tuple(sorted(job.items())), epsilon, delta, accounting).model_dump()
 
 
-def _elephant(rng: np.random.Generator, accounting: str) -> tuple[dict, int]:
-    _, model, base, sample_rate, epochs = MODELS[rng.integers(len(MODELS))]
-    epsilon = float(ELEPHANT_EPSILONS[rng.integers(len(ELEPHANT_EPSILONS))])
-    blocks = blocks_needed(base, epsilon)
-    return {"mechanism": live_charge(elephant_job(model, sample_rate, epochs), epsilon, ELEPHANT_DELTA, accounting)}, blocks
+def _mouse(epsilon: float, accounting: str) -> dict:
+    return {"mechanism": live_charge(MOUSE_JOB, epsilon, 0.0, accounting)}
+
+
+def _elephant(model: int, epsilon: float, accounting: str) -> dict:
+    _, job_model, _, sample_rate, epochs = MODELS[model]
+    return {"mechanism": live_charge(elephant_job(job_model, sample_rate, epochs), epsilon, ELEPHANT_DELTA, accounting)}
 
 
 def macrobenchmark(
@@ -123,16 +125,24 @@ def macrobenchmark(
     horizon = days * block_period if duration is None else duration
     times = poisson_arrivals(rng, pipelines_per_day / block_period, horizon)
     demands: dict[str, int] = {}  # a demand description (as JSON) -> its index
+    drawn: dict[tuple, int] = {}  # what a pipeline drew (its kind, model and ε) -> its demand's index
     demand, last, elephant = np.zeros(len(times), dtype=np.intp), np.zeros(len(times), dtype=np.int64), np.zeros(len(times), dtype=np.intp)
     for i in range(len(times)):
         if rng.random() < 0.75:
             epsilon = float(MICE_EPSILONS[rng.integers(len(MICE_EPSILONS))])
             target = MICE_TARGETS[rng.integers(len(MICE_TARGETS))]
-            description, last[i] = {"mechanism": live_charge(MOUSE_JOB, epsilon, 0.0, accounting)}, blocks_needed(target, epsilon)
+            key: tuple = ("mouse", epsilon)
+            last[i] = blocks_needed(target, epsilon)
         else:
-            description, last[i] = _elephant(rng, accounting)
+            model = int(rng.integers(len(MODELS)))
+            epsilon = float(ELEPHANT_EPSILONS[rng.integers(len(ELEPHANT_EPSILONS))])
+            key = ("elephant", model, epsilon)
+            last[i] = blocks_needed(MODELS[model][2], epsilon)
             elephant[i] = 1
-        demand[i] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
+        if key not in drawn:
+            description = _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(model, epsilon, accounting)
+            drawn[key] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
+        demand[i] = drawn[key]
     return GeneratedTrace(
         accounting=accounting,
         block_ids=[f"day{d}" for d in range(days)],
