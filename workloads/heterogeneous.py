@@ -335,6 +335,8 @@ def heterogeneous(
     times = poisson_arrivals(rng, rate, duration)
     if batch:
         times = np.ceil(times / batch) * batch
+        if not np.all(np.isfinite(times)):
+            raise ValueError(f"batch {batch!r} is so small that arrival times overflow: they must be finite")
     n = len(times)
     chosen_bin = rng.choice(len(bins), size=n, p=p_bin)
     pick = rng.random(n)
