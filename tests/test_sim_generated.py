@@ -153,3 +153,13 @@ def test_the_generated_heterogeneous_workload_compiles_to_the_arrays_of_its_vali
         block_selection=selection, timeout=timeout, **sizes[demands],
     )
     assert_generated_equals_validated(generated)
+
+
+def test_generating_the_default_heterogeneous_workload_imports_no_scipy():
+    code = (
+        "import sys, workloads\n"
+        "instance = workloads.generate('heterogeneous', duration=30.0).instance\n"
+        "print(instance.n_pipelines > 0, 'scipy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == ["True", "False"]
