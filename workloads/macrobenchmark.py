@@ -79,11 +79,11 @@ def _live_charge(job: tuple, epsilon: float, delta: float, accounting: str) -> M
     spec = parse_job(dict(job))
     if isinstance(spec, DPSGDJob) and not mode.is_rdp:
         # Under basic composition a DP-SGD plan is charged (ε − ε_acc, δ) and ε_acc, whatever
-        # noise σ reaches them: the σ the live scheduler calibrates (and every plan here has
+        # noise σ reaches them (the charge holds no σ): the σ the live scheduler calibrates (and every plan here has
         # one, tests/test_workloads_live_charges.py) is not part of the charge, so it is not
         # computed (the subsampled-Gaussian accountant is most of the workload's generation).
         validate_epsilon_delta(epsilon, delta)
-        return dpsgd_mechanism(spec, math.nan, epsilon, delta, mode)
+        return dpsgd_mechanism(spec, None, epsilon, delta, mode)
     return plan_mechanism(dict(job), epsilon, delta, mode)
 
 
