@@ -94,6 +94,13 @@ def test_a_small_generated_workload_compiles_like_its_trace():
     assert_generated_equals_validated(small(accounting="rdp"))
 
 
+def test_a_small_generated_workload_with_block_lists_and_curves_compiles_like_its_trace():
+    lists = (np.array([0, 1, 3, 4]), np.array([0, 1, 0, 1]))
+    curves = np.array([[0.3, 1e-8], [0.0, 0.0]])
+    timeout = np.array([10.0, np.inf, 10.0])
+    assert_generated_equals_validated(small(last=None, block_lists=lists, demand=np.array([2, 3, 0]), curves=curves, timeout=timeout))
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
@@ -107,6 +114,12 @@ def test_a_small_generated_workload_compiles_like_its_trace():
         ({"block_epsilon": np.array([1.0, 0.0])}, r"blocks\[1\] 'b1'"),
         ({"accounting": "zcdp"}, "accounting must be 'basic' or 'rdp'"),
         ({"classes": ("mice\n",)}, "not a printable name"),
+        ({"last": None, "block_lists": (np.array([0, 1, 1, 2]), np.array([0, 0]))}, r"pipelines\[1\] 'p1': asks for no block"),
+        ({"last": None, "block_lists": (np.array([0, 1, 3, 4]), np.array([0, 1, 1, 0]))}, r"pipelines\[1\] 'p1': lists a block twice"),
+        ({"last": None, "block_lists": (np.array([0, 1, 2, 3]), np.array([1, 0, 0]))}, r"pipelines\[0\] 'p0': arrives before one"),
+        ({"last": None, "block_lists": (np.array([0, 1, 2, 3]), np.array([0, 2, 0]))}, r"pipelines\[1\] 'p1': asks for an unknown block"),
+        ({"demand": np.array([0, 2, 0]), "curves": np.array([[0.1, -1.0]])}, r"pipelines\[1\] 'p1': explicit demand values"),
+        ({"demand": np.array([0, 3, 0])}, r"pipelines\[1\] 'p1': names no generated demand"),
     ],
 )
 def test_a_generated_workload_that_no_trace_could_hold_is_refused_naming_the_entry(changes, message):
@@ -123,3 +136,30 @@ def test_simulating_a_generated_microbenchmark_imports_no_trace_model_nor_anothe
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert done.stdout.split(" ", 3) == ["True", "False", "False", "['admission', 'base', 'dpf', 'fcfs', 'registry', 'unlock']\n"]
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 2**32),
+    selection=st.sampled_from(["latest", "random"]),
+    demands=st.sampled_from(["mechanism", "scaled", "bent"]),
+    timeout=st.none() | st.floats(0.01, 1e4),
+)
+def test_the_generated_heterogeneous_workload_compiles_to_the_arrays_of_its_validated_trace(seed, selection, demands, timeout):
+    scaled = {"size_mean": 0.05, "size_std": 0.01}
+    sizes = {"mechanism": {}, "scaled": scaled, "bent": {**scaled, "range_mean": 0.05, "range_std": 0.03}}
+    generated = workloads.generate(
+        "heterogeneous", seed=seed, duration=40.0, tasks_per_block=8, initial_blocks=2, blocks_mean=3, max_blocks=6,
+        block_selection=selection, timeout=timeout, **sizes[demands],
+    )
+    assert_generated_equals_validated(generated)
+
+
+def test_generating_the_default_heterogeneous_workload_imports_no_scipy():
+    code = (
+        "import sys, workloads\n"
+        "instance = workloads.generate('heterogeneous', duration=30.0).instance\n"
+        "print(instance.n_pipelines > 0, 'scipy' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
+    assert done.stdout.split() == ["True", "False"]

@@ -20,7 +20,7 @@ from privsched.budgets import (
 )
 from privsched.trainers.builtin import BUILTIN_KINDS, plan_mechanism
 from privsched.trainers.models import INPUTS
-from privsched.trainers.plans import MODEL_NAMES, DPSGDPlan, calibrate_noise, charged_plan, parse_job
+from privsched.trainers.plans import MODEL_NAMES, DPSGDPlan, calibrate_noise, charged_plan, dpsgd_mechanism, parse_job
 from privsched.statistics.release import noise_of
 
 DPSGD = {"kind": "dpsgd", "model": "mlp", "sample_rate": 0.02, "epochs": 3, "lr": 0.1}
@@ -108,6 +108,13 @@ def test_the_charged_plan_of_a_basic_dpsgd_job_is_calibrated_from_its_charged_ep
     plan = charged_plan(job, charged, 1e-3)
     assert plan.delta == 1e-9 and plan.accuracy_epsilon == pytest.approx(0.05) and plan.steps == job.steps
     assert plan.noise_multiplier == calibrate_noise(job.sample_rate, job.steps, 0.45, 1e-9)
+
+
+def test_a_basic_dpsgd_charge_needs_no_noise_multiplier_and_an_rdp_one_refuses_none():
+    job = parse_job(DPSGD)
+    assert dpsgd_mechanism(job, None, 0.5, 1e-9, Accounting.basic()) == plan_mechanism(DPSGD, 0.5, 1e-9, Accounting.basic())
+    with pytest.raises(ValueError, match="noise multiplier"):
+        dpsgd_mechanism(job, None, 0.5, 1e-9, Accounting.rdp())
 
 
 @pytest.mark.parametrize(

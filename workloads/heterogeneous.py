@@ -83,20 +83,19 @@ blocks are contended by different tasks and may have different best orders.
 
 from __future__ import annotations
 
+import json
 import math
 from functools import lru_cache
 from typing import Annotated, NamedTuple
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting
 from privsched.budgets.capacity import rdp_capacity
-from privsched.budgets.mechanisms import demand_vector, parse_mechanism
+from privsched.simulation.generated import GeneratedTrace, mechanism_demand
 from privsched.simulation.params import Between
-from privsched.simulation.trace import Trace, parse_trace
 from privsched.statistics.queries import StatisticJob, statistic_mechanism
-from workloads.microbenchmarks import MAX_BLOCKS, MAX_PIPELINES, periodic_blocks, poisson_arrivals
+from workloads.microbenchmarks import MAX_BLOCKS, MAX_PIPELINES, block_times, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
 #: Normalised sizes a zoo curve may have (exclusive bounds), as in the paper's artifact.
@@ -109,6 +108,7 @@ RANGE_ALPHAS = (4.0, 5.0, 6.0, 8.0)
 RANGE_BOUNDS = (0.0, math.inf)
 BLOCK_SELECTIONS = ("latest", "random")
 FAMILIES = ("gaussian", "laplace", "dp-ftrl", "laplace+gaussian", "laplace+laplace", "dp-sgd")
+FAMILY_INDEX = {family: i for i, family in enumerate(FAMILIES)}
 
 _NOISE_GRID = np.geomspace(0.01, 10, 100)
 _COMPOSITION_GRID = (0.05, 0.1, 0.5, 1, 2, 3, 4, 5)
@@ -152,7 +152,7 @@ def _candidates() -> list[tuple[str, dict]]:
 
 def charged_curve(mechanism: dict) -> np.ndarray:
     """The curve the ledger charges for ``mechanism`` on the workload's orders."""
-    return demand_vector(parse_mechanism(mechanism), RDP)
+    return mechanism_demand(json.dumps(mechanism, sort_keys=True), RDP)
 
 
 def normalized(curve: np.ndarray) -> np.ndarray:
@@ -233,6 +233,8 @@ def truncated_normal(rng: np.random.Generator, mean: float, std: float, n: int, 
     low, high = bounds
     if std == 0:
         return np.full(n, float(mean))
+    from scipy.special import ndtr, ndtri  # only sized or bent workloads draw from it
+
     a, b = ndtr((low - mean) / std), ndtr((high - mean) / std)
     return np.clip(mean + std * ndtri(a + rng.random(n) * (b - a)), low, high)
 
@@ -244,17 +246,17 @@ def curve_range(share: np.ndarray) -> np.ndarray:
     return window.max(axis=-1) - window.min(axis=-1)
 
 
-def bend(curve: np.ndarray, spread: float) -> np.ndarray:
-    """The synthetic demand whose normalised curve is ``curve``'s stretched about its size
-    ε_min so that its range over :data:`RANGE_ALPHAS` is ``spread`` (module docstring,
-    "Curve range"): ``n' = ε_min + spread / R · (n − ε_min)`` at live orders, ``curve``'s
-    own values at dead ones."""
-    share = normalized(curve)
+def bend(curves: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """The synthetic demands whose normalised curves are ``curves``' rows stretched about
+    their size ε_min so that each one's range over :data:`RANGE_ALPHAS` is its ``spread``
+    (module docstring, "Curve range"): ``n' = ε_min + spread / R · (n − ε_min)`` at live
+    orders, the row's own values at dead ones."""
+    share = normalized(curves)
     live = np.isfinite(share)
-    size = share[live].min()
+    size = np.where(live, share, np.inf).min(axis=-1, keepdims=True)
     capacity = rdp_capacity(BLOCK_EPSILON, BLOCK_DELTA, DEFAULT_ALPHAS)
-    stretched = size + spread / curve_range(share) * (share - size)
-    return np.where(live, np.where(live, stretched, 0.0) * capacity, curve)
+    stretched = size + np.asarray(spread, dtype=float)[..., None] / curve_range(share)[..., None] * (share - size)
+    return np.where(live, np.where(live, stretched, 0.0) * capacity, curves)
 
 
 def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
@@ -308,7 +310,7 @@ def heterogeneous(
     range_mean: float | None = None,
     range_std: float = 0.0,
     block_selection: str = "latest",
-) -> Trace:
+) -> GeneratedTrace:
     """Blocks every ``block_interval`` s; tasks drawn from the curve zoo (see the module
     docstring) at ``rate`` per second (default: ``tasks_per_block`` per block period).
     With ``size_mean``, each task's curve is scaled to a size drawn from a normal
@@ -322,40 +324,55 @@ def heterogeneous(
     check_sizes(size_mean, size_std)
     check_ranges(range_mean, range_std)
     check_block_selection(block_selection)
-    families, mechanisms, best, size, curves = zoo()
+    families, mechanisms, best, size, zoo_curves = zoo()
     bins = np.unique(best)
     p_bin = bin_probabilities(alpha_std, bins)
     p_blocks = block_count_probabilities(blocks_mean, blocks_std, max_blocks)
     members = [np.flatnonzero(best == b) for b in bins]
 
     rng = np.random.default_rng(seed)
-    blocks = periodic_blocks(initial_blocks, block_interval, duration, BLOCK_EPSILON, BLOCK_DELTA)
+    block_arrival = block_times(initial_blocks, block_interval, duration)
     times = poisson_arrivals(rng, rate, duration)
     if batch:
         times = np.ceil(times / batch) * batch
+        if not np.all(np.isfinite(times)):
+            raise ValueError(f"batch {batch!r} is so small that arrival times overflow: they must be finite")
     n = len(times)
     chosen_bin = rng.choice(len(bins), size=n, p=p_bin)
     pick = rng.random(n)
-    curve = [int(members[b][int(u * len(members[b]))]) for b, u in zip(chosen_bin.tolist(), pick.tolist())]
+    curve = np.array([int(members[b][int(u * len(members[b]))]) for b, u in zip(chosen_bin.tolist(), pick.tolist())], dtype=np.intp)
     last = rng.choice(np.arange(1, max_blocks + 1), size=n, p=p_blocks)
     scale = np.ones(n) if size_mean is None else truncated_normal(rng, size_mean, size_std, n) / size[curve]
     spread = None if range_mean is None else truncated_normal(rng, range_mean, range_std, n, RANGE_BOUNDS)
-    existing = np.searchsorted([b["arrival"] for b in blocks], times, side="right")
-    pipelines = []
-    for i, t in enumerate(times.tolist()):
-        entry: dict = {"id": f"p{i}", "arrival": t, "blocks": {"last": int(last[i])}}
-        if block_selection == "random":
-            chosen = rng.choice(int(existing[i]), size=min(int(last[i]), int(existing[i])), replace=False)
-            entry["blocks"] = [blocks[j]["id"] for j in sorted(chosen.tolist())]
-        demand = scale[i] * curves[curve[i]]
+    block_lists = None
+    if block_selection == "random":
+        existing = np.searchsorted(block_arrival, times, side="right")
+        chosen = [np.sort(rng.choice(int(e), size=min(int(k), int(e)), replace=False)) for e, k in zip(existing.tolist(), last.tolist())]
+        start = np.concatenate([[0], np.cumsum([len(c) for c in chosen], dtype=np.int64)])
+        block_lists = (start, np.concatenate([np.zeros(0, np.int64), *chosen]))
+    if size_mean is None and spread is None:
+        used, demand = np.unique(curve, return_inverse=True)
+        demands: tuple[dict, ...] = tuple({"mechanism": mechanisms[u]} for u in used.tolist())
+        curves = None
+    else:
+        demand, demands = np.arange(n), ()
+        curves = scale[:, None] * zoo_curves[curve]
         if spread is not None:
-            entry["curve"] = bend(demand, spread[i]).tolist()
-        elif size_mean is not None:
-            entry["curve"] = demand.tolist()
-        else:
-            entry["mechanism"] = mechanisms[curve[i]]
-        entry["class"] = families[curve[i]]
-        if timeout is not None:
-            entry["timeout"] = timeout
-        pipelines.append(entry)
-    return parse_trace({"accounting": "rdp", "blocks": blocks, "pipelines": pipelines})
+            curves = bend(curves, spread)
+    return GeneratedTrace(
+        accounting="rdp",
+        block_ids=[f"b{j}" for j in range(len(block_arrival))],
+        block_arrival=block_arrival,
+        block_epsilon=np.full(len(block_arrival), BLOCK_EPSILON),
+        block_delta=np.full(len(block_arrival), BLOCK_DELTA),
+        pipeline_ids=[f"p{i}" for i in range(n)],
+        arrival=times,
+        last=None if block_lists is not None else last,
+        demand=demand.reshape(-1),
+        demands=demands,
+        timeout=np.full(n, math.inf if timeout is None else timeout),
+        klass=np.array([FAMILY_INDEX[families[c]] for c in curve.tolist()], dtype=np.intp),
+        classes=FAMILIES,
+        curves=curves,
+        block_lists=block_lists,
+    )

@@ -1,7 +1,8 @@
 """A generated workload held as columns and compiled in bulk (docs/design.md §5).
 
 A workload generator knows the shape of what it makes: every pipeline asks for the last k
-blocks existing at its arrival, and its demand is one of a few descriptions. Validating
+blocks existing at its arrival (or for a list of blocks, given as index arrays), and its
+demand is one of a few descriptions or a row of a table of explicit curves. Validating
 each of tens of thousands of entries as a trace document would cost more than simulating
 them, so a :class:`GeneratedTrace` keeps the columns, checks them as whole NumPy arrays
 and builds the simulator's :class:`~privsched.simulation.instance.Instance` directly, with
@@ -15,15 +16,16 @@ unless one of its demands is a mechanism description.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import MAX_EPSILON, MIN_EPSILON, check_delta, check_number
+from privsched.budgets.bounds import MAX_DEMAND, MAX_EPSILON, MIN_EPSILON, check_delta, check_number
 from privsched.budgets.capacity import block_capacity
 from privsched.simulation.instance import Instance, plain_demand
 from privsched.simulation.limits import MAX_TIME, TraceError
@@ -35,12 +37,15 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, eq=False)
 class GeneratedTrace:
-    """A generated workload: blocks, and pipelines each asking for its ``last`` k blocks.
+    """A generated workload: blocks, and pipelines each asking for its ``last`` k blocks or,
+    when ``block_lists`` is given instead, for its own list of blocks: pipeline i's are
+    ``block_lists[1][block_lists[0][i]:block_lists[0][i + 1]]``, indices into ``block_ids``.
 
     ``demand`` and ``klass`` index ``demands`` (each ``{"epsilon": ε, "delta": δ}``, a plain
     (ε, δ), or ``{"mechanism": {...}}``, a mechanism description, as in a trace) and
-    ``classes``. Arrays are per block or per pipeline, in any order (compiled stably by
-    arrival, as a trace is)."""
+    ``classes``; a ``demand`` of ``len(demands) + r`` is row r of ``curves``, an explicit
+    demand curve (a trace's ``curve``). An infinite ``timeout`` is none. Arrays are per block
+    or per pipeline, in any order (compiled stably by arrival, as a trace is)."""
 
     accounting: str  # "basic" or "rdp"
     block_ids: list[str]
@@ -49,12 +54,14 @@ class GeneratedTrace:
     block_delta: np.ndarray  # δ_G
     pipeline_ids: list[str]
     arrival: np.ndarray  # seconds
-    last: np.ndarray  # k: the pipeline asks for the last k blocks existing at its arrival
+    last: np.ndarray | None  # k: the pipeline asks for the last k blocks existing at its arrival
     demand: np.ndarray  # index into ``demands``
     demands: tuple[dict[str, Any], ...]
     timeout: np.ndarray  # seconds
     klass: np.ndarray  # index into ``classes``
     classes: tuple[str, ...]
+    curves: np.ndarray | None = None  # (C, K) explicit demand curves
+    block_lists: tuple[np.ndarray, np.ndarray] | None = None  # (P + 1,) offsets, (E,) block indices
 
     @cached_property
     def instance(self) -> Instance:
@@ -67,12 +74,27 @@ class GeneratedTrace:
             {"id": i, "arrival": t, "epsilon": e, "delta": d}
             for i, t, e, d in zip(self.block_ids, self.block_arrival.tolist(), self.block_epsilon.tolist(), self.block_delta.tolist())
         ]
+        if self.block_lists is None:
+            assert self.last is not None, "a generated workload gives last or block_lists"
+            asked: list = [{"last": k} for k in self.last.tolist()]
+        else:
+            start, index = (np.asarray(a).tolist() for a in self.block_lists)
+            asked = [[self.block_ids[j] for j in index[start[i] : start[i + 1]]] for i in range(len(self.pipeline_ids))]
+        curves = [] if self.curves is None else [{"curve": row} for row in np.asarray(self.curves, dtype=float).tolist()]
+        described = [*self.demands, *curves]
         pipelines = [
-            {"id": i, "arrival": t, "blocks": {"last": k}, **self.demands[d], "timeout": timeout, "class": self.classes[c]}
-            for i, t, k, d, timeout, c in zip(
+            {
+                "id": i,
+                "arrival": t,
+                "blocks": blocks,
+                **described[d],
+                **({} if math.isinf(timeout) else {"timeout": timeout}),
+                "class": self.classes[c],
+            }
+            for i, t, blocks, d, timeout, c in zip(
                 self.pipeline_ids,
                 self.arrival.tolist(),
-                self.last.tolist(),
+                asked,
                 self.demand.tolist(),
                 self.timeout.tolist(),
                 self.klass.tolist(),
@@ -125,12 +147,79 @@ def _distinct(kind: str, ids: list[str]) -> None:
         raise TraceError(f"invalid trace: {kind}[{first}] {ids[first]!r}: duplicate {kind[:-1]} id")
 
 
+def _curve_table(curves: np.ndarray | None, accounting: Accounting) -> tuple[np.ndarray, np.ndarray]:
+    """Explicit demand curves, each checked as
+    :func:`~privsched.budgets.mechanisms.demand_vector` checks an ``Explicit`` demand, and the
+    rows that fail (all at once)."""
+    if curves is None:
+        return np.zeros((0, accounting.dims)), np.zeros(0, dtype=bool)
+    table = np.asarray(curves, dtype=float)
+    if table.ndim != 2 or table.shape[1] != accounting.dims:
+        raise TraceError(f"invalid trace: explicit demand has {table.shape[-1]} values, the dataset's budgets have {accounting.dims}")
+    with np.errstate(invalid="ignore"):
+        bad = ~np.all(np.isfinite(table) & (table >= 0) & (table <= MAX_DEMAND), axis=1)
+    return table, bad
+
+
+def _block_lists(w: GeneratedTrace, rank: np.ndarray, block_arrival: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each pipeline's listed blocks (positions among blocks sorted by arrival), in the order
+    listed, and the offsets of its edges, checked as a trace's lists are: non-empty, no block
+    twice, every block existing and arrived by the pipeline's arrival."""
+    assert w.block_lists is not None
+    start, index = (np.asarray(a, dtype=np.int64) for a in w.block_lists)
+    n_pipelines = len(w.pipeline_ids)
+    if start.shape != (n_pipelines + 1,) or start[0] != 0 or np.any(np.diff(start) < 0) or start[-1] != len(index):
+        raise TraceError("invalid trace: block lists must be offsets 0 <= ... <= their number of indices, one per pipeline")
+    counts = np.diff(start)
+    _refuse("pipelines", w.pipeline_ids, counts < 1, "asks for no block")
+    owner = np.repeat(np.arange(n_pipelines), counts)
+    unknown = np.bincount(owner[(index < 0) | (index >= len(w.block_ids))], minlength=n_pipelines) > 0
+    _refuse("pipelines", w.pipeline_ids, unknown, "asks for an unknown block")
+    position = rank[index]
+    pairs = np.sort(owner * len(w.block_ids) + position)
+    twice = np.zeros(n_pipelines, dtype=bool)
+    twice[pairs[1:][pairs[1:] == pairs[:-1]] // max(len(w.block_ids), 1)] = True
+    _refuse("pipelines", w.pipeline_ids, twice, "lists a block twice")
+    early = np.zeros(n_pipelines, dtype=bool)
+    early[owner[block_arrival[position] > np.asarray(w.arrival, dtype=float)[owner]]] = True
+    _refuse("pipelines", w.pipeline_ids, early, "arrives before one of its blocks")
+    counts = counts[order]
+    edge_start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+    taken = np.repeat(start[:-1][order], counts) + np.arange(int(edge_start[-1])) - np.repeat(edge_start[:-1], counts)
+    return edge_start, position[taken].astype(np.int64)
+
+
+@lru_cache(maxsize=4096)
+def mechanism_demand(description: str, accounting: Accounting) -> np.ndarray:
+    """The demand vector :func:`~privsched.budgets.mechanisms.demand_vector` gives the
+    mechanism described by ``description`` (its JSON text), read-only: computed once per
+    process, as it is a deterministic function of public parameters. A subsampled Gaussian
+    of T steps costs T times one step under RDP (composition, Mironov 2017, Prop. 1), which
+    is how :func:`~privsched.budgets.sgm.subsampled_gaussian_curve` computes it: one step's
+    curve is computed once per (q, σ) and multiplied, giving the same vector."""
+    from privsched.budgets.mechanisms import SubsampledGaussian, demand_vector, parse_mechanism
+
+    mechanism = parse_mechanism(description)
+    if accounting.is_rdp and isinstance(mechanism, SubsampledGaussian):
+        vector = _subsampled_gaussian_step(mechanism.sample_rate, mechanism.noise_multiplier, accounting.alphas) * mechanism.steps
+    else:
+        vector = demand_vector(mechanism, accounting)
+    vector.setflags(write=False)
+    return vector
+
+
+@lru_cache(maxsize=1024)
+def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float, alphas: tuple[float, ...]) -> np.ndarray:
+    """RDP curve of one Poisson-subsampled Gaussian step (Mironov, Talwar & Zhang 2019, §3.3)."""
+    from privsched.budgets.sgm import subsampled_gaussian_curve
+
+    return subsampled_gaussian_curve(sample_rate, noise_multiplier, 1, alphas)
+
+
 def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.ndarray:
     """A pipeline demand's vector: a plain (ε, δ) or a mechanism description."""
     if set(description) == {"mechanism"}:
-        from privsched.budgets.mechanisms import demand_vector, parse_mechanism
-
-        return demand_vector(parse_mechanism(description["mechanism"]), accounting)
+        return mechanism_demand(json.dumps(description["mechanism"], sort_keys=True), accounting)
     if set(description) != {"epsilon", "delta"}:
         raise ValueError(f"a generated demand is a plain epsilon and delta or a mechanism, not {sorted(description)}")
     epsilon = check_number(description["epsilon"], "epsilon", MIN_EPSILON, MAX_EPSILON)
@@ -160,12 +249,16 @@ def _compile(w: GeneratedTrace) -> Instance:
     capacity = np.array(rows, dtype=float).reshape(len(distinct), accounting.dims)[which.reshape(-1)][block_order]
 
     arrival = _times("pipelines", w.pipeline_ids, w.arrival, "arrival", -MAX_TIME)
-    timeout = _times("pipelines", w.pipeline_ids, w.timeout, "timeout", math.ulp(0.0))
-    last = np.asarray(w.last, dtype=np.int64)
-    _refuse("pipelines", w.pipeline_ids, last < 1, "asks for no block")
+    timeout = np.asarray(w.timeout, dtype=float)
+    none = timeout == math.inf
+    _times("pipelines", w.pipeline_ids, np.where(none, MAX_TIME, timeout), "timeout", math.ulp(0.0))
     demand, klass = np.asarray(w.demand, dtype=np.intp), np.asarray(w.klass, dtype=np.intp)
-    for index, choices in ((demand, w.demands), (klass, w.classes)):
-        _refuse("pipelines", w.pipeline_ids, (index < 0) | (index >= len(choices)), "names no generated demand or class")
+    table, bad_curve = _curve_table(w.curves, accounting)
+    for index, n_choices in ((demand, len(w.demands) + len(table)), (klass, len(w.classes))):
+        _refuse("pipelines", w.pipeline_ids, (index < 0) | (index >= n_choices), "names no generated demand or class")
+    explicit = demand - len(w.demands)
+    bad = np.append(bad_curve, False)[np.where(explicit >= 0, explicit, -1)]  # index -1: not an explicit curve
+    _refuse("pipelines", w.pipeline_ids, bad, f"explicit demand values must be in [0, {MAX_DEMAND:g}]")
     for name in w.classes:
         if printable(name) != name or len(name) > 256:
             raise TraceError(f"invalid trace: class {name!r} is not a printable name of at most 256 characters")
@@ -176,16 +269,26 @@ def _compile(w: GeneratedTrace) -> Instance:
         except ValueError as exc:
             raise _problem("pipelines", w.pipeline_ids, demand == d, str(exc)) from None
 
+    vectors = np.concatenate([vectors, table])
     order = np.argsort(arrival, kind="stable")
-    arrival, last = arrival[order], last[order]
-    existing = np.searchsorted(block_arrival, arrival, side="right")
-    if n_pipelines and not existing.all():
-        i = int(order[np.argmin(existing)])
-        raise TraceError(f"invalid trace: pipelines[{i}] {w.pipeline_ids[i]!r}: arrives at {w.arrival[i]:g} before any block exists")
-    counts = np.minimum(last, existing)
-    owner = np.repeat(np.arange(n_pipelines), counts)
-    edge_start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
-    edge_block = (np.repeat(existing - counts, counts) + np.arange(len(owner)) - edge_start[owner]).astype(np.int64)
+    if w.block_lists is not None:
+        rank = np.empty(len(block_order), dtype=np.int64)
+        rank[block_order] = np.arange(len(block_order))
+        edge_start, edge_block = _block_lists(w, rank, block_arrival, order)
+    else:
+        assert w.last is not None, "a generated workload gives last or block_lists"
+        last = np.asarray(w.last, dtype=np.int64)
+        _refuse("pipelines", w.pipeline_ids, last < 1, "asks for no block")
+        existing = np.searchsorted(block_arrival, arrival[order], side="right")
+        if n_pipelines and not existing.all():
+            i = int(order[np.argmin(existing)])
+            raise TraceError(f"invalid trace: pipelines[{i}] {w.pipeline_ids[i]!r}: arrives at {w.arrival[i]:g} before any block exists")
+        counts = np.minimum(last[order], existing)
+        edge_start = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+        first = np.repeat(existing - counts - edge_start[:-1], counts)
+        edge_block = (first + np.arange(int(edge_start[-1]))).astype(np.int64)
+    owner = np.repeat(np.arange(n_pipelines), np.diff(edge_start))
+    arrival = arrival[order]
     return Instance(
         accounting=accounting,
         block_ids=np.array(w.block_ids, dtype=object)[block_order],

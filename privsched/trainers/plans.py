@@ -130,12 +130,16 @@ def training_epsilon(epsilon: float) -> float:
     return epsilon - accuracy_epsilon(epsilon)
 
 
-def dpsgd_mechanism(job: DPSGDJob, noise_multiplier: float, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
+def dpsgd_mechanism(job: DPSGDJob, noise_multiplier: float | None, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
     """What a DP-SGD plan charges: its training, the subsampled Gaussian (q, σ, steps) under
     RDP or the (ε − ε_acc, δ) it was calibrated to under basic composition, composed with the
-    pure ε_acc-DP accuracy release (charged min(ε_acc, αε_acc²/2) under RDP)."""
+    pure ε_acc-DP accuracy release (charged min(ε_acc, αε_acc²/2) under RDP).
+
+    Under basic composition the charge holds no σ, so ``noise_multiplier`` may be ``None``."""
     accuracy = EpsilonDelta(epsilon=accuracy_epsilon(epsilon), delta=0.0)
     if accounting.is_rdp:
+        if noise_multiplier is None:
+            raise ValueError("a DP-SGD plan under RDP is charged its noise multiplier: none was given")
         training: Mechanism = SubsampledGaussian(sample_rate=job.sample_rate, noise_multiplier=noise_multiplier, steps=job.steps)
     else:
         training = EpsilonDelta(epsilon=training_epsilon(epsilon), delta=delta)
