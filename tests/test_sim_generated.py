@@ -149,8 +149,16 @@ def test_the_generated_heterogeneous_workload_compiles_to_the_arrays_of_its_vali
     scaled = {"size_mean": 0.05, "size_std": 0.01}
     sizes = {"mechanism": {}, "scaled": scaled, "bent": {**scaled, "range_mean": 0.05, "range_std": 0.03}}
     generated = workloads.generate(
-        "heterogeneous", seed=seed, duration=40.0, tasks_per_block=8, initial_blocks=2, blocks_mean=3, max_blocks=6,
-        block_selection=selection, timeout=timeout, **sizes[demands],
+        "heterogeneous",
+        seed=seed,
+        duration=40.0,
+        tasks_per_block=8,
+        initial_blocks=2,
+        blocks_mean=3,
+        max_blocks=6,
+        block_selection=selection,
+        timeout=timeout,
+        **sizes[demands],
     )
     assert_generated_equals_validated(generated)
 
