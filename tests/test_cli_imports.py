@@ -138,7 +138,7 @@ def test_a_command_that_computes_on_budgets_does_not_load_sqlite_utils(database,
     assert "sqlite_utils" not in outcome["loaded"]
 
 
-@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"]])
+@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"], ["budget", "show"], ["audit"]])
 def test_ranking_or_submitting_pending_pipelines_does_not_load_numpy_masked_arrays(database, args):
     """``np.unique`` without indices loads ``numpy.ma`` (about 40 ms): the pending view, the
     waiting reasons and a submission take the distinct values with ``set``."""
@@ -200,9 +200,9 @@ print(json.dumps({"code": code, "threads": [p["num_threads"] for p in threadpool
 """
 
 
-@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"]])
+@pytest.mark.parametrize("args", [["status", "1"], ["list"], ["submit", "count.json"], ["budget", "show"], ["audit"]])
 @pytest.mark.parametrize(("user", "threads"), [(None, 1), ("2", 2)])
-def test_a_submission_or_waiting_reason_loads_numpy_with_one_blas_thread_unless_the_user_set_it(database, args, user, threads):
+def test_a_command_that_computes_on_budgets_loads_numpy_with_one_blas_thread_unless_the_user_set_it(database, args, user, threads):
     env = {k: v for k, v in os.environ.items() if k not in ("PRIVSCHED_DB", "OPENBLAS_NUM_THREADS")}
     env["PYTHONPATH"] = str(REPO)
     if user is not None:

@@ -11,6 +11,7 @@ does not pay for it.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,15 @@ DbOption = Annotated[
     Path,
     typer.Option("--db", envvar=DB_ENV, help="privsched database file (or set PRIVSCHED_DB).", show_default=True),
 ]
+
+
+def one_blas_thread() -> None:
+    """Before NumPy loads: one OpenBLAS thread. Loading NumPy starts a BLAS thread per core
+    otherwise, a third of NumPy's import time here (``python -c "import numpy"``: 0.16–0.18 s
+    wall against 0.09–0.12 s on 2 cores, benchmarks/README.md) for commands whose arrays
+    hold a few dozen numbers and multiply no matrices. A value set by the user is kept;
+    commands that call it launch no job, which would inherit it."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def make_console(**options: Any) -> Console:

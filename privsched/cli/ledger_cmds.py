@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, say, show
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
@@ -40,6 +40,7 @@ app.add_typer(budget_app, name="budget")
 def _open(db: Path, *, create: bool = False) -> Client | RemoteClient:
     from privsched.cli.remote_option import open_client
 
+    one_blas_thread()  # budgets, audits and new blocks load NumPy
     return open_client(db, create=create)
 
 

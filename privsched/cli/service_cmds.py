@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, say, show
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -27,15 +27,6 @@ if TYPE_CHECKING:
     from privsched.handles import PipelineHandle
     from privsched.ledger import Event, PipelineInfo
     from privsched.remote import RemoteClient
-
-
-def _one_blas_thread() -> None:
-    """Before NumPy loads: one OpenBLAS thread. Loading NumPy starts a BLAS thread per core
-    otherwise, a third of NumPy's import time here (``python -c "import numpy"``: 0.16–0.18 s
-    wall against 0.09–0.12 s on 2 cores, benchmarks/README.md) for commands whose arrays
-    hold a few dozen numbers and multiply no matrices. A value set by the user is kept;
-    these commands launch no job, which would inherit it."""
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def _client(db: Path) -> Client | RemoteClient:
@@ -107,7 +98,7 @@ def submit(
     # 30 ms with 150 packages installed, benchmarks/README.md); privsched uses none.
     # PYDANTIC_DISABLE_PLUGINS set (even empty) by the user is kept. This process launches no job.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    _one_blas_thread()
+    one_blas_thread()
     if submission_id is not None and server_url() is None:
         fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with _client(db) as client, errors():
@@ -140,7 +131,7 @@ def list_pipelines(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """List pipelines with their state."""
-    _one_blas_thread()  # ranking the pending pipelines loads NumPy
+    one_blas_thread()  # ranking the pending pipelines loads NumPy
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
         reasons = client.reasons(dataset) if any(p.state in ("pending", "granted") for p in pipelines) else {}
@@ -171,7 +162,7 @@ def status(
     scheduler from making progress, if anything does (a full database or disk)."""
     from privsched.cli.ledger_cmds import budget_text
 
-    _one_blas_thread()  # its budgets and waiting reason load NumPy
+    one_blas_thread()  # its budgets and waiting reason load NumPy
     with _client(db) as client, errors():
         info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset, pipeline_id=pipeline_id).get(pipeline_id) if info.state in ("pending", "granted") else None
