@@ -72,7 +72,7 @@ def fill_requirement(blocks: np.ndarray, need: np.ndarray) -> np.ndarray:
     """
     required = np.zeros(len(need))
     waiting = np.flatnonzero(need > 0)
-    for block in np.unique(blocks[waiting]).tolist():
+    for block in sorted(set(blocks[waiting].tolist())):  # not np.unique, which loads numpy.ma
         mine = waiting[blocks[waiting] == block]
         r = need[mine]
         ordered = np.sort(r)
