@@ -270,8 +270,7 @@ def bin_probabilities(alpha_std: float, bins: np.ndarray) -> np.ndarray:
     elif math.isinf(alpha_std):
         weight = np.ones(len(bins))
     else:
-        with np.errstate(over="ignore"):  # a denormal deviation overflows to inf: weight 0, as meant
-            weight = np.exp(-0.5 * ((bins - center) / alpha_std) ** 2)
+        weight = np.exp(-0.5 * ((bins - center) / alpha_std) ** 2)  # a denormal deviation overflows to weight 0 (NumPy warns)
     return weight / weight.sum()
 
 
@@ -286,8 +285,7 @@ def block_count_probabilities(blocks_mean: float, blocks_std: float, max_blocks:
     if blocks_std == 0:
         weight = (k == round(blocks_mean)).astype(float)
     else:
-        with np.errstate(over="ignore"):  # a denormal deviation overflows to inf: weight 0, as meant
-            weight = np.exp(-0.5 * ((k - blocks_mean) / blocks_std) ** 2)
+        weight = np.exp(-0.5 * ((k - blocks_mean) / blocks_std) ** 2)  # a denormal deviation overflows to 0 (NumPy warns)
         if not weight.any():  # a deviation so small that every k is infinitely far: the nearest k
             weight = (k == round(blocks_mean)).astype(float)
     return weight / weight.sum()
