@@ -288,10 +288,12 @@ def waiting_reasons(
     fits, dim, edge_gap = shortfalls(accounting, required, unlocked, snapshot.capacity[snapshot.edge_block])
     labels = accounting.dimension_labels()
 
+    by_pipeline = np.argsort(snapshot.edge_pipeline, kind="stable")  # each pipeline's edges in edge order
+    starts = np.searchsorted(snapshot.edge_pipeline[by_pipeline], np.arange(count + 1))
     over = {}
     if quota is not None:
         for p in wanted:
-            edges = np.flatnonzero(snapshot.edge_pipeline == p)
+            edges = by_pipeline[starts[p] : starts[p + 1]]
             blocks = block_ids[snapshot.edge_block[edges]]
             refused = quota(int(snapshot.pipeline_ids[p]), blocks.tolist(), demand[edges], snapshot.capacity[snapshot.edge_block[edges]])
             if refused is not None:
@@ -301,7 +303,7 @@ def waiting_reasons(
     outlooks = {} if unlock is None else _outlooks(snapshot, required, block_ids, unlock, budget_short, block_keys, water)
     reasons = []
     for p in wanted:
-        edges = np.flatnonzero(snapshot.edge_pipeline == p)
+        edges = by_pipeline[starts[p] : starts[p + 1]]
         turn = WaitingReason(pipeline_id=int(snapshot.pipeline_ids[p]), code="turn", rank=int(rank[p]), pending=count, order=order_name)
         short = edges[~fits[edges]]
         if p in over:
