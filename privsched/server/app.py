@@ -29,6 +29,7 @@ from privsched.ledger.identities import DuplicateSubmission, Identities, User
 from privsched.server import access
 from privsched.server.access import ApiError
 from privsched.server.batching import SubmitBatcher
+from privsched.server.connections import ConnectionPool, Reads
 from privsched.server.limits import BodyLimit
 from privsched.server.views import Views
 from privsched.server.watching import MAX_WAIT, StateChanges
@@ -99,6 +100,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     identities = Identities(path)
     tokens = Identities(path)  # the event loop's own connection (current_user)
     batcher = SubmitBatcher(client.ledger)
+    connections = ConnectionPool(path)  # the pipeline routes' reads, one connection per request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -106,6 +108,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         yield
         app.state.changes.close()
         batcher.close()
+        connections.close()
         tokens.close()
         identities.close()
         client.close()
@@ -122,11 +125,10 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     app.include_router(dashboard_router(client, identities, current_user, policy))
 
     views = Views(client, identities)
-    pipeline = views.pipeline
 
-    def resubmitted(pipeline_id: int, submission_id: str | None, caller: User) -> Response:
-        access.check_same_submitter(caller, identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
-        return reply(views.pipeline_out(client.status(pipeline_id), caller))
+    def resubmitted(reads: Reads, pipeline_id: int, submission_id: str | None, caller: User) -> Response:
+        access.check_same_submitter(caller, reads.identities.submissions([pipeline_id]).get(pipeline_id), submission_id)
+        return reply(reads.views.pipeline_out(reads.client.status(pipeline_id), caller))
 
     # -- datasets and blocks ------------------------------------------------------------------
     @app.get("/v1/datasets", response_model=list[DatasetOut], tags=["datasets"])
@@ -182,27 +184,33 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         (on the event loop they would hold up every request; benchmarks/README.md)."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
-        access.readable_dataset(client, identities, caller, spec.dataset)
-        if body.id is not None:
-            access.check_submission_id(body.id)
-            if (existing := identities.submission(body.id)) is not None:
-                return resubmitted(existing, body.id, caller)
-        if not caller.is_admin:
-            spec = spec.model_copy(update={"owner": caller.name})
-        (request,) = client.requests([spec], owner=caller.name)
-        try:
+        with connections.reads() as reads:
+            access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
+            if body.id is not None:
+                access.check_submission_id(body.id)
+                if (existing := reads.identities.submission(body.id)) is not None:
+                    return resubmitted(reads, existing, body.id, caller)
+            if not caller.is_admin:
+                spec = spec.model_copy(update={"owner": caller.name})
+            (request,) = reads.client.requests([spec], owner=caller.name)
+        try:  # no connection held while the writer commits
             pipeline_id = batcher.enqueue(request, caller, body.id).result()
         except DuplicateSubmission as exc:  # a concurrent request with the same id won
-            return resubmitted(exc.pipeline_id, body.id, caller)
-        return reply(views.pipeline_out(client.status(pipeline_id), caller), 201)
+            with connections.reads() as reads:
+                return resubmitted(reads, exc.pipeline_id, body.id, caller)
+        with connections.reads() as reads:
+            info = reads.client.status(pipeline_id)
+        # The writer recorded the caller's team with the pipeline (Identities.claim): no read for it.
+        return reply(PipelineOut.of(info, caller.team, access.visible_message(info, caller)), 201)
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:
         """The demand a submission would be charged and whether it fits each block now; writes nothing."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
-        access.readable_dataset(client, identities, caller, spec.dataset)
-        return reply(DryRunOut.model_validate(asdict(client.dry_run(spec, owner=caller.name))))
+        with connections.reads() as reads:
+            access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
+            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
     def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:
@@ -226,19 +234,35 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         event loop would hold up every request), and a waiting request holds none between
         its reads."""
         if wait == 0:
-            return reply(await run_in_threadpool(views.status, pipeline_id, caller))
-        info = await run_in_threadpool(views.pipeline, pipeline_id, caller)
+            return reply(await run_in_threadpool(read_status, pipeline_id, caller))
+        info = await run_in_threadpool(read_pipeline, pipeline_id, caller)
         before = since or info.state
 
         def moved(now: PipelineInfo) -> bool:
             return now.state != before or now.state.is_final()
 
-        info = await app.state.changes.until(lambda: run_in_threadpool(client.status, pipeline_id), moved, wait)
-        return reply(await run_in_threadpool(views.pipeline_out, info, caller))
+        info = await app.state.changes.until(lambda: run_in_threadpool(read_state, pipeline_id), moved, wait)
+        return reply(await run_in_threadpool(read_out, info, caller))
+
+    def read_status(pipeline_id: int, caller: User) -> PipelineOut:
+        with connections.reads() as reads:
+            return reads.views.status(pipeline_id, caller)
+
+    def read_pipeline(pipeline_id: int, caller: User) -> PipelineInfo:
+        with connections.reads() as reads:
+            return reads.views.pipeline(pipeline_id, caller)
+
+    def read_state(pipeline_id: int) -> PipelineInfo:
+        with connections.reads() as reads:
+            return reads.client.status(pipeline_id)
+
+    def read_out(info: PipelineInfo, caller: User) -> PipelineOut:
+        with connections.reads() as reads:
+            return reads.views.pipeline_out(info, caller)
 
     @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
     def cancel(pipeline_id: int, caller: Caller) -> Response:
-        info = pipeline(pipeline_id, caller)
+        info = views.pipeline(pipeline_id, caller)
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
         outcome = client.cancel(pipeline_id, actor=caller.name)
@@ -249,7 +273,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     def events(pipeline_id: int, caller: Caller) -> Response:
         """A pipeline's events, oldest first, each with who caused it. A failure's message
         is shown to admins only (the job that ended may have written it)."""
-        pipeline(pipeline_id, caller)
+        views.pipeline(pipeline_id, caller)
         return reply([EventOut.of(e, caller.is_admin or e.kind != "fail") for e in client.events(pipeline_id=pipeline_id)])
 
     @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
@@ -257,7 +281,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         """A job's output from byte ``offset`` on. Admins only: a job is untrusted code and
         its output may hold raw data, which no submitter may read."""
         access.require_admin(caller, "read job logs")
-        pipeline(pipeline_id, caller)
+        views.pipeline(pipeline_id, caller)
         chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
         return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk), ended=ended and len(chunk) < LOG_CHUNK))
 

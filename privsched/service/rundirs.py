@@ -45,6 +45,7 @@ class RunDirs:
         db = Path(db_path).resolve()
         self.db = db
         self.root = db.parent / "runs" / db.stem
+        self._pool: tuple[tuple[int, int, int], Pool] | None = None  # the last pool read, under its file's identity
 
     def folder(self, pipeline_id: int, *, create: bool = False) -> Path:
         path = self.root / str(pipeline_id)
@@ -148,13 +149,24 @@ class RunDirs:
             return {}
 
     def recorded_pool(self) -> Pool | None:
-        """The pool the last scheduler served this database with, if any."""
+        """The pool the last scheduler served this database with, if any. Read again only
+        when the file changed: it is replaced whole (:meth:`record_pool`, a rename), so a
+        new version has a new inode, and an edit in place a new modification time or size;
+        a submission then costs one ``stat`` instead of a read and a JSON parse."""
         from privsched.service.resources import Pool
 
+        path = os.path.join(self.root, "pool.json")
         try:
-            return Pool.from_dict(json.loads((self.root / "pool.json").read_text()))
+            info = os.stat(path)
+            identity = (info.st_ino, info.st_mtime_ns, info.st_size)
+            if self._pool is not None and self._pool[0] == identity:
+                return self._pool[1]
+            with open(path, encoding="utf-8") as file:
+                pool = Pool.from_dict(json.load(file))
         except (OSError, ValueError, KeyError):
             return None
+        self._pool = (identity, pool)
+        return pool
 
 
 def _private_folder(path: Path) -> None:
