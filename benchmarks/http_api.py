@@ -12,7 +12,7 @@ process runs the scheduler and the API, as deployed: ``privsched serve --listen 
 - submit → grant: 8 threads each submit probes that fit a free block of their own, one at
   a time, and wait for the grant; latency = when the client sees the grant − the time
   before the submit call. Clients see it by polling the status every 2 ms (both APIs,
-  both servers) or, through this code's HTTP API, by waiting at the server for the change
+  both servers) or, through the HTTP API (both servers), by waiting at the server for the change
   of state (``RemoteClient.wait_for_change``: a long poll, woken by the scheduler's pass);
 - one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
   server plans the demand) and locally (the command plans it: torch and opacus load).
@@ -170,7 +170,7 @@ def main() -> None:
             keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(3 * THREADS * args.probes)]
             local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
             with api_server(env, source, local) as (url, pid):
-                rounds[name].append(measure(url, pid, token, db, keys, args.submissions, args.probes, waits=name == "this code"))
+                rounds[name].append(measure(url, pid, token, db, keys, args.submissions, args.probes))
                 if turn == 0:
                     remote_cmds[name] = command_seconds(
                         {**env, "PRIVSCHED_SERVER": url, "PRIVSCHED_TOKEN": token}, spec, args.repeats, source
@@ -220,8 +220,8 @@ def main() -> None:
                     f"{theirs:.0f} | {ours / theirs:.2f} |"
                 )
         for label, q in (("p50", 0.5), ("p99", 0.99)):
-            ours, theirs = pct(mine.wait_latency, q), pct(base.remote_latency, q)
-            label = f"HTTP submit → grant {label} (ms), this code waiting at the server, baseline polling"
+            ours, theirs = pct(mine.wait_latency, q), pct(base.wait_latency, q)
+            label = f"HTTP submit → grant {label} (ms), waiting at the server"
             print(f"| {label} | {ours:.0f} | {theirs:.0f} | {ours / theirs:.2f} |")
         for i, clock in enumerate(("wall", "CPU")):
             ours, theirs = remote_cmd[i], remote_cmds["baseline"][i]
@@ -235,7 +235,7 @@ class Measures:
     local_rate: float  # through the local Python API
     remote_latency: list[float]  # submit → grant seconds, polling
     local_latency: list[float]
-    wait_latency: list[float]  # through the HTTP API, waiting at the server (empty: not measured)
+    wait_latency: list[float]  # through the HTTP API, waiting at the server
     server_cpu: float  # the server's CPU seconds per remote submission (scheduler included)
 
     @classmethod
@@ -251,9 +251,9 @@ class Measures:
         )
 
 
-def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissions: int, probes: int, waits: bool) -> Measures:
-    """Rates and latencies, remote and local, against the server at ``url`` (process
-    ``pid``; ``waits``: also the latency of HTTP clients waiting at the server)."""
+def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissions: int, probes: int) -> Measures:
+    """Rates and latencies, remote (polling, and waiting at the server) and local, against
+    the server at ``url`` (process ``pid``)."""
     before = cpu_seconds(pid)
     remote_rate = rate(lambda: RemoteClient(url, token), submissions)
     server_cpu = (cpu_seconds(pid) - before) / (submissions // THREADS * THREADS)
@@ -261,7 +261,7 @@ def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissio
     n = THREADS * probes
     remote_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[:n], probes))
     local_latency = quiet_after(db, latencies(lambda: connect(db), keys[n : 2 * n], probes))
-    wait_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True)) if waits else []
+    wait_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True))
     return Measures(remote_rate, local_rate, remote_latency, local_latency, wait_latency, server_cpu)
 
 
