@@ -3,6 +3,7 @@ the scheduler of the same process, and the remote handle's ``wait`` that uses it
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 
@@ -104,16 +105,42 @@ def test_waiting_reads_keep_the_access_rules(server: Server):  # noqa: F811
 
 
 def test_changed_calls_the_watchers_of_its_database_only(tmp_path):
-    calls: list[str] = []
-    watchers = {name: (lambda name=name: calls.append(name)) for name in ("a", "b")}
+    calls: list[tuple[str, frozenset[int] | None]] = []
+    watchers = {name: (lambda pipelines, name=name: calls.append((name, pipelines))) for name in ("a", "b")}
     for name, watcher in watchers.items():
         wakeup.watch(tmp_path / f"{name}.db", watcher)
-    wakeup.changed(tmp_path / "a.db")
+    wakeup.changed(tmp_path / "a.db", [3, 4])
     wakeup.unwatch(tmp_path / "b.db", watchers["b"])
     wakeup.changed(tmp_path / "b.db")
     wakeup.unwatch(tmp_path / "a.db", watchers["a"])
     wakeup.changed(tmp_path / "a.db")
-    assert calls == ["a"]
+    assert calls == [("a", frozenset({3, 4}))]
+
+
+def test_a_change_wakes_only_the_requests_waiting_on_the_pipelines_it_names(tmp_path, no_rechecks):
+    async def scenario() -> dict[int, int]:
+        changes = watching.StateChanges(tmp_path / "a.db")
+        looks = {1: 0, 2: 0}
+
+        def waiter(pipeline_id: int) -> asyncio.Task:
+            async def look() -> int:
+                looks[pipeline_id] += 1
+                return looks[pipeline_id]
+
+            return asyncio.create_task(changes.until(pipeline_id, look, lambda n: n >= 2, 3600.0))
+
+        first, second = waiter(1), waiter(2)
+        await asyncio.sleep(0)  # both have looked once and wait
+        wakeup.changed(tmp_path / "a.db", [1])
+        await first  # woken, looked again, done
+        await asyncio.sleep(0)
+        assert looks[2] == 1  # not woken by pipeline 1's change
+        wakeup.changed(tmp_path / "a.db")  # a change that names no pipeline wakes every waiter
+        await second
+        changes.close()
+        return looks
+
+    assert asyncio.run(scenario()) == {1: 2, 2: 2}
 
 
 def test_the_local_client_waits_for_a_change_too(server: Server):  # noqa: F811

@@ -241,7 +241,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         def moved(now: PipelineInfo) -> bool:
             return now.state != before or now.state.is_final()
 
-        info = await app.state.changes.until(lambda: run_in_threadpool(read_state, pipeline_id), moved, wait)
+        info = await app.state.changes.until(pipeline_id, lambda: run_in_threadpool(read_state, pipeline_id), moved, wait)
         return reply(await run_in_threadpool(read_out, info, caller))
 
     def read_status(pipeline_id: int, caller: User) -> PipelineOut:
@@ -266,7 +266,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         submission = identities.submissions([pipeline_id]).get(pipeline_id)
         access.require_owner(caller, info, submission)
         outcome = client.cancel(pipeline_id, actor=caller.name)
-        wakeup.changed(client.path)  # requests waiting on its state look again
+        wakeup.changed(client.path, [pipeline_id])  # requests waiting on its state look again
         return reply(CancelOut(id=pipeline_id, outcome=outcome))
 
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])

@@ -190,7 +190,7 @@ class Scheduler:
         report.expired += self.end_never_grantable(now)
         report.granted, report.reserved_changed = self.admit(now)
         if report.granted:  # before placing (a job launch takes a while): waiting requests see the grant now
-            wakeup.changed(self.ledger.path)
+            wakeup.changed(self.ledger.path, report.granted)
         report.pending = self.pending.count
         report.started, report.waiting = self.place(now)
         report.settled = self.collect(now)

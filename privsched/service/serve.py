@@ -197,7 +197,8 @@ class _Loop:
                 summary.ticks += 1
                 if report is not None:
                     if report.started or report.settled or report.expired:  # (the scheduler tells of grants)
-                        wakeup.changed(self.path)  # the API's waiting requests look again
+                        # The API's requests waiting on these pipelines look again.
+                        wakeup.changed(self.path, [*report.started, *report.settled, *report.expired])
                     summary.granted += len(report.granted)
                     summary.settled += len(report.settled)
                     summary.pending = report.pending
@@ -253,7 +254,7 @@ class _Loop:
                     condition.full(exc)
             summary.settled += len(settled)
             if settled:
-                wakeup.changed(self.path)
+                wakeup.changed(self.path, settled)
             if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
                 return
 
