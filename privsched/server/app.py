@@ -238,11 +238,11 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         info = await run_in_threadpool(read_pipeline, pipeline_id, caller)
         before = since or info.state
 
-        def moved(now: PipelineInfo) -> bool:
-            return now.state != before or now.state.is_final()
+        def moved(found: tuple[PipelineInfo, PipelineOut]) -> bool:
+            return found[0].state != before or found[0].state.is_final()
 
-        info = await app.state.changes.until(pipeline_id, lambda: run_in_threadpool(read_state, pipeline_id), moved, wait)
-        return reply(await run_in_threadpool(read_out, info, caller))
+        _, out = await app.state.changes.until(pipeline_id, lambda: run_in_threadpool(read_answer, pipeline_id, caller), moved, wait)
+        return reply(out)
 
     def read_status(pipeline_id: int, caller: User) -> PipelineOut:
         with connections.reads() as reads:
@@ -252,13 +252,11 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         with connections.reads() as reads:
             return reads.views.pipeline(pipeline_id, caller)
 
-    def read_state(pipeline_id: int) -> PipelineInfo:
+    def read_answer(pipeline_id: int, caller: User) -> tuple[PipelineInfo, PipelineOut]:
+        """A waiting request's look: the pipeline and its answer, in one worker-thread hop."""
         with connections.reads() as reads:
-            return reads.client.status(pipeline_id)
-
-    def read_out(info: PipelineInfo, caller: User) -> PipelineOut:
-        with connections.reads() as reads:
-            return reads.views.pipeline_out(info, caller)
+            info = reads.client.status(pipeline_id)
+            return info, reads.views.pipeline_out(info, caller)
 
     @app.post("/v1/pipelines/{pipeline_id}/cancel", response_model=CancelOut, tags=["pipelines"])
     def cancel(pipeline_id: int, caller: Caller) -> Response:

@@ -112,6 +112,7 @@ def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] |
         ssl_keyfile=listen.tls_key,
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # no X-Forwarded-* rewriting: the API reads no client address, and trusts no proxy
         lifespan="on",
         http="httptools",
         loop="uvloop",
