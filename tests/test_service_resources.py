@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from privsched.service.resources import FreeCompute, Pool, detect_gpus, make_pool
+from privsched.service.rundirs import RunDirs
 from privsched.spec import Resources
 
 POOL = Pool(("0", "1"), cpus=4.0, memory=8 * 2**30)
@@ -59,3 +62,19 @@ def test_cpu_and_memory_are_shared_out_until_exhausted():
     assert free.place(2, Resources(cpus=2)) is None  # 1 CPU left
     assert free.place(3, Resources(cpus=1, memory="3G")) is None  # 2 GiB left
     assert free.place(4, Resources(cpus=1, memory="2G")) is not None
+
+
+def test_the_recorded_pool_is_read_again_whenever_its_file_changes(tmp_path):
+    runs = RunDirs(tmp_path / "a.db")
+    assert runs.recorded_pool() is None
+    first, second = Pool(("0",), cpus=4.0, memory=1 << 30), Pool((), cpus=2.0, memory=0)
+    runs.record_pool(first)
+    assert runs.recorded_pool() == first
+    assert runs.recorded_pool() == first  # unchanged: the kept copy
+    runs.record_pool(second)  # replaced whole: a new file
+    assert runs.recorded_pool() == second
+    path = runs.root / "pool.json"
+    path.write_text(json.dumps({**second.to_dict(), "cpus": 16.0}))  # edited in place
+    assert runs.recorded_pool() == Pool((), cpus=16.0, memory=0)
+    path.unlink()
+    assert runs.recorded_pool() is None
