@@ -495,6 +495,7 @@ class Scheduler:
     def _fail(self, pipeline_id: int, message: str, *, touched: bool, now: float) -> None:
         self.ledger.fail(pipeline_id, message, touched_data=touched, now=now)
         self.log(f"pipeline {pipeline_id} failed: {message}")
+        wakeup.changed(self.ledger.path, [pipeline_id])  # whichever phase failed it: requests waiting on it look again
 
 
 def _waiting_reservations(keys: list[tuple[int, int]], reserved: np.ndarray, granted: set[int]) -> dict[tuple[int, int], np.ndarray]:
