@@ -94,7 +94,6 @@ from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting
 from privsched.budgets.capacity import rdp_capacity
 from privsched.simulation.generated import GeneratedTrace, mechanism_demand
 from privsched.simulation.params import Between
-from privsched.statistics.queries import StatisticJob, statistic_mechanism
 from workloads.microbenchmarks import MAX_BLOCKS, MAX_PIPELINES, block_times, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
@@ -116,8 +115,6 @@ _COMPOSITION_GRID = (0.05, 0.1, 0.5, 1, 2, 3, 4, 5)
 
 #: The accounting the workload's block and demands use.
 RDP = Accounting.rdp(DEFAULT_ALPHAS)
-#: A Laplace statistic with one released quantity of sensitivity 1.
-LAPLACE_COUNT = StatisticJob(query="count", noise="laplace")
 
 
 def _gaussian(sigma: float) -> dict:
@@ -126,8 +123,10 @@ def _gaussian(sigma: float) -> dict:
 
 def laplace(scale: float) -> dict:
     """Laplace noise of scale b on a sensitivity-1 quantity, as the scheduler charges a
-    Laplace statistic: the mechanism it plans for ε = 1/b (module docstring, step 1)."""
-    return statistic_mechanism(LAPLACE_COUNT, 1.0 / float(scale), 0.0, RDP).model_dump()
+    Laplace statistic: the mechanism it plans for ε = 1/b (module docstring, step 1), the
+    pure-DP declaration :func:`~privsched.statistics.queries.statistic_mechanism` gives a
+    Laplace count at ε = 1/b (tests/test_workloads_heterogeneous.py holds the two equal)."""
+    return {"kind": "epsilon_delta", "epsilon": 1.0 / float(scale), "delta": 0.0}
 
 
 def _candidates() -> list[tuple[str, dict]]:
