@@ -42,6 +42,8 @@ def main() -> None:
     when it failed, so an error is always the only line."""
     from privsched.cli.registry import app
 
+    global _skipping_teardown
+    _skipping_teardown = False
     load_commands(sys.argv[1:])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
@@ -69,14 +71,25 @@ def main() -> None:
     _exit(code)
 
 
+def skip_teardown() -> None:
+    """Called by a command once its results are written and closed: its process holds large
+    arrays or compiled code (the simulator's, DPack's Numba kernels) whose teardown by the
+    interpreter (LLVM's and every module's clean-up) costs 0.1–0.3 s of CPU that nothing
+    needs. :func:`main` then ends the process after its exit handlers, without it."""
+    global _skipping_teardown
+    _skipping_teardown = True
+
+
+#: Whether the running command called :func:`skip_teardown`.
+_skipping_teardown = False
+
+
 def _exit(code: int) -> NoReturn:
-    """End the process with ``code``. Once Numba has loaded compiled code (DPack's kernels),
-    the interpreter's own teardown (LLVM's and every module's) costs 0.1–0.3 s of CPU that
-    nothing needs: when the process is the ``privsched`` program (not a host calling
-    :func:`main`) and a command succeeded with no other thread left, the exit handlers run
-    and the standard streams are flushed as at a normal exit, and the process then ends
-    without that teardown."""
-    if code == 0 and "numba" in sys.modules and threading.active_count() == 1 and _is_program():
+    """End the process with ``code``; after a successful command that called
+    :func:`skip_teardown`, in the ``privsched`` program itself (not a host calling
+    :func:`main`) with no other thread left, run the exit handlers and flush the standard
+    streams as at a normal exit, then end without the interpreter's teardown."""
+    if code == 0 and _skipping_teardown and threading.active_count() == 1 and _is_program():
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
