@@ -324,7 +324,7 @@ def heterogeneous(
     check_ranges(range_mean, range_std)
     check_block_selection(block_selection)
     families, mechanisms, best, size, zoo_curves = zoo()
-    bins = np.unique(best)
+    bins = np.array(sorted(set(best.tolist())), dtype=np.intp)  # not np.unique, which loads numpy.ma
     p_bin = bin_probabilities(alpha_std, bins)
     p_blocks = block_count_probabilities(blocks_mean, blocks_std, max_blocks)
     members = [np.flatnonzero(best == b) for b in bins]
@@ -350,7 +350,8 @@ def heterogeneous(
         start = np.concatenate([[0], np.cumsum([len(c) for c in chosen], dtype=np.int64)])
         block_lists = (start, np.concatenate([np.zeros(0, np.int64), *chosen]))
     if size_mean is None and spread is None:
-        used, demand = np.unique(curve, return_inverse=True)
+        used = np.array(sorted(set(curve.tolist())), dtype=np.intp)
+        demand = np.searchsorted(used, curve)
         demands: tuple[dict, ...] = tuple({"mechanism": mechanisms[u]} for u in used.tolist())
         curves = None
     else:
