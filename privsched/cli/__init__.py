@@ -91,8 +91,11 @@ def _exit(code: int) -> NoReturn:
     streams as at a normal exit, then end without the interpreter's teardown."""
     if code == 0 and _skipping_teardown and threading.active_count() == 1 and _is_program():
         atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:  # a closed pipe: Python's own exit status when its final flush fails
+            os._exit(120)
         os._exit(0)
     sys.exit(code)
 
