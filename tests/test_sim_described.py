@@ -68,7 +68,7 @@ def models_vector(text: str, accounting: Accounting) -> np.ndarray | None:
         return None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(descriptions, st.sampled_from(ACCOUNTINGS))
 def test_a_description_read_without_models_is_one_the_models_accept_with_the_same_vector_to_the_bit(data, accounting):
     text = json.dumps(data, sort_keys=True)
