@@ -49,7 +49,7 @@ TRAINING = {"lr": 0.05, "optimizer": "adam"}
 
 class ZeroDraws(SecureNoise):
     """Diagnostic only, never a job's noise: the secure noise's buffers written with zeros
-    and summed instead of drawn, the same memory traffic without the normal draws."""
+    and summed instead of drawn: the same buffers and passes without the normal draws."""
 
     def sample(self, std: float) -> torch.Tensor:
         self.draws.zero_()
