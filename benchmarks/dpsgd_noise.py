@@ -12,7 +12,7 @@ two explanations of secure noise's cost beyond its own draws:
 - **cache**: the draws (four per coordinate, 1 MiB for the mlp) evict what the clipping
   pass and Adam read next. "noise drawn before the clipping pass" moves the draw to the
   start of the step; "draws in chunks of k" draws k coordinates' four normals at a time
-  into a small buffer (4k floats, L1/L2-sized) and sums them into the noise, so that the
+  into a small buffer (4k floats, L2-resident) and sums them into the noise, so that the
   draws never occupy more than that; "zeros for the draws" writes and sums the same
   buffers without drawing.
 - **the random numbers themselves**: "uniforms for the draws" fills the buffers with
