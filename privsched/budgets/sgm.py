@@ -48,6 +48,16 @@ _MAX_TERMS = 2**22
 def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
     """RDP curve ε(α) of ``steps`` Poisson-subsampled Gaussian steps at rate q and noise σ
     (Mironov, Talwar & Zhang 2019, §3.3; composition: Mironov 2017, Prop. 1)."""
+    q, sigma = _check_plan(sample_rate, noise_multiplier, steps)
+    orders = np.asarray(alphas, dtype=float)
+    if orders.ndim != 1 or not np.all(np.isfinite(orders)) or np.any(orders <= 1):
+        raise ValueError("RDP orders must be finite and greater than 1")
+    return _one_step(q, sigma, orders) * int(steps)
+
+
+def _check_plan(sample_rate: float, noise_multiplier: float, steps: int) -> tuple[float, float]:
+    """q and σ as floats; ``ValueError`` unless 0 < q ≤ 1, σ is positive and finite and
+    steps is a whole number ≥ 0."""
     q, sigma = float(sample_rate), float(noise_multiplier)
     if not 0 < q <= 1:
         raise ValueError(f"sample rate must be in (0, 1], got {sample_rate!r}")
@@ -55,10 +65,7 @@ def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps
         raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier!r}")
     if int(steps) != steps or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    orders = np.asarray(alphas, dtype=float)
-    if orders.ndim != 1 or not np.all(np.isfinite(orders)) or np.any(orders <= 1):
-        raise ValueError("RDP orders must be finite and greater than 1")
-    return _one_step(q, sigma, orders) * int(steps)
+    return q, sigma
 
 
 def _one_step(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
@@ -229,10 +236,65 @@ def _log_sub(x: float, y: float) -> float:
 def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float) -> float:
     """The ε at δ that ``steps`` subsampled-Gaussian steps imply, converted over
     :data:`CALIBRATION_ALPHAS` (Balle et al. 2020, Thm 21): what Opacus' RDP accountant
-    reports as ``get_epsilon(delta)``."""
-    curve = subsampled_gaussian_curve(sample_rate, noise_multiplier, steps, CALIBRATION_ALPHAS)
-    epsilon, _ = rdp_to_epsilon(curve, CALIBRATION_ALPHAS, delta)
+    reports as ``get_epsilon(delta)``, to the bit (see :func:`_epsilon_and_order`)."""
+    epsilon, _ = _epsilon_and_order(sample_rate, noise_multiplier, steps, delta, None)
     return epsilon
+
+
+#: Relative slack of the lower bounds that let :func:`_epsilon_and_order` skip an order: far
+#: above the rounding of the computed curve (about 1e-13 in ln A_α), so that a skipped order
+#: is one whose ε is above the minimum beyond any rounding.
+_BOUND_SLACK = 1e-9
+
+
+def _epsilon_and_order(q: float, sigma: float, steps: int, delta: float, guess: int | None) -> tuple[float, int]:
+    """The ε of :func:`subsampled_gaussian_epsilon` and the index in :data:`CALIBRATION_ALPHAS`
+    of an order that gives it, with the curve computed only at the orders that can give the
+    minimum (the rest count as +inf in the conversion, which then returns the same ε).
+
+    The conversion is ε = min_α f(α), f(α) = T·ε₁(α) + ln((α − 1)/α) − (ln δ + ln α)/(α − 1)
+    (Balle et al. 2020, Thm 21). ε₁(α) ≥ 0 and ε₁ is non-decreasing in α (Rényi divergences
+    grow with the order: van Erven & Harremoës 2014, Thm 3), so an order α is bounded below
+    by T·ε₁(β) + c(α), β the largest order computed below α (T·0 + c(α) if none), and is
+    skipped once that bound, less :data:`_BOUND_SLACK`, exceeds the smallest f found. Orders
+    are computed one at a time, nearest first to the best so far, starting from ``guess``
+    (a calibration passes the previous σ's minimiser; None: the order where c is least).
+    Each value is the one the whole curve holds (the terms of an order do not depend on the
+    others), so the result is the whole curve's to the bit."""
+    q, sigma = _check_plan(q, sigma, steps)
+    orders = np.asarray(CALIBRATION_ALPHAS)
+    if q == 1.0:  # the Gaussian mechanism: the whole curve costs nothing
+        return _converted(_one_step(q, sigma, orders) * int(steps), delta)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    bias = (np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)).tolist()
+    floor_bias = [c - _BOUND_SLACK * (1 + abs(c)) for c in bias]
+    curve = [math.inf] * orders.size
+    computed = [False] * orders.size
+    best_value, best = math.inf, min(range(orders.size), key=bias.__getitem__) if guess is None else guess
+    while True:
+        below, candidates = 0.0, []  # below: the largest T·ε₁ computed at a lower order
+        for i in range(orders.size):
+            if computed[i]:
+                if curve[i] == curve[i]:  # not NaN
+                    below = max(below, curve[i])
+            elif not below * (1 - _BOUND_SLACK) + floor_bias[i] > best_value:
+                candidates.append(i)
+        if not candidates:
+            break
+        i = min(candidates, key=lambda c: (abs(c - best), c))
+        computed[i] = True
+        curve[i] = float(_one_step(q, sigma, orders[i : i + 1])[0] * int(steps))
+        value = curve[i] + bias[i]
+        if value < best_value:
+            best_value, best = value, i
+    return _converted(np.array(curve), delta)
+
+
+def _converted(curve, delta: float) -> tuple[float, int]:
+    """ε over :data:`CALIBRATION_ALPHAS` (:func:`rdp_to_epsilon`) and the index of its order."""
+    epsilon, order = rdp_to_epsilon(curve, CALIBRATION_ALPHAS, delta)
+    return epsilon, CALIBRATION_ALPHAS.index(order)
 
 
 @functools.lru_cache(maxsize=256)
@@ -243,21 +305,23 @@ def calibrate_noise_multiplier(sample_rate: float, steps: int, epsilon: float, d
     The search of Opacus' ``get_noise_multiplier`` (``accountant="rdp"``,
     ``epsilon_tolerance = tolerance·ε``): double σ from 20 until ε(σ) ≤ ε, then bisect
     [0, σ] until ε − ε(σ) ≤ tolerance·ε, always keeping the upper end, which is within
-    budget. Cached: a search costs tens of curve evaluations."""
+    budget. Each evaluation starts from the order that gave the previous one's ε
+    (:func:`_epsilon_and_order`), so that it computes the curve at the few orders near the
+    minimiser; the σ is the one the whole-curve search finds, to the bit. Cached."""
     if not epsilon > 0 or not math.isfinite(epsilon):
         raise ValueError(f"DP-SGD needs a positive finite epsilon, got {epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
     low, high = 0.0, 10.0
-    eps_high = math.inf
+    eps_high, order = math.inf, None
     while eps_high > epsilon:
         high = 2 * high
-        eps_high = subsampled_gaussian_epsilon(sample_rate, high, steps, delta)
+        eps_high, order = _epsilon_and_order(sample_rate, high, steps, delta, order)
         if high > MAX_NOISE_MULTIPLIER:
             raise ValueError(f"no noise level reaches epsilon={epsilon:g} in {steps} steps: the budget is too small")
     while epsilon - eps_high > tolerance * epsilon:
         middle = (low + high) / 2
-        eps_middle = subsampled_gaussian_epsilon(sample_rate, middle, steps, delta)
+        eps_middle, order = _epsilon_and_order(sample_rate, middle, steps, delta, order)
         if eps_middle < epsilon:
             high, eps_high = middle, eps_middle
         else:
