@@ -162,6 +162,18 @@ def test_epsilon_skipping_orders_is_the_whole_curves_to_the_bit_from_any_startin
         assert rdp_to_epsilon(subsampled_gaussian_curve(q, sigma, steps, alpha), alpha, delta)[0] == expected
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    q=st.floats(1e-5, 1.0),
+    sigma=st.floats(0.2, 100.0),
+    steps=st.integers(0, 1_000_000),
+    delta=st.floats(1e-15, 0.5),
+    guess=st.integers(0, len(CALIBRATION_ALPHAS) - 1),
+)
+def test_epsilon_skipping_orders_is_the_whole_curves_to_the_bit_anywhere(q, sigma, steps, delta, guess):
+    assert _epsilon_and_order(q, sigma, steps, delta, guess)[0] == whole_curve_epsilon(q, sigma, steps, delta)
+
+
 @pytest.mark.parametrize(
     ("q", "steps", "epsilon", "delta"),
     [(0.05, 40, 0.9, 1e-9), (0.001, 3000, 0.3, 1e-6), (0.3, 7, 20.0, 1e-3), (0.01, 100_000, 2.0, 1e-12), (1.0, 3, 1.0, 1e-5)],

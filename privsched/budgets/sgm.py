@@ -23,6 +23,7 @@ T steps compose to T·ε(α) (Mironov 2017, Prop. 1).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 
@@ -245,6 +246,8 @@ def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, ste
 #: above the rounding of the computed curve (about 1e-13 in ln A_α), so that a skipped order
 #: is one whose ε is above the minimum beyond any rounding.
 _BOUND_SLACK = 1e-9
+#: Absolute rounding of ln A_α per step allowed for in the bounds (LN_A_ROUNDING of the tests, ×10).
+_LN_A_SLACK = 1e-12
 
 
 def _epsilon_and_order(q: float, sigma: float, steps: int, delta: float, guess: int | None) -> tuple[float, int]:
@@ -252,15 +255,18 @@ def _epsilon_and_order(q: float, sigma: float, steps: int, delta: float, guess: 
     of an order that gives it, with the curve computed only at the orders that can give the
     minimum (the rest count as +inf in the conversion, which then returns the same ε).
 
-    The conversion is ε = min_α f(α), f(α) = T·ε₁(α) + ln((α − 1)/α) − (ln δ + ln α)/(α − 1)
-    (Balle et al. 2020, Thm 21). ε₁(α) ≥ 0 and ε₁ is non-decreasing in α (Rényi divergences
-    grow with the order: van Erven & Harremoës 2014, Thm 3), so an order α is bounded below
-    by T·ε₁(β) + c(α), β the largest order computed below α (T·0 + c(α) if none), and is
-    skipped once that bound, less :data:`_BOUND_SLACK`, exceeds the smallest f found. Orders
-    are computed one at a time, nearest first to the best so far, starting from ``guess``
-    (a calibration passes the previous σ's minimiser; None: the order where c is least).
-    Each value is the one the whole curve holds (the terms of an order do not depend on the
-    others), so the result is the whole curve's to the bit."""
+    The conversion is ε = min_α f(α), f(α) = T·ε₁(α) + c(α), c(α) = ln((α − 1)/α) −
+    (ln δ + ln α)/(α − 1) (Balle et al. 2020, Thm 21). L(α) = T·ln A_α = (α − 1)·T·ε₁(α) is
+    convex in α with L(1) = 0 (ln A_α = ln E_{μ₀}[(μ/μ₀)^α] is a cumulant-generating
+    function, convex by Hölder's inequality), so ε₁ ≥ 0, ε₁ is non-decreasing (van Erven &
+    Harremoës 2014, Thm 3), and L lies above the line through its values at two computed
+    orders both below or both above α: :func:`_lower_bound` bounds f at an order from the
+    orders computed, and the order is skipped if that bound exceeds the smallest f found
+    (its f exceeds the final minimum too). Orders are visited once each, outwards from
+    ``guess`` (a calibration passes the previous σ's minimiser; None: the order where c is
+    least), on the side nearer the best order so far. Each value is the one the whole
+    curve holds (an order's terms do not depend on the others), so the result is the
+    whole curve's to the bit."""
     q, sigma = _check_plan(q, sigma, steps)
     orders = np.asarray(CALIBRATION_ALPHAS)
     if q == 1.0:  # the Gaussian mechanism: the whole curve costs nothing
@@ -268,27 +274,43 @@ def _epsilon_and_order(q: float, sigma: float, steps: int, delta: float, guess: 
     if not 0 < delta < 1:
         raise ValueError(f"delta must be in (0, 1), got {delta!r}")
     bias = (np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)).tolist()
-    floor_bias = [c - _BOUND_SLACK * (1 + abs(c)) for c in bias]
     curve = [math.inf] * orders.size
-    computed = [False] * orders.size
+    done: list[int] = []  # the orders computed, in increasing order
     best_value, best = math.inf, min(range(orders.size), key=bias.__getitem__) if guess is None else guess
-    while True:
-        below, candidates = 0.0, []  # below: the largest T·ε₁ computed at a lower order
-        for i in range(orders.size):
-            if computed[i]:
-                if curve[i] == curve[i]:  # not NaN
-                    below = max(below, curve[i])
-            elif not below * (1 - _BOUND_SLACK) + floor_bias[i] > best_value:
-                candidates.append(i)
-        if not candidates:
-            break
-        i = min(candidates, key=lambda c: (abs(c - best), c))
-        computed[i] = True
+    left, right = best, best + 1  # the orders visited are those from left + 1 to right - 1
+    while left >= 0 or right < orders.size:
+        if right >= orders.size or (left >= 0 and best - left <= right - best):
+            i, left = left, left - 1
+        else:
+            i, right = right, right + 1
+        if _lower_bound(i, done, curve, int(steps)) + bias[i] - _BOUND_SLACK * (1 + abs(bias[i])) > best_value:
+            continue
+        bisect.insort(done, i)
         curve[i] = float(_one_step(q, sigma, orders[i : i + 1])[0] * int(steps))
         value = curve[i] + bias[i]
         if value < best_value:
             best_value, best = value, i
     return _converted(np.array(curve), delta)
+
+
+def _lower_bound(i: int, done: list[int], curve: list[float], steps: int) -> float:
+    """A lower bound on T·ε₁ at order i of :data:`CALIBRATION_ALPHAS` from its values at the
+    orders ``done`` (see :func:`_epsilon_and_order`), less a slack for their rounding: 0;
+    the value at the nearest order below (ε₁ is non-decreasing); and L = (α − 1)·T·ε₁ on the
+    line through the two nearest orders below, or the two nearest above (L is convex)."""
+    alpha = CALIBRATION_ALPHAS[i]
+    at = bisect.bisect(done, i)
+    bound = 0.0
+    if at and math.isfinite(curve[done[at - 1]]):
+        bound = curve[done[at - 1]] * (1 - _BOUND_SLACK)
+    for pair in (done[at - 2 : at] if at >= 2 else [], done[at : at + 2]):
+        if len(pair) < 2 or not all(math.isfinite(curve[j]) for j in pair):
+            continue
+        (a1, a2), (l1, l2) = ((CALIBRATION_ALPHAS[j] for j in pair), ((CALIBRATION_ALPHAS[j] - 1) * curve[j] for j in pair))
+        reach = 1 + max(abs(alpha - a1), abs(alpha - a2)) / (a2 - a1)
+        line = l1 + (l2 - l1) / (a2 - a1) * (alpha - a1) - (_BOUND_SLACK * (abs(l1) + abs(l2)) + _LN_A_SLACK * steps) * reach
+        bound = max(bound, line / (alpha - 1))
+    return bound
 
 
 def _converted(curve, delta: float) -> tuple[float, int]:
