@@ -306,7 +306,8 @@ def _lower_bound(i: int, done: list[int], curve: list[float], steps: int) -> flo
     for pair in (done[at - 2 : at] if at >= 2 else [], done[at : at + 2]):
         if len(pair) < 2 or not all(math.isfinite(curve[j]) for j in pair):
             continue
-        (a1, a2), (l1, l2) = ((CALIBRATION_ALPHAS[j] for j in pair), ((CALIBRATION_ALPHAS[j] - 1) * curve[j] for j in pair))
+        a1, a2 = (CALIBRATION_ALPHAS[j] for j in pair)
+        l1, l2 = ((a - 1) * curve[j] for a, j in zip((a1, a2), pair))
         reach = 1 + max(abs(alpha - a1), abs(alpha - a2)) / (a2 - a1)
         line = l1 + (l2 - l1) / (a2 - a1) * (alpha - a1) - (_BOUND_SLACK * (abs(l1) + abs(l2)) + _LN_A_SLACK * steps) * reach
         bound = max(bound, line / (alpha - 1))
