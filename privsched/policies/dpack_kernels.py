@@ -165,13 +165,14 @@ def segment_sum(values, lo, hi):  # pragma: no cover
 
 
 @_jit
-def _edge_cost(e, block, demand, chosen, available, best, is_rdp):  # pragma: no cover
+def _edge_cost(e, block, demand, available, best, is_rdp):  # pragma: no cover
     """The edge's demand as a fraction of its block's remaining budget: at the block's best
-    order under RDP (``chosen[e]`` is the demand there), the binding dimension under basic
-    accounting; 0 for a zero demand and infinite on a block with no budget left."""
+    order under RDP, the binding dimension under basic accounting; 0 for a zero demand and
+    infinite on a block with no budget left."""
     b = block[e]
     if is_rdp:
-        wanted, budget = chosen[e], available[b, best[b]]
+        column = best[b]
+        wanted, budget = demand[e, column], available[b, column]
         if wanted > 0:
             return wanted / budget if budget > 0 else np.inf
         return 0.0
@@ -187,25 +188,25 @@ def _edge_cost(e, block, demand, chosen, available, best, is_rdp):  # pragma: no
 
 
 @_jit
-def _urgency(p, start, count, weight, block, demand, chosen, available, best, is_rdp, seen):  # pragma: no cover
+def _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen):  # pragma: no cover
     """Minus the efficiency of pipeline p, ``−w / Σ_j cost_j`` (NaN sorts last, as +∞)."""
     cost = 0.0
     if count[p]:
         for i in range(count[p]):
-            seen[start[p] + i] = _edge_cost(start[p] + i, block, demand, chosen, available, best, is_rdp)
+            seen[start[p] + i] = _edge_cost(start[p] + i, block, demand, available, best, is_rdp)
         cost = segment_sum(seen, start[p], start[p] + count[p])
     urgency = -weight[p] / cost if weight[p] > 0 else 0.0
     return np.inf if urgency != urgency else urgency
 
 
 @_jit
-def _fits(p, start, count, block, demand, chosen, available, live, best, is_rdp):  # pragma: no cover
+def _fits(p, start, count, block, demand, available, live, best, is_rdp):  # pragma: no cover
     """Whether pipeline p's whole demand fits ``available`` (docs/design.md §3.3); under RDP
-    an edge's best order is tried first, from the compact ``chosen``, before the others."""
+    an edge's best order, where it most likely fits, is tried before the others."""
     for e in range(start[p], start[p] + count[p]):
         b = block[e]
         if is_rdp:
-            if live[b, best[b]] and chosen[e] <= available[b, best[b]]:
+            if live[b, best[b]] and demand[e, best[b]] <= available[b, best[b]]:
                 continue
             some = False
             for column in range(demand.shape[1]):
@@ -320,21 +321,20 @@ def run_pass(
     urgency evaluated in round r stays exact while none of the pipeline's blocks has been
     granted anything since (``moved[b] ≤ r``): its budgets and best orders are unchanged.
     A queued pipeline's heap row is the one whose key is ``entry_key[p]``; a row left
-    behind by a later push has a larger key and is dropped when it surfaces.
+    behind by a later push has a larger key and is dropped when it surfaces. Inside the
+    pass pipelines are numbered by arrival rank, so that a heap row names its pipeline.
     """
     columns, first, size, best = state[0], state[1], state[2], state[9]
     n = len(start)
+    by_rank = np.empty(n, dtype=np.int64)
+    by_rank[tie] = np.arange(n)
+    start, count, weight, candidates = start[by_rank], count[by_rank], weight[by_rank], tie[candidates]
     seen = np.empty(len(block))  # each edge's cost at its pipeline's latest evaluation
-    chosen = np.empty(len(block))  # each edge's demand at its block's best order (queued pipelines)
-    pipeline_by_block = edge_pipeline[by_block]
-    for e in range(len(block)):
-        chosen[e] = demand[e, best[block[e]]]
+    pipeline_by_block = tie[edge_pipeline[by_block]]
     urgency = np.zeros(n)
     fresh = np.full(n, -1, dtype=np.int64)
     queued = np.zeros(n, dtype=np.bool_)
     entry_key = np.zeros(n)
-    by_rank = np.empty(n, dtype=np.int64)
-    by_rank[tie] = np.arange(n)
     kept_once = np.zeros(n, dtype=np.bool_)
     capacity = 2 * len(candidates) + 16
     heap = _aligned_heap(capacity)
@@ -348,7 +348,7 @@ def run_pass(
     moved = np.zeros(len(available), dtype=np.int64)  # first round that sees a block's latest grant
     round_ = 0
     for p in candidates:
-        urgency[p] = _urgency(p, start, count, weight, block, demand, chosen, available, best, is_rdp, seen)
+        urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
         fresh[p] = 0
     pushes = candidates.copy()
     n_pushes = len(candidates)
@@ -357,14 +357,14 @@ def run_pass(
         if size_heap + n_pushes > capacity:
             kept = 0
             for i in range(size_heap):
-                p = by_rank[np.int64(heap[i, 1])]
+                p = np.int64(heap[i, 1])
                 if queued[p] and heap[i, 0] == entry_key[p] and not kept_once[p]:
                     kept_once[p] = True  # one row per pipeline, even where two keys are equal
                     heap[kept, 0], heap[kept, 1] = heap[i, 0], heap[i, 1]
                     kept += 1
             size_heap = kept
             for i in range(size_heap):
-                kept_once[by_rank[np.int64(heap[i, 1])]] = False
+                kept_once[np.int64(heap[i, 1])] = False
             for i in range((size_heap - 2) // 4, -1, -1):
                 _sift_down(heap, size_heap, i)
         for i in range(n_pushes):
@@ -373,7 +373,7 @@ def run_pass(
                 queued[p] = True
                 live_entries += 1
             entry_key[p] = urgency[p]
-            size_heap = _push(heap, size_heap, urgency[p], tie[p])
+            size_heap = _push(heap, size_heap, urgency[p], p)
         n_pushes = 0
         if not live_entries:
             break  # the pass is over: nothing to refresh
@@ -382,18 +382,18 @@ def run_pass(
         round_grants = n_granted
         need = k
         while need and live_entries:
-            top_key, p = heap[0, 0], by_rank[np.int64(heap[0, 1])]
+            top_key, p = heap[0, 0], np.int64(heap[0, 1])
             if top_key != entry_key[p]:  # NaN once p has left the queue
                 size_heap = _drop_top(heap, size_heap)
                 continue  # a replaced entry
             if fresh[p] < round_:
                 if _moved_since(p, fresh[p], start, count, block, moved):
-                    if not _fits(p, start, count, block, demand, chosen, available, live, best, is_rdp):
+                    if not _fits(p, start, count, block, demand, available, live, best, is_rdp):
                         queued[p], entry_key[p] = False, np.nan  # budget only shrinks within a pass: it
                         live_entries -= 1  # never fits again, and where it would have come grants nothing
                         size_heap = _drop_top(heap, size_heap)
                         continue
-                    urgency[p] = _urgency(p, start, count, weight, block, demand, chosen, basis, best, is_rdp, seen)
+                    urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
                 fresh[p] = round_
             if top_key != urgency[p]:  # a lower bound: the entry takes its exact key, in place
                 entry_key[p] = urgency[p]
@@ -403,7 +403,7 @@ def run_pass(
             size_heap = _drop_top(heap, size_heap)
             queued[p], entry_key[p] = False, np.nan
             live_entries -= 1
-            if _fits(p, start, count, block, demand, chosen, available, live, best, is_rdp):
+            if _fits(p, start, count, block, demand, available, live, best, is_rdp):
                 for e in range(start[p], start[p] + count[p]):
                     for column in range(demand.shape[1]):
                         available[block[e], column] -= demand[e, column]
@@ -435,13 +435,7 @@ def run_pass(
         n_changed = refresh_best(touched_list[:n_touched], available, live, state, changed)
         # Costs on a block whose best order moved may fall: re-evaluate its queued
         # pipelines now, and queue again those whose key is no longer a lower bound.
-        # (Edges are visited in block order, pipeline_by_block read in step with them; only
-        # queued pipelines are evaluated again, so only their edges need ``chosen``.)
-        for i in range(n_changed):  # every moved order first: a pipeline may span several
-            b = changed[i]
-            for j in range(first[b], first[b] + size[b]):
-                if queued[pipeline_by_block[j]]:
-                    chosen[by_block[j]] = demand[by_block[j], best[b]]
+        # (Edges are visited in block order, pipeline_by_block read in step with them.)
         for i in range(n_changed):
             b = changed[i]
             for j in range(first[b], first[b] + size[b]):
@@ -451,10 +445,10 @@ def run_pass(
                 e = by_block[j]
                 # Its other costs can only have grown since: if this one did not fall,
                 # neither did the sum, and the key stays a lower bound.
-                if _edge_cost(e, block, demand, chosen, available, best, is_rdp) < seen[e]:
-                    urgency[p] = _urgency(p, start, count, weight, block, demand, chosen, available, best, is_rdp, seen)
+                if _edge_cost(e, block, demand, available, best, is_rdp) < seen[e]:
+                    urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
                     fresh[p] = round_
                     if urgency[p] < entry_key[p]:
                         pushes[n_pushes] = p
                         n_pushes += 1
-    return granted[:n_granted]
+    return by_rank[granted[:n_granted]]
