@@ -200,14 +200,11 @@ def _urgency(p, start, count, weight, block, demand, available, best, is_rdp, se
 
 
 @_jit
-def _fits(p, start, count, block, demand, available, live, best, is_rdp):  # pragma: no cover
-    """Whether pipeline p's whole demand fits ``available`` (docs/design.md §3.3); under RDP
-    an edge's best order, where it most likely fits, is tried before the others."""
+def _fits(p, start, count, block, demand, available, live, is_rdp):  # pragma: no cover
+    """Whether pipeline p's whole demand fits ``available`` (docs/design.md §3.3)."""
     for e in range(start[p], start[p] + count[p]):
         b = block[e]
         if is_rdp:
-            if live[b, best[b]] and demand[e, best[b]] <= available[b, best[b]]:
-                continue
             some = False
             for column in range(demand.shape[1]):
                 if live[b, column] and demand[e, column] <= available[b, column]:
@@ -232,61 +229,57 @@ def _moved_since(p, evaluated, start, count, block, moved):  # pragma: no cover
 
 
 # -- the candidate heap ----------------------------------------------------------------------------
-# A 4-ary heap of rows (key, rank) of one float array, ascending by (key, rank): a
-# pipeline's arrival rank breaks ties and names it (ranks are distinct integers far below
-# 2⁵³, exact as floats). A row takes 16 bytes and a node's four children one 64-byte cache
-# line (:func:`_aligned_heap`), so that a sift reads one line a level over half the levels
-# of a binary heap.
+# Entries are rows (key, tie, pipeline, version) of one float array, ascending by (key, tie),
+# so that comparing two entries reads one cache line each; ties, pipelines and versions are
+# integers far below 2⁵³, exact as floats.
 
 
 @_jit
-def _aligned_heap(capacity):  # pragma: no cover
-    """An empty (capacity, 2) heap whose nodes' children share a 64-byte line each: node
-    i's children are rows 4i + 1 … 4i + 4, so row 1 starts a line."""
-    raw = np.empty((capacity + 4, 2))
-    shift = (((-raw.ctypes.data) % 64) // 16 - 1) % 4
-    return raw[shift : shift + capacity]
+def _less(heap, i, j):  # pragma: no cover
+    return heap[i, 0] < heap[j, 0] or (heap[i, 0] == heap[j, 0] and heap[i, 1] < heap[j, 1])
+
+
+@_jit
+def _swap(heap, i, j):  # pragma: no cover
+    for c in range(4):
+        heap[i, c], heap[j, c] = heap[j, c], heap[i, c]
 
 
 @_jit
 def _sift_down(heap, size, i):  # pragma: no cover
-    """Move the row at i down to its place below."""
-    key, rank = heap[i, 0], heap[i, 1]
     while True:
-        child = 4 * i + 1
-        if child >= size:
-            break
-        least, least_key, least_rank = child, heap[child, 0], heap[child, 1]
-        for c in range(child + 1, min(child + 4, size)):
-            if heap[c, 0] < least_key or (heap[c, 0] == least_key and heap[c, 1] < least_rank):
-                least, least_key, least_rank = c, heap[c, 0], heap[c, 1]
-        if not (least_key < key or (least_key == key and least_rank < rank)):
-            break
-        heap[i, 0], heap[i, 1] = least_key, least_rank
-        i = least
-    heap[i, 0], heap[i, 1] = key, rank
+        smallest, left = i, 2 * i + 1
+        if left < size and _less(heap, left, smallest):
+            smallest = left
+        if left + 1 < size and _less(heap, left + 1, smallest):
+            smallest = left + 1
+        if smallest == i:
+            return
+        _swap(heap, i, smallest)
+        i = smallest
 
 
 @_jit
-def _push(heap, size, key, rank):  # pragma: no cover
-    """Add a row; returns the new size."""
+def _push(heap, size, key, tie, item, version):  # pragma: no cover
+    """Add an entry; returns the new size."""
+    heap[size, 0], heap[size, 1], heap[size, 2], heap[size, 3] = key, tie, item, version
     i = size
     while i > 0:
-        parent = (i - 1) // 4
-        if not (key < heap[parent, 0] or (key == heap[parent, 0] and rank < heap[parent, 1])):
+        parent = (i - 1) // 2
+        if not _less(heap, i, parent):
             break
-        heap[i, 0], heap[i, 1] = heap[parent, 0], heap[parent, 1]
+        _swap(heap, i, parent)
         i = parent
-    heap[i, 0], heap[i, 1] = key, rank
     return size + 1
 
 
 @_jit
 def _drop_top(heap, size):  # pragma: no cover
-    """Remove the smallest row; returns the new size."""
+    """Remove the smallest entry; returns the new size."""
     size -= 1
     if size:
-        heap[0, 0], heap[0, 1] = heap[size, 0], heap[size, 1]
+        for c in range(4):
+            heap[0, c] = heap[size, c]
         _sift_down(heap, size, 0)
     return size
 
@@ -312,32 +305,24 @@ def run_pass(
     state,
 ):  # pragma: no cover
     """The whole DPack pass from the candidates that fit alone; ``available`` is charged in
-    place. Returns the granted pipelines in grant order. ``tie`` is every pipeline's
-    arrival rank (distinct, 0 … n − 1).
+    place. Returns the granted pipelines in grant order.
 
     Invariant: every queued pipeline's heap key is at most its urgency now (module
     docstring of :mod:`privsched.policies.dpack`); ``fresh[p] == round`` when
     ``urgency[p]`` is exact for the round (against the round's starting budget). An
     urgency evaluated in round r stays exact while none of the pipeline's blocks has been
     granted anything since (``moved[b] ≤ r``): its budgets and best orders are unchanged.
-    A queued pipeline's heap row is the one whose key is ``entry_key[p]``; a row left
-    behind by a later push has a larger key and is dropped when it surfaces. Inside the
-    pass pipelines are numbered by arrival rank, so that a heap row names its pipeline.
     """
     columns, first, size, best = state[0], state[1], state[2], state[9]
     n = len(start)
-    by_rank = np.empty(n, dtype=np.int64)
-    by_rank[tie] = np.arange(n)
-    start, count, weight, candidates = start[by_rank], count[by_rank], weight[by_rank], tie[candidates]
     seen = np.empty(len(block))  # each edge's cost at its pipeline's latest evaluation
-    pipeline_by_block = tie[edge_pipeline[by_block]]
     urgency = np.zeros(n)
     fresh = np.full(n, -1, dtype=np.int64)
     queued = np.zeros(n, dtype=np.bool_)
     entry_key = np.zeros(n)
-    kept_once = np.zeros(n, dtype=np.bool_)
+    current = np.zeros(n, dtype=np.int64)  # version of each pipeline's live entry
     capacity = 2 * len(candidates) + 16
-    heap = _aligned_heap(capacity)
+    heap = np.empty((capacity, 4))
     size_heap, live_entries = 0, 0
     granted = np.empty(len(candidates), dtype=np.int64)
     n_granted = 0
@@ -357,23 +342,21 @@ def run_pass(
         if size_heap + n_pushes > capacity:
             kept = 0
             for i in range(size_heap):
-                p = np.int64(heap[i, 1])
-                if queued[p] and heap[i, 0] == entry_key[p] and not kept_once[p]:
-                    kept_once[p] = True  # one row per pipeline, even where two keys are equal
-                    heap[kept, 0], heap[kept, 1] = heap[i, 0], heap[i, 1]
+                p = np.int64(heap[i, 2])
+                if heap[i, 3] == current[p] and queued[p]:
+                    heap[kept] = heap[i]
                     kept += 1
             size_heap = kept
-            for i in range(size_heap):
-                kept_once[np.int64(heap[i, 1])] = False
-            for i in range((size_heap - 2) // 4, -1, -1):
+            for i in range(size_heap // 2 - 1, -1, -1):
                 _sift_down(heap, size_heap, i)
         for i in range(n_pushes):
             p = pushes[i]
             if not queued[p]:
                 queued[p] = True
                 live_entries += 1
+            current[p] += 1
             entry_key[p] = urgency[p]
-            size_heap = _push(heap, size_heap, urgency[p], p)
+            size_heap = _push(heap, size_heap, urgency[p], tie[p], p, current[p])
         n_pushes = 0
         if not live_entries:
             break  # the pass is over: nothing to refresh
@@ -382,15 +365,15 @@ def run_pass(
         round_grants = n_granted
         need = k
         while need and live_entries:
-            top_key, p = heap[0, 0], np.int64(heap[0, 1])
-            if top_key != entry_key[p]:  # NaN once p has left the queue
+            top_key, p, v = heap[0, 0], np.int64(heap[0, 2]), np.int64(heap[0, 3])
+            if v != current[p] or not queued[p]:
                 size_heap = _drop_top(heap, size_heap)
                 continue  # a replaced entry
             if fresh[p] < round_:
                 if _moved_since(p, fresh[p], start, count, block, moved):
-                    if not _fits(p, start, count, block, demand, available, live, best, is_rdp):
-                        queued[p], entry_key[p] = False, np.nan  # budget only shrinks within a pass: it
-                        live_entries -= 1  # never fits again, and where it would have come grants nothing
+                    if not _fits(p, start, count, block, demand, available, live, is_rdp):
+                        queued[p] = False  # budget only shrinks within a pass: it never fits again,
+                        live_entries -= 1  # and where it would have come in the order grants nothing
                         size_heap = _drop_top(heap, size_heap)
                         continue
                     urgency[p] = _urgency(p, start, count, weight, block, demand, basis, best, is_rdp, seen)
@@ -401,9 +384,9 @@ def run_pass(
                 _sift_down(heap, size_heap, 0)
                 continue
             size_heap = _drop_top(heap, size_heap)
-            queued[p], entry_key[p] = False, np.nan
+            queued[p] = False
             live_entries -= 1
-            if _fits(p, start, count, block, demand, available, live, best, is_rdp):
+            if _fits(p, start, count, block, demand, available, live, is_rdp):
                 for e in range(start[p], start[p] + count[p]):
                     for column in range(demand.shape[1]):
                         available[block[e], column] -= demand[e, column]
@@ -435,20 +418,17 @@ def run_pass(
         n_changed = refresh_best(touched_list[:n_touched], available, live, state, changed)
         # Costs on a block whose best order moved may fall: re-evaluate its queued
         # pipelines now, and queue again those whose key is no longer a lower bound.
-        # (Edges are visited in block order, pipeline_by_block read in step with them.)
         for i in range(n_changed):
             b = changed[i]
             for j in range(first[b], first[b] + size[b]):
-                p = pipeline_by_block[j]
-                if not queued[p] or fresh[p] == round_:
-                    continue
                 e = by_block[j]
+                p = edge_pipeline[e]
                 # Its other costs can only have grown since: if this one did not fall,
                 # neither did the sum, and the key stays a lower bound.
-                if _edge_cost(e, block, demand, available, best, is_rdp) < seen[e]:
+                if queued[p] and fresh[p] < round_ and _edge_cost(e, block, demand, available, best, is_rdp) < seen[e]:
                     urgency[p] = _urgency(p, start, count, weight, block, demand, available, best, is_rdp, seen)
                     fresh[p] = round_
                     if urgency[p] < entry_key[p]:
                         pushes[n_pushes] = p
                         n_pushes += 1
-    return by_rank[granted[:n_granted]]
+    return granted[:n_granted]
