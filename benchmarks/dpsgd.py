@@ -5,6 +5,7 @@ only; "opacus-ghost": Opacus' two-pass ghost clipping where a layer has a norm s
 gradient clipping elsewhere; "hooks": Opacus' per-sample gradients from hooks).
 
     .venv/bin/python benchmarks/dpsgd.py [--records 10000] [--sample-rate 0.05] [--threads 1]
+        [--models mlp,text] [--modes ghost,opacus-ghost,hooks]
 
 The defaults are how the built-in jobs run: the demo's DP-SGD pipelines train with Adam at
 q = 0.05 on about ten daily blocks of 1,000 reviews (8,000 training reviews, batches of
@@ -15,10 +16,13 @@ in process CPU time. Every mode of a model is timed against the same non-private
 the default mode also with one normal draw per noise coordinate instead of secure mode's
 four, a configuration the built-in jobs never use, to show the cost of secure noise alone;
 single-pass ghost clipping also with Opacus' own optimizer (secure noise drawn parameter by
-parameter, clipped sums copied), to show what drawing the noise at once saves. A second
+parameter, clipped sums copied), to show what drawing the noise at once saves; and with the
+draws replaced by zeros written to the same buffers (a diagnostic, no noise at all), to show
+what DP-SGD costs besides the normal draws. A second
 table splits a step of the single-pass ghost clipping models into its parts (median process
 CPU time per step, from whole epochs so that the parts add up to the epoch's time): where
-the time of DP-SGD goes.
+the time of DP-SGD goes; a third times the secure and the one-draw noise alone (one
+``SecureNoise.sample`` of the model's size), against the non-private step.
 """
 
 from __future__ import annotations
@@ -35,11 +39,44 @@ from privsched.jobs.records import read_block_files
 from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
 from privsched.trainers.models import build_model
 from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, parse_job
+from privsched.trainers.secure_noise import SecureNoise
 from workloads.reviews import write_blocks
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 #: The demo's DP-SGD training parameters (``privsched.demo``).
 TRAINING = {"lr": 0.05, "optimizer": "adam"}
+
+
+class ZeroDraws(SecureNoise):
+    """Diagnostic only, never a job's noise: the secure noise's buffers written with zeros
+    and summed instead of drawn: the same buffers and passes without the normal draws."""
+
+    def sample(self, std: float) -> torch.Tensor:
+        self.draws.zero_()
+        return torch.sum(self.draws, dim=0, out=self.noise)
+
+
+def with_noise(trainer: Trainer, source: type[SecureNoise], secure: bool = True) -> Trainer:
+    """``trainer`` whose optimizer keeps its noise buffers in a ``source`` (a
+    :class:`SecureNoise` or a diagnostic subclass), secure or with one draw."""
+    optimizer = trainer.optimizer
+    params = optimizer.params
+    optimizer.secure_mode = secure
+    optimizer._noise = source(sum(p.numel() for p in params), optimizer.generator, params[0].device, params[0].dtype, secure)
+    return trainer
+
+
+def draw_ms(numel: int, device: torch.device, secure: bool, repeats: int) -> float:
+    """Median process CPU milliseconds of one draw of ``numel`` coordinates of noise, alone."""
+    source = SecureNoise(numel, torch.Generator(device=device).manual_seed(0), device, torch.get_default_dtype(), secure)
+    times = []
+    for _ in range(10 + repeats):
+        start = time.process_time()
+        source.sample(1.0)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.process_time() - start)
+    return 1e3 * statistics.median(times[10:])
 
 
 def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dict[str, float]]:
@@ -108,6 +145,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a job's CPUs)")
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
+    parser.add_argument("--modes", default=",".join(GRAD_SAMPLE_MODES), help="clipping modes timed besides each model's default")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -116,6 +154,7 @@ def main() -> None:
         records = read_block_files(write_blocks(tmp, days=1, per_day=args.records, seed=0))
     rows = []
     parts: dict[str, dict[str, dict[str, float]]] = {}
+    draws: dict[str, tuple[int, float, float]] = {}
     for model_name in args.models.split(","):
         job = parse_job({"kind": "dpsgd", "model": model_name, "sample_rate": args.sample_rate, "epochs": 1, **TRAINING})
         data, train, _ = train_heldout(records, job)
@@ -126,7 +165,8 @@ def main() -> None:
             return build_model(model_name, data.vocab_size, data.n_classes)
 
         default = default_mode(fresh())
-        modes = [mode for mode in GRAD_SAMPLE_MODES if mode != "ghost" or default == "ghost"]
+        wanted = args.modes.split(",") + [default]
+        modes = [mode for mode in GRAD_SAMPLE_MODES if mode in wanted and (mode != "ghost" or default == "ghost")]
         trainers = [plain_trainer(fresh(), train, job, device)]
         trainers += [private_trainer(fresh(), train, job, 1.0, mode, device) for mode in modes]
         insecure = private_trainer(fresh(), train, job, 1.0, default, device)
@@ -138,6 +178,9 @@ def main() -> None:
             before = private_trainer(fresh(), train, job, 1.0, default, device)
             before.optimizer.__class__ = DPOptimizerFastGradientClipping
             baselines[f"{default}, Opacus' per-parameter noise"] = before
+            baselines[f"{default}, zeros for the draws (diagnostic, no noise)"] = with_noise(
+                private_trainer(fresh(), train, job, 1.0, default, device), ZeroDraws
+            )
         plain, *private = epoch_seconds(trainers + list(baselines.values()), steps, args.repeats)
         labels = [f"{mode} (default)" if mode == default else mode for mode in modes] + list(baselines)
         rows += [(model_name, label, plain, times) for label, times in zip(labels, private)]
@@ -145,6 +188,8 @@ def main() -> None:
             secure = trainers[1 + modes.index("ghost")]
             steppers = {"non-private": trainers[0], "DP-SGD": secure, **baselines}
             parts[model_name] = per_step_ms(steppers, steps, args.repeats)
+            numel = sum(p.numel() for p in secure.model.parameters())
+            draws[model_name] = (numel, draw_ms(numel, device, True, 20 * args.repeats), draw_ms(numel, device, False, 20 * args.repeats))
     batch = args.sample_rate * len(train)
     print(
         f"{len(train)} training reviews, q = {args.sample_rate} (expected batch {batch:.0f}), {steps} steps per "
@@ -169,6 +214,12 @@ def main() -> None:
             cells = " | ".join(f"{times[c]:.3f}" if c in times else "" for c in columns)
             total = sum(times.values())
             print(f"| {model_name} | {name} | {cells} | {total:.3f} | {total / base:.2f}× |")
+    print("\nThe noise alone: one draw of every coordinate, CPU ms, median, against the non-private step above\n")
+    print("| model | coordinates | secure (four draws) ms | one draw ms | secure ÷ non-private step | one draw ÷ non-private step |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for model_name, (numel, secure_ms, one_ms) in draws.items():
+        base = sum(parts[model_name]["non-private"].values())
+        print(f"| {model_name} | {numel:,} | {secure_ms:.3f} | {one_ms:.3f} | {secure_ms / base:.2f}× | {one_ms / base:.2f}× |")
 
 
 if __name__ == "__main__":

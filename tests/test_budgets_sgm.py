@@ -13,13 +13,14 @@ import warnings
 import mpmath
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from opacus.accountants.analysis.rdp import compute_rdp
 from opacus.accountants.utils import get_noise_multiplier
 
 from privsched.budgets import DEFAULT_ALPHAS, calibrate_noise_multiplier, subsampled_gaussian_curve
-from privsched.budgets.sgm import CALIBRATION_ALPHAS, subsampled_gaussian_epsilon
+from privsched.budgets.curves import rdp_to_epsilon
+from privsched.budgets.sgm import CALIBRATION_ALPHAS, _epsilon_and_order, subsampled_gaussian_epsilon
 
 from .conftest import REPO
 
@@ -127,6 +128,70 @@ def test_calibration_is_opacus_get_noise_multiplier(q, steps, epsilon, delta):
     assert sigma == expected
     spent = subsampled_gaussian_epsilon(q, sigma, steps, delta)
     assert 0.99 * epsilon <= spent <= epsilon
+
+
+def whole_curve_epsilon(q, sigma, steps, delta):
+    """ε at δ from the curve at every one of Opacus' orders, converted at once."""
+    return rdp_to_epsilon(subsampled_gaussian_curve(q, sigma, steps, CALIBRATION_ALPHAS), CALIBRATION_ALPHAS, delta)[0]
+
+
+def whole_curve_bisection(q, steps, epsilon, delta, tolerance=0.01):
+    """Opacus' ``get_noise_multiplier`` search, every ε from the whole curve."""
+    low, high, eps_high = 0.0, 10.0, math.inf
+    while eps_high > epsilon:
+        high = 2 * high
+        eps_high = whole_curve_epsilon(q, high, steps, delta)
+    while epsilon - eps_high > tolerance * epsilon:
+        middle = (low + high) / 2
+        eps_middle = whole_curve_epsilon(q, middle, steps, delta)
+        high, eps_high, low = (middle, eps_middle, low) if eps_middle < epsilon else (high, eps_high, middle)
+    return high
+
+
+@pytest.mark.parametrize(
+    ("q", "sigma", "steps", "delta"),
+    list(itertools.product([1e-4, 0.05, 0.9, 1.0], [0.4, 1.5, 30.0], [0, 40, 10_000], [1e-12, 0.1])),
+)
+def test_epsilon_skipping_orders_is_the_whole_curves_to_the_bit_from_any_starting_order(q, sigma, steps, delta):
+    expected = whole_curve_epsilon(q, sigma, steps, delta)
+    assert subsampled_gaussian_epsilon(q, sigma, steps, delta) == expected
+    for guess in (0, 40, len(CALIBRATION_ALPHAS) - 1):
+        epsilon, order = _epsilon_and_order(q, sigma, steps, delta, guess)
+        assert epsilon == expected
+        alpha = [CALIBRATION_ALPHAS[order]]
+        assert rdp_to_epsilon(subsampled_gaussian_curve(q, sigma, steps, alpha), alpha, delta)[0] == expected
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    q=st.floats(1e-5, 1.0),
+    sigma=st.floats(0.2, 100.0),
+    steps=st.integers(0, 1_000_000),
+    delta=st.floats(1e-15, 0.5),
+    guess=st.integers(0, len(CALIBRATION_ALPHAS) - 1),
+)
+def test_epsilon_skipping_orders_is_the_whole_curves_to_the_bit_anywhere(q, sigma, steps, delta, guess):
+    assert _epsilon_and_order(q, sigma, steps, delta, guess)[0] == whole_curve_epsilon(q, sigma, steps, delta)
+
+
+@pytest.mark.parametrize(
+    ("q", "steps", "epsilon", "delta"),
+    [(0.05, 40, 0.9, 1e-9), (0.001, 3000, 0.3, 1e-6), (0.3, 7, 20.0, 1e-3), (0.01, 100_000, 2.0, 1e-12), (1.0, 3, 1.0, 1e-5)],
+)
+def test_calibration_is_the_whole_curve_bisection_to_the_bit(q, steps, epsilon, delta):
+    assert calibrate_noise_multiplier.__wrapped__(q, steps, epsilon, delta) == whole_curve_bisection(q, steps, epsilon, delta)
+
+
+@settings(max_examples=25, deadline=None)
+@given(q=st.floats(1e-4, 1.0), steps=st.integers(1, 20_000), epsilon=st.floats(0.05, 30.0), delta=st.floats(1e-12, 1e-3))
+def test_calibrated_noise_spends_at_most_its_epsilon_and_within_the_tolerance_of_the_least_noise(q, steps, epsilon, delta):
+    try:
+        sigma = calibrate_noise_multiplier(q, steps, epsilon, delta)
+    except ValueError as exc:  # ε below what the largest order allows at this δ, whatever the noise
+        assume("no noise level reaches" not in str(exc))
+        raise
+    spent = whole_curve_epsilon(q, sigma, steps, delta)
+    assert 0.99 * epsilon <= spent <= epsilon  # the least σ spends exactly ε: this σ is within 1 % of ε of it
 
 
 @pytest.mark.parametrize(("epsilon", "delta"), [(0.0, 1e-6), (-1.0, 1e-6), (float("nan"), 1e-6), (1.0, 0.0), (1.0, 1.0)])

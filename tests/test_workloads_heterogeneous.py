@@ -293,3 +293,12 @@ def test_offline_on_the_artifacts_one_block_construction_dpack_reaches_the_optim
         result = compare_offline(instance, policies, time_limit=30.0)
         assert result.proven_optimal and result.gap("dpack") <= 0.05
         assert result.granted["dpack"] >= 1.3 * result.granted["dpf"]
+
+
+def test_the_zoos_laplace_noise_is_the_mechanism_the_scheduler_plans_for_a_laplace_count():
+    from privsched.statistics.queries import StatisticJob, statistic_mechanism
+    from workloads.heterogeneous import RDP, laplace
+
+    count = StatisticJob(query="count", noise="laplace")
+    for scale in np.geomspace(0.01, 10, 100).tolist():
+        assert laplace(scale) == statistic_mechanism(count, 1.0 / scale, 0.0, RDP).model_dump()

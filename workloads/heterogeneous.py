@@ -94,7 +94,6 @@ from privsched.budgets.accounting import DEFAULT_ALPHAS, Accounting
 from privsched.budgets.capacity import rdp_capacity
 from privsched.simulation.generated import GeneratedTrace, mechanism_demand
 from privsched.simulation.params import Between
-from privsched.statistics.queries import StatisticJob, statistic_mechanism
 from workloads.microbenchmarks import MAX_BLOCKS, MAX_PIPELINES, block_times, poisson_arrivals
 
 BLOCK_EPSILON, BLOCK_DELTA = 10.0, 1e-7
@@ -116,8 +115,6 @@ _COMPOSITION_GRID = (0.05, 0.1, 0.5, 1, 2, 3, 4, 5)
 
 #: The accounting the workload's block and demands use.
 RDP = Accounting.rdp(DEFAULT_ALPHAS)
-#: A Laplace statistic with one released quantity of sensitivity 1.
-LAPLACE_COUNT = StatisticJob(query="count", noise="laplace")
 
 
 def _gaussian(sigma: float) -> dict:
@@ -126,8 +123,10 @@ def _gaussian(sigma: float) -> dict:
 
 def laplace(scale: float) -> dict:
     """Laplace noise of scale b on a sensitivity-1 quantity, as the scheduler charges a
-    Laplace statistic: the mechanism it plans for ε = 1/b (module docstring, step 1)."""
-    return statistic_mechanism(LAPLACE_COUNT, 1.0 / float(scale), 0.0, RDP).model_dump()
+    Laplace statistic: the mechanism it plans for ε = 1/b (module docstring, step 1), the
+    pure-DP declaration :func:`~privsched.statistics.queries.statistic_mechanism` gives a
+    Laplace count at ε = 1/b (tests/test_workloads_heterogeneous.py holds the two equal)."""
+    return {"kind": "epsilon_delta", "epsilon": 1.0 / float(scale), "delta": 0.0}
 
 
 def _candidates() -> list[tuple[str, dict]]:
@@ -325,7 +324,7 @@ def heterogeneous(
     check_ranges(range_mean, range_std)
     check_block_selection(block_selection)
     families, mechanisms, best, size, zoo_curves = zoo()
-    bins = np.unique(best)
+    bins = np.array(sorted(set(best.tolist())), dtype=np.intp)  # not np.unique, which loads numpy.ma
     p_bin = bin_probabilities(alpha_std, bins)
     p_blocks = block_count_probabilities(blocks_mean, blocks_std, max_blocks)
     members = [np.flatnonzero(best == b) for b in bins]
@@ -351,7 +350,8 @@ def heterogeneous(
         start = np.concatenate([[0], np.cumsum([len(c) for c in chosen], dtype=np.int64)])
         block_lists = (start, np.concatenate([np.zeros(0, np.int64), *chosen]))
     if size_mean is None and spread is None:
-        used, demand = np.unique(curve, return_inverse=True)
+        used = np.array(sorted(set(curve.tolist())), dtype=np.intp)
+        demand = np.searchsorted(used, curve)
         demands: tuple[dict, ...] = tuple({"mechanism": mechanisms[u]} for u in used.tolist())
         curves = None
     else:

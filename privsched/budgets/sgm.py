@@ -23,6 +23,7 @@ T steps compose to T·ε(α) (Mironov 2017, Prop. 1).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 
@@ -48,6 +49,16 @@ _MAX_TERMS = 2**22
 def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps: int, alphas) -> np.ndarray:
     """RDP curve ε(α) of ``steps`` Poisson-subsampled Gaussian steps at rate q and noise σ
     (Mironov, Talwar & Zhang 2019, §3.3; composition: Mironov 2017, Prop. 1)."""
+    q, sigma = _check_plan(sample_rate, noise_multiplier, steps)
+    orders = np.asarray(alphas, dtype=float)
+    if orders.ndim != 1 or not np.all(np.isfinite(orders)) or np.any(orders <= 1):
+        raise ValueError("RDP orders must be finite and greater than 1")
+    return _one_step(q, sigma, orders) * int(steps)
+
+
+def _check_plan(sample_rate: float, noise_multiplier: float, steps: int) -> tuple[float, float]:
+    """q and σ as floats; ``ValueError`` unless 0 < q ≤ 1, σ is positive and finite and
+    steps is a whole number ≥ 0."""
     q, sigma = float(sample_rate), float(noise_multiplier)
     if not 0 < q <= 1:
         raise ValueError(f"sample rate must be in (0, 1], got {sample_rate!r}")
@@ -55,10 +66,7 @@ def subsampled_gaussian_curve(sample_rate: float, noise_multiplier: float, steps
         raise ValueError(f"noise multiplier must be positive and finite, got {noise_multiplier!r}")
     if int(steps) != steps or steps < 0:
         raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    orders = np.asarray(alphas, dtype=float)
-    if orders.ndim != 1 or not np.all(np.isfinite(orders)) or np.any(orders <= 1):
-        raise ValueError("RDP orders must be finite and greater than 1")
-    return _one_step(q, sigma, orders) * int(steps)
+    return q, sigma
 
 
 def _one_step(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
@@ -229,10 +237,87 @@ def _log_sub(x: float, y: float) -> float:
 def subsampled_gaussian_epsilon(sample_rate: float, noise_multiplier: float, steps: int, delta: float) -> float:
     """The ε at δ that ``steps`` subsampled-Gaussian steps imply, converted over
     :data:`CALIBRATION_ALPHAS` (Balle et al. 2020, Thm 21): what Opacus' RDP accountant
-    reports as ``get_epsilon(delta)``."""
-    curve = subsampled_gaussian_curve(sample_rate, noise_multiplier, steps, CALIBRATION_ALPHAS)
-    epsilon, _ = rdp_to_epsilon(curve, CALIBRATION_ALPHAS, delta)
+    reports as ``get_epsilon(delta)``, to the bit (see :func:`_epsilon_and_order`)."""
+    epsilon, _ = _epsilon_and_order(sample_rate, noise_multiplier, steps, delta, None)
     return epsilon
+
+
+#: Relative slack of the lower bounds that let :func:`_epsilon_and_order` skip an order: far
+#: above the rounding of the computed curve (about 1e-13 in ln A_α), so that a skipped order
+#: is one whose ε is above the minimum beyond any rounding.
+_BOUND_SLACK = 1e-9
+#: Absolute rounding of ln A_α per step allowed for in the bounds (LN_A_ROUNDING of the tests, ×10).
+_LN_A_SLACK = 1e-12
+
+
+def _epsilon_and_order(q: float, sigma: float, steps: int, delta: float, guess: int | None) -> tuple[float, int]:
+    """The ε of :func:`subsampled_gaussian_epsilon` and the index in :data:`CALIBRATION_ALPHAS`
+    of an order that gives it, with the curve computed only at the orders that can give the
+    minimum (the rest count as +inf in the conversion, which then returns the same ε).
+
+    The conversion is ε = min_α f(α), f(α) = T·ε₁(α) + c(α), c(α) = ln((α − 1)/α) −
+    (ln δ + ln α)/(α − 1) (Balle et al. 2020, Thm 21). L(α) = T·ln A_α = (α − 1)·T·ε₁(α) is
+    convex in α with L(1) = 0 (ln A_α = ln E_{μ₀}[(μ/μ₀)^α] is a cumulant-generating
+    function, convex by Hölder's inequality), so ε₁ ≥ 0, ε₁ is non-decreasing (van Erven &
+    Harremoës 2014, Thm 3), and L lies above the line through its values at two computed
+    orders both below or both above α: :func:`_lower_bound` bounds f at an order from the
+    orders computed, and the order is skipped if that bound exceeds the smallest f found
+    (its f exceeds the final minimum too). Orders are visited once each, outwards from
+    ``guess`` (a calibration passes the previous σ's minimiser; None: the order where c is
+    least), on the side nearer the best order so far. Each value is the one the whole
+    curve holds (an order's terms do not depend on the others), so the result is the
+    whole curve's to the bit."""
+    q, sigma = _check_plan(q, sigma, steps)
+    orders = np.asarray(CALIBRATION_ALPHAS)
+    if q == 1.0:  # the Gaussian mechanism: the whole curve costs nothing
+        return _converted(_one_step(q, sigma, orders) * int(steps), delta)
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+    bias = (np.log((orders - 1) / orders) - (math.log(delta) + np.log(orders)) / (orders - 1)).tolist()
+    curve = [math.inf] * orders.size
+    done: list[int] = []  # the orders computed, in increasing order
+    best_value, best = math.inf, min(range(orders.size), key=bias.__getitem__) if guess is None else guess
+    left, right = best, best + 1  # the orders visited are those from left + 1 to right - 1
+    while left >= 0 or right < orders.size:
+        if right >= orders.size or (left >= 0 and best - left <= right - best):
+            i, left = left, left - 1
+        else:
+            i, right = right, right + 1
+        if _lower_bound(i, done, curve, int(steps)) + bias[i] - _BOUND_SLACK * (1 + abs(bias[i])) > best_value:
+            continue
+        bisect.insort(done, i)
+        curve[i] = float(_one_step(q, sigma, orders[i : i + 1])[0] * int(steps))
+        value = curve[i] + bias[i]
+        if value < best_value:
+            best_value, best = value, i
+    return _converted(np.array(curve), delta)
+
+
+def _lower_bound(i: int, done: list[int], curve: list[float], steps: int) -> float:
+    """A lower bound on T·ε₁ at order i of :data:`CALIBRATION_ALPHAS` from its values at the
+    orders ``done`` (see :func:`_epsilon_and_order`), less a slack for their rounding: 0;
+    the value at the nearest order below (ε₁ is non-decreasing); and L = (α − 1)·T·ε₁ on the
+    line through the two nearest orders below, or the two nearest above (L is convex)."""
+    alpha = CALIBRATION_ALPHAS[i]
+    at = bisect.bisect(done, i)
+    bound = 0.0
+    if at and math.isfinite(curve[done[at - 1]]):
+        bound = curve[done[at - 1]] * (1 - _BOUND_SLACK)
+    for pair in (done[at - 2 : at] if at >= 2 else [], done[at : at + 2]):
+        if len(pair) < 2 or not all(math.isfinite(curve[j]) for j in pair):
+            continue
+        a1, a2 = (CALIBRATION_ALPHAS[j] for j in pair)
+        l1, l2 = ((a - 1) * curve[j] for a, j in zip((a1, a2), pair))
+        reach = 1 + max(abs(alpha - a1), abs(alpha - a2)) / (a2 - a1)
+        line = l1 + (l2 - l1) / (a2 - a1) * (alpha - a1) - (_BOUND_SLACK * (abs(l1) + abs(l2)) + _LN_A_SLACK * steps) * reach
+        bound = max(bound, line / (alpha - 1))
+    return bound
+
+
+def _converted(curve, delta: float) -> tuple[float, int]:
+    """ε over :data:`CALIBRATION_ALPHAS` (:func:`rdp_to_epsilon`) and the index of its order."""
+    epsilon, order = rdp_to_epsilon(curve, CALIBRATION_ALPHAS, delta)
+    return epsilon, CALIBRATION_ALPHAS.index(order)
 
 
 @functools.lru_cache(maxsize=256)
@@ -243,21 +328,23 @@ def calibrate_noise_multiplier(sample_rate: float, steps: int, epsilon: float, d
     The search of Opacus' ``get_noise_multiplier`` (``accountant="rdp"``,
     ``epsilon_tolerance = tolerance·ε``): double σ from 20 until ε(σ) ≤ ε, then bisect
     [0, σ] until ε − ε(σ) ≤ tolerance·ε, always keeping the upper end, which is within
-    budget. Cached: a search costs tens of curve evaluations."""
+    budget. Each evaluation starts from the order that gave the previous one's ε
+    (:func:`_epsilon_and_order`), so that it computes the curve at the few orders near the
+    minimiser; the σ is the one the whole-curve search finds, to the bit. Cached."""
     if not epsilon > 0 or not math.isfinite(epsilon):
         raise ValueError(f"DP-SGD needs a positive finite epsilon, got {epsilon!r}")
     if not 0 < delta < 1:
         raise ValueError(f"DP-SGD needs 0 < delta < 1, got {delta!r}")
     low, high = 0.0, 10.0
-    eps_high = math.inf
+    eps_high, order = math.inf, None
     while eps_high > epsilon:
         high = 2 * high
-        eps_high = subsampled_gaussian_epsilon(sample_rate, high, steps, delta)
+        eps_high, order = _epsilon_and_order(sample_rate, high, steps, delta, order)
         if high > MAX_NOISE_MULTIPLIER:
             raise ValueError(f"no noise level reaches epsilon={epsilon:g} in {steps} steps: the budget is too small")
     while epsilon - eps_high > tolerance * epsilon:
         middle = (low + high) / 2
-        eps_middle = subsampled_gaussian_epsilon(sample_rate, middle, steps, delta)
+        eps_middle, order = _epsilon_and_order(sample_rate, middle, steps, delta, order)
         if eps_middle < epsilon:
             high, eps_high = middle, eps_middle
         else:

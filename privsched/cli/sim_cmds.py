@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from privsched.cli import skip_teardown
 from privsched.cli.common import add_row, console, errors, fail, say, text
 from privsched.cli.registry import app
 
@@ -154,6 +155,7 @@ def simulate(
             result_figures(result, out)
     console.print(_summary_table(summary))
     say(f"wrote {out}/result.json, summary.json" + (" and plots" if plots else ""))
+    skip_teardown()
 
 
 @app.command()

@@ -27,6 +27,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_DEMAND, MAX_EPSILON, MIN_EPSILON, check_delta, check_number
 from privsched.budgets.capacity import block_capacity
+from privsched.simulation.described import described_vector
 from privsched.simulation.instance import Instance, plain_demand
 from privsched.simulation.limits import MAX_TIME, TraceError
 from privsched.text import printable
@@ -193,27 +194,16 @@ def _block_lists(w: GeneratedTrace, rank: np.ndarray, block_arrival: np.ndarray,
 def mechanism_demand(description: str, accounting: Accounting) -> np.ndarray:
     """The demand vector :func:`~privsched.budgets.mechanisms.demand_vector` gives the
     mechanism described by ``description`` (its JSON text), read-only: computed once per
-    process, as it is a deterministic function of public parameters. A subsampled Gaussian
-    of T steps costs T times one step under RDP (composition, Mironov 2017, Prop. 1), which
-    is how :func:`~privsched.budgets.sgm.subsampled_gaussian_curve` computes it: one step's
-    curve is computed once per (q, σ) and multiplied, giving the same vector."""
-    from privsched.budgets.mechanisms import SubsampledGaussian, demand_vector, parse_mechanism
+    process, as it is a deterministic function of public parameters. A plainly valid
+    description is read without the models (:mod:`privsched.simulation.described`, the same
+    checks and vector); any other is parsed by them."""
+    vector = described_vector(description, accounting)
+    if vector is None:
+        from privsched.budgets.mechanisms import demand_vector, parse_mechanism
 
-    mechanism = parse_mechanism(description)
-    if accounting.is_rdp and isinstance(mechanism, SubsampledGaussian):
-        vector = _subsampled_gaussian_step(mechanism.sample_rate, mechanism.noise_multiplier, accounting.alphas) * mechanism.steps
-    else:
-        vector = demand_vector(mechanism, accounting)
+        vector = demand_vector(parse_mechanism(description), accounting)
     vector.setflags(write=False)
     return vector
-
-
-@lru_cache(maxsize=1024)
-def _subsampled_gaussian_step(sample_rate: float, noise_multiplier: float, alphas: tuple[float, ...]) -> np.ndarray:
-    """RDP curve of one Poisson-subsampled Gaussian step (Mironov, Talwar & Zhang 2019, §3.3)."""
-    from privsched.budgets.sgm import subsampled_gaussian_curve
-
-    return subsampled_gaussian_curve(sample_rate, noise_multiplier, 1, alphas)
 
 
 def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.ndarray:

@@ -99,7 +99,7 @@ class SimulationResult:
                 "id": self.pipeline_ids,
                 "arrival": self.arrival.tolist(),
                 "status": self.status,
-                "grant_time": [None if np.isnan(t) else float(t) for t in self.grant_time],
+                "grant_time": [None if t != t else t for t in self.grant_time.tolist()],  # NaN: not granted
                 "class": self.klass,
             },
             "blocks": {"id": self.block_ids, "used": self.block_used.tolist(), "wasted": self.block_wasted.tolist()},
