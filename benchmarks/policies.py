@@ -10,7 +10,7 @@ walk of the tests) runs in the same process as the baseline. The last two column
 and DPack's growth exponents between consecutive sizes, ``log(t₂/t₁) / log(n₂/n₁)`` on CPU
 time: 1 is linear, 2 quadratic.
 
-Run from the repository root: ``.venv/bin/python benchmarks/policies.py [--quick]``.
+Run from the repository root: ``.venv/bin/python benchmarks/policies.py [--quick | --sizes 10000,30000,100000]``.
 """
 
 from __future__ import annotations
@@ -88,8 +88,16 @@ def timed(run, repeats: int) -> tuple[float, float, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the 1k and 10k sizes")
+    parser.add_argument("--sizes", help="comma-separated pending counts (default 1k, 3k, 10k, 30k, 100k)")
     args = parser.parse_args()
     sizes = (1_000, 10_000) if args.quick else (1_000, 3_000, 10_000, 30_000, 100_000)
+    if args.sizes:
+        try:
+            sizes = tuple(int(size) for size in args.sizes.split(","))
+        except ValueError:
+            parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
+        if any(size < 1 for size in sizes):
+            parser.error("--sizes must be positive")
     policies = {name: make_policy(name, n=100).policy for name in ("fcfs", "dpf-n", "dpack")}
     print(
         "| pending | edges | granted FCFS / DPF / DPack | FCFS ms | DPF ms | DPack ms | naive DPF loop ms "
