@@ -210,3 +210,15 @@ def test_a_command_that_computes_on_budgets_loads_numpy_with_one_blas_thread_unl
     argv = [sys.executable, "-c", BLAS_PROBE, *args, "--db", str(database)]
     result = subprocess.run(argv, cwd=database.parent, env=env, capture_output=True, text=True)
     assert json.loads(result.stdout.splitlines()[-1]) == {"code": 0, "threads": [threads]}
+
+
+@pytest.mark.parametrize(("user", "threads"), [(None, 1), ("2", 2)])
+def test_simulate_loads_numpy_with_one_blas_thread_unless_the_user_set_it(tmp_path, user, threads):
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    env["PYTHONPATH"] = str(REPO)
+    if user is not None:
+        env["OPENBLAS_NUM_THREADS"] = user
+    probe = BLAS_PROBE.replace("from privsched.cli import main", "from privsched import cli").replace("main()", "cli.main()")
+    argv = [sys.executable, "-c", probe, "simulate", "single-block", "--policy", "dpf-n", "--n", "10", "--out", "run"]
+    result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert json.loads(result.stdout.splitlines()[-1]) == {"code": 0, "threads": [threads]}, result.stderr

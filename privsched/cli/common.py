@@ -45,8 +45,10 @@ def one_blas_thread() -> None:
     """Before NumPy loads: one OpenBLAS thread. Loading NumPy starts a BLAS thread per core
     otherwise, a third of NumPy's import time here (``python -c "import numpy"``: 0.16–0.18 s
     wall against 0.09–0.12 s on 2 cores, benchmarks/README.md) for commands whose arrays
-    hold a few dozen numbers and multiply no matrices. A value set by the user is kept;
-    commands that call it launch no job, which would inherit it."""
+    hold a few dozen numbers and multiply no matrices, and for the simulator, whose passes
+    are element-wise (its idle BLAS threads spin: 0.1–0.2 s of CPU a run, no wall time
+    gained). A value set by the user is kept; commands that call it launch no job, which
+    would inherit it."""
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 

@@ -19,7 +19,7 @@ import typer
 from rich.table import Table
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import add_row, console, errors, fail, say, text
+from privsched.cli.common import add_row, console, errors, fail, one_blas_thread, say, text
 from privsched.cli.registry import app
 
 ParamOption = Annotated[
@@ -135,6 +135,7 @@ def simulate(
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Also draw the run's figures (PNG).")] = False,
 ) -> None:
     """Simulate a policy over a workload and write the result, a summary and (with --plots) figures."""
+    one_blas_thread()
     from privsched.simulation.api import load_workload, resolve_policy, run
 
     _output_folder(out)
@@ -170,6 +171,7 @@ def sweep(
     param: ParamOption = None,
 ) -> None:
     """Run a grid of policies and N / T values over workloads, with paper-style figures."""
+    one_blas_thread()  # the workers inherit it: the sweep is parallel across processes
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from privsched.simulation.api import resolve_policy
@@ -215,6 +217,7 @@ def trace(
     param: ParamOption = None,
 ) -> None:
     """Save a generated workload as a trace file."""
+    one_blas_thread()
     from privsched.simulation.registry import generate_workload, workload_generators
     from privsched.simulation.trace import Trace, save_trace
 
