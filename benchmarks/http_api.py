@@ -90,24 +90,41 @@ def rate(make_client: Callable[[], object], count: int) -> float:
     return (count // THREADS * THREADS) / in_threads(work)
 
 
-def latencies(make_client: Callable[[], object], keys: list[str], probes: int, waiting: bool = False) -> list[float]:
-    """Submit → grant seconds of probes, THREADS clients each submitting one at a time and
-    polling every 2 ms (or, ``waiting``, waiting at the server for the change of state)."""
+@dataclass
+class Probe:
+    """One probe's clock readings (seconds since the epoch): before its submit call, when the
+    call returned, when the client saw the grant; and the ledger's submission and grant times."""
+
+    started: float
+    submitted: float
+    seen: float
+    submitted_at: float = 0.0
+    granted_at: float = 0.0
+
+    @property
+    def latency(self) -> float:
+        return self.seen - self.started
+
+
+def latencies(make_client: Callable[[], object], keys: list[str], probes: int, waiting: bool = False) -> list[Probe]:
+    """Submit → grant of probes, THREADS clients each submitting one at a time and polling
+    every 2 ms (or, ``waiting``, waiting at the server for the change of state)."""
     clients = [make_client() for _ in range(THREADS)]
-    found: list[float] = []
+    found: list[Probe] = []
 
     def work(i: int) -> None:
         client = clients[i]
         for n in range(probes):
             started = time.time()
             run = client.submit(probe_spec(f"probe-{i}-{n}", keys[i * probes + n]))
+            submitted = time.time()
             if waiting:
-                while client.wait_for_change(run.id, "pending").granted_at is None:
+                while (info := client.wait_for_change(run.id, "pending")).granted_at is None:
                     pass
             else:
-                while client.status(run.id).granted_at is None:
+                while (info := client.status(run.id)).granted_at is None:
                     time.sleep(0.002)
-            found.append(time.time() - started)
+            found.append(Probe(started, submitted, time.time(), info.submitted_at, info.granted_at))
 
     in_threads(work)
     return found
@@ -226,7 +243,24 @@ def main() -> None:
         for i, clock in enumerate(("wall", "CPU")):
             ours, theirs = remote_cmd[i], remote_cmds["baseline"][i]
             print(f"| remote DP-SGD `privsched submit`, whole process, {clock} (s) | {ours:.2f} | {theirs:.2f} | {ours / theirs:.2f} |")
+    print("\n| waiting probes: where submit → grant goes | " + " | ".join(f"{name} p50 / p90 (ms)" for name in found) + " |")
+    print("|---|" + "---:|" * len(found))
+    for label, part in SPLIT:
+        parts = [[part(p) for p in m.wait_probes] for m in found.values()]
+        print(f"| {label} | " + " | ".join(f"{pct(x, 0.5):.0f} / {pct(x, 0.9):.0f}" for x in parts) + " |")
     local.close()
+
+
+#: The parts of a waiting probe's latency: the submit call; the ledger's submission time to
+#: the clock of the pass that granted it (the scheduler noticing the submission, and waiting
+#: behind what it was doing); that clock to the client seeing the grant (the pass itself,
+#: the grant's commit, the waiting request's wake-up and answer).
+SPLIT: tuple[tuple[str, Callable[[Probe], float]], ...] = (
+    ("the submit call", lambda p: p.submitted - p.started),
+    ("submitted → the granting pass's clock (ledger times)", lambda p: p.granted_at - p.submitted_at),
+    ("the granting pass's clock → the client sees the grant", lambda p: p.seen - p.granted_at),
+    ("submit → grant seen", lambda p: p.latency),
+)
 
 
 @dataclass
@@ -236,6 +270,7 @@ class Measures:
     remote_latency: list[float]  # submit → grant seconds, polling
     local_latency: list[float]
     wait_latency: list[float]  # through the HTTP API, waiting at the server
+    wait_probes: list[Probe]  # the waiting probes' clock readings
     server_cpu: float  # the server's CPU seconds per remote submission (scheduler included)
 
     @classmethod
@@ -247,6 +282,7 @@ class Measures:
             [x for m in rounds for x in m.remote_latency],
             [x for m in rounds for x in m.local_latency],
             [x for m in rounds for x in m.wait_latency],
+            [x for m in rounds for x in m.wait_probes],
             statistics.median(m.server_cpu for m in rounds),
         )
 
@@ -261,8 +297,16 @@ def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissio
     n = THREADS * probes
     remote_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[:n], probes))
     local_latency = quiet_after(db, latencies(lambda: connect(db), keys[n : 2 * n], probes))
-    wait_latency = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True))
-    return Measures(remote_rate, local_rate, remote_latency, local_latency, wait_latency, server_cpu)
+    waiting = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys[2 * n :], probes, waiting=True))
+    return Measures(
+        remote_rate,
+        local_rate,
+        [p.latency for p in remote_latency],
+        [p.latency for p in local_latency],
+        [p.latency for p in waiting],
+        waiting,
+        server_cpu,
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -271,7 +315,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def quiet_after(db: Path, found: list[float]) -> list[float]:
+def quiet_after(db: Path, found: list[Probe]) -> list[Probe]:
     """``found``, once every granted probe's job has ended: the next measure does not share
     the machine with the jobs of this one."""
     with connect(db) as client:
