@@ -15,7 +15,6 @@ import workloads
 
 from privsched.budgets import mechanisms
 from privsched.budgets.accounting import Accounting
-from privsched.simulation import described
 from privsched.simulation.described import described_vector
 from privsched.simulation.generated import mechanism_demand
 from workloads import heterogeneous as hetero
@@ -136,10 +135,6 @@ def test_the_workloads_descriptions_are_all_read_without_the_models_with_the_mod
         vector = described_vector(text, accounting)
         assert vector is not None, text
         assert vector.tobytes() == models_vector(text, accounting).tobytes()
-
-
-def test_the_limit_on_parts_is_the_models_limit():
-    assert described.MAX_PARTS == mechanisms.MAX_PARTS
 
 
 def test_generating_the_heterogeneous_workload_imports_no_pydantic():

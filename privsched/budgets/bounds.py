@@ -29,6 +29,8 @@ MIN_SAMPLE_RATE = 1e-9
 MAX_STEPS = 10**7
 #: Largest value of any single entry of a demand vector or curve.
 MAX_DEMAND = 1e12
+#: Most parts of a composition, and most values of an explicit demand.
+MAX_PARTS = 1024
 
 
 def shown(value: Any, width: int = 40) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.bounds import MAX_DEMAND
+from privsched.budgets.bounds import MAX_DEMAND, MAX_PARTS
 from privsched.budgets.fields import Delta, Epsilon, Noise, SampleRate, Sensitivity, Steps, bounded
 from privsched.budgets.curves import (
     gaussian_curve,
@@ -23,8 +23,6 @@ from privsched.budgets.curves import (
 )
 from privsched.budgets.sgm import subsampled_gaussian_curve
 
-#: Most parts of a composition, and most values of an explicit demand.
-MAX_PARTS = 1024
 Demand = bounded(0.0, MAX_DEMAND)
 
 

@@ -26,6 +26,7 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import (
     MAX_EPSILON,
     MAX_NOISE,
+    MAX_PARTS,
     MAX_SENSITIVITY,
     MAX_STEPS,
     MIN_EPSILON,
@@ -37,8 +38,6 @@ from privsched.budgets.bounds import (
 )
 from privsched.budgets.curves import gaussian_curve, laplace_curve, pure_dp_curve
 
-#: Most parts of a composition (:data:`privsched.budgets.mechanisms.MAX_PARTS`).
-MAX_PARTS = 1024
 #: Each kind read here: its required fields, and its optional ones with their defaults.
 _FIELDS: dict[str, tuple[frozenset[str], dict[str, Any]]] = {
     "epsilon_delta": (frozenset({"epsilon"}), {"delta": 0.0}),
