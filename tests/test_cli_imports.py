@@ -15,7 +15,7 @@ import pytest
 from .conftest import REPO
 
 HEAVY = ("torch", "opacus", "ray", "matplotlib", "scipy")
-COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "service_cmds", "demo_cmds", "user_cmds")
+COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "submit_cmds", "service_cmds", "demo_cmds", "user_cmds")
 
 #: Libraries a command that reads the ledger without computing on budgets does not load:
 #: the ledger is read with the standard library's sqlite3, vectors decoded on first use.
@@ -83,6 +83,7 @@ def database(tmp_path_factory) -> Path:
         (["list"], ["service_cmds"]),
         (["status", "1"], ["ledger_cmds", "service_cmds"]),  # a status shows budgets as the ledger commands do
         (["cancel", "2"], ["service_cmds"]),
+        (["submit", "count.json"], ["submit_cmds"]),  # Typer builds no other scheduler command's options
     ],
 )
 def test_a_ledger_or_queue_command_loads_only_its_modules_and_nothing_heavy(database, args, modules):

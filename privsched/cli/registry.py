@@ -23,9 +23,10 @@ app = typer.Typer(
 #: The module of the options every command takes (``--server``), always registered.
 GLOBAL_OPTIONS = "privsched.cli.remote_option"
 
-_LEDGER, _SIMULATION, _SERVICE, _DEMO, _USERS = (
+_LEDGER, _SIMULATION, _SUBMIT, _SERVICE, _DEMO, _USERS = (
     "privsched.cli.ledger_cmds",
     "privsched.cli.sim_cmds",
+    "privsched.cli.submit_cmds",
     "privsched.cli.service_cmds",
     "privsched.cli.demo_cmds",
     "privsched.cli.user_cmds",
@@ -41,7 +42,7 @@ COMMANDS: dict[str, str] = {
     "simulate": _SIMULATION,
     "sweep": _SIMULATION,
     "trace": _SIMULATION,
-    "submit": _SERVICE,
+    "submit": _SUBMIT,
     "list": _SERVICE,
     "status": _SERVICE,
     "cancel": _SERVICE,
