@@ -199,9 +199,12 @@ class JobSpec(_Model):
 
     kind: Name | None = None
     function: str | None = Field(None, min_length=1, max_length=4096)
-    params: dict[str, Any] = Field(default_factory=dict)
+    # Factories written in Python: pydantic reads each factory's signature, and a builtin's
+    # (``dict``, ``list``) is parsed from its text by the tokenizer, whose compiled pattern
+    # costs about 2 ms a process (benchmarks/README.md, issue 16).
+    params: dict[str, Any] = Field(default_factory=lambda: {})
     #: Directories prepended to the job process's import path (where ``function`` lives).
-    pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=list, max_length=64)
+    pythonpath: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(default_factory=lambda: [], max_length=64)
     #: Whether the job asks to keep TCP access in its sandbox (granted only if the operator
     #: serves with ``--allow-network``).
     network: bool = False

@@ -8,6 +8,7 @@ description and the resulting vector.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Annotated, Literal, Union
 
 import numpy as np
@@ -27,7 +28,9 @@ Demand = bounded(0.0, MAX_DEMAND)
 
 
 class _Mechanism(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Each model builds its validator and serializer when first used, not at import: a
+    # submission uses one or two of the six (benchmarks/README.md, issue 16).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class EpsilonDelta(_Mechanism):
@@ -86,12 +89,15 @@ Mechanism = Annotated[
     Union[EpsilonDelta, Gaussian, Laplace, SubsampledGaussian, Composed, Explicit],
     Field(discriminator="kind"),
 ]
-Composed.model_rebuild()
 
 #: Mechanism descriptions that carry their own RDP curve (accepted under RDP with δ > 0).
 NAMED_MECHANISMS: tuple[str, ...] = ("gaussian", "laplace", "subsampled_gaussian", "composed", "explicit")
 
-_MECHANISM_ADAPTER: TypeAdapter = TypeAdapter(Mechanism)
+
+@cache
+def _mechanism_adapter() -> TypeAdapter:
+    """The validator of any mechanism description, built on first use."""
+    return TypeAdapter(Mechanism)
 
 
 def parse_mechanism(data: dict | str) -> Mechanism:
@@ -99,8 +105,8 @@ def parse_mechanism(data: dict | str) -> Mechanism:
     ``ValueError`` of one line naming the first invalid field."""
     try:
         if isinstance(data, str):
-            return _MECHANISM_ADAPTER.validate_json(data)
-        return _MECHANISM_ADAPTER.validate_python(data)
+            return _mechanism_adapter().validate_json(data)
+        return _mechanism_adapter().validate_python(data)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
@@ -110,7 +116,9 @@ def parse_mechanism(data: dict | str) -> Mechanism:
 
 
 def mechanism_json(mechanism: Mechanism) -> str:
-    return _MECHANISM_ADAPTER.dump_json(mechanism).decode()
+    """The description as JSON text, as :func:`parse_mechanism` reads it back (the model's
+    own serializer: the same text as the union's, without building the other five models)."""
+    return mechanism.model_dump_json()
 
 
 def demand_vector(mechanism: Mechanism, accounting: Accounting) -> np.ndarray:
