@@ -5,6 +5,7 @@ yet runs the exit handlers and flushes its output; a host that calls
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -41,3 +42,40 @@ def test_a_host_calling_main_in_process_keeps_running_after_a_simulation(tmp_pat
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "host still running, code 0"
+
+
+#: Runs ``privsched <argv>`` as the program; prints when the exit handlers run and when the
+#: interpreter tears down the main module (it does not when the teardown is skipped).
+TEARDOWN_PROBE = (
+    "import atexit, sys\n"
+    "from privsched.cli import main\n"
+    "class Witness:\n"
+    "    def __del__(self):\n"
+    "        print('torn down', flush=True)\n"
+    "witness = Witness()\n"
+    "atexit.register(lambda: print('exit handlers ran'))\n"
+    "sys.argv = ['privsched', *sys.argv[1:]]\n"
+    "main()\n"
+)
+
+
+def run_program(*args: object, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PRIVSCHED_DB"}
+    env["PYTHONPATH"] = str(REPO)
+    return subprocess.run([sys.executable, "-c", TEARDOWN_PROBE, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env)
+
+
+def test_a_submission_ends_after_the_exit_handlers_without_the_teardown_and_is_recorded(tmp_path):
+    job = {"kind": "statistic", "params": {"query": "count"}}
+    spec = {"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1, "job": job}
+    (tmp_path / "count.json").write_text(json.dumps(spec))
+    for setup in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"], ["blocks", "add", "reviews", "d1"]):
+        assert run_program(*setup, cwd=tmp_path).returncode == 0
+    submitted = run_program("submit", "count.json", cwd=tmp_path)
+    assert (submitted.returncode, submitted.stdout.splitlines(), submitted.stderr) == (0, ["1", "exit handlers ran"], "")
+    refused = run_program("submit", "missing.json", cwd=tmp_path)  # a failed command is torn down as usual
+    assert refused.returncode == 1
+    assert refused.stdout.splitlines() == ["exit handlers ran", "torn down"]
+    listed = run_program("list", "--state", "pending", cwd=tmp_path)
+    assert listed.returncode == 0
+    assert [line.split()[1:6:2] for line in listed.stdout.splitlines() if line.startswith("│ 1 ")] == [["1", "count", "reviews"]]

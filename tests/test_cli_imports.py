@@ -22,13 +22,15 @@ COMMAND_MODULES = ("ledger_cmds", "sim_cmds", "submit_cmds", "service_cmds", "de
 READ_PATH_HEAVY = ("numpy", "sqlite_utils")
 
 #: Runs ``privsched <argv>`` through ``main`` and prints which of the modules named in
-#: ``$PROBE_WATCH`` (and of the command modules) it loaded.
+#: ``$PROBE_WATCH`` (and of the command modules) it loaded. A host that calls ``cli.main``
+#: keeps running after the command (the ``privsched`` program, whose ``__main__`` holds
+#: ``main`` itself, may end without the interpreter's teardown).
 PROBE = f"""
 import json, os, sys
-from privsched.cli import main
+from privsched import cli
 sys.argv = ["privsched", *sys.argv[1:]]
 try:
-    main()
+    cli.main()
 except SystemExit as exit:
     code = exit.code
 loaded = [m for m in os.environ["PROBE_WATCH"].split(",") if m in sys.modules]
@@ -187,14 +189,15 @@ def test_commands_reach_the_ledger_only_through_a_client():
             assert not (isinstance(node, ast.Name) and node.id in ("Ledger", "Identities")), f"{path.name}:{node.lineno} names {node.id}"
 
 
-#: Runs ``privsched <argv>`` through ``main`` and prints the threads of NumPy's OpenBLAS.
+#: Runs ``privsched <argv>`` through ``main`` as a host (see :data:`PROBE`) and prints the
+#: threads of NumPy's OpenBLAS.
 BLAS_PROBE = """
 import json, sys
-from privsched.cli import main
+from privsched import cli
 from threadpoolctl import threadpool_info
 sys.argv = ["privsched", *sys.argv[1:]]
 try:
-    main()
+    cli.main()
 except SystemExit as exit:
     code = exit.code
 print(json.dumps({"code": code, "threads": [p["num_threads"] for p in threadpool_info() if p["internal_api"] == "openblas"]}))
@@ -219,7 +222,6 @@ def test_simulate_loads_numpy_with_one_blas_thread_unless_the_user_set_it(tmp_pa
     env["PYTHONPATH"] = str(REPO)
     if user is not None:
         env["OPENBLAS_NUM_THREADS"] = user
-    probe = BLAS_PROBE.replace("from privsched.cli import main", "from privsched import cli").replace("main()", "cli.main()")
-    argv = [sys.executable, "-c", probe, "simulate", "single-block", "--policy", "dpf-n", "--n", "10", "--out", "run"]
+    argv = [sys.executable, "-c", BLAS_PROBE, "simulate", "single-block", "--policy", "dpf-n", "--n", "10", "--out", "run"]
     result = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True)
     assert json.loads(result.stdout.splitlines()[-1]) == {"code": 0, "threads": [threads]}, result.stderr

@@ -156,8 +156,8 @@ def test_the_remote_command_line_imports_no_torch_opacus_ray_numpy_pydantic_or_s
         "job: {kind: dpsgd, params: {model: mlp, sample_rate: 0.1, epochs: 1, lr: 0.1}}\n"
     )
     code = (
-        "import sys\nfrom privsched.cli import main\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
-        "try:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+        "import sys\nfrom privsched import cli\nsys.argv = ['privsched', 'submit', sys.argv[1]]\n"
+        "try:\n    cli.main()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'opacus', 'ray', 'numpy', 'pydantic', 'sqlite_utils', 'sqlite3'}))"
     )
     env = {**os.environ, "PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"], "PYTHONPATH": str(REPO)}
