@@ -1,5 +1,6 @@
-"""The ``privsched`` program ends a successful simulation without the interpreter's teardown,
-yet runs the exit handlers and flushes its output; a host that calls
+"""The ``privsched`` program ends a successful simulation, submission, ledger, queue or user
+command without the interpreter's teardown, yet runs the exit handlers and flushes its
+output; a failed command is torn down as usual; a host that calls
 :func:`privsched.cli.main` in-process keeps running."""
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SIMULATE = ["simulate", "heterogeneous", "--policy", "dpack-n", "--n", "50", "--duration", "30"]
@@ -65,17 +68,36 @@ def run_program(*args: object, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", TEARDOWN_PROBE, *map(str, args)], capture_output=True, text=True, cwd=cwd, env=env)
 
 
-def test_a_submission_ends_after_the_exit_handlers_without_the_teardown_and_is_recorded(tmp_path):
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """A database with a dataset, a block and a statistic pipeline's specification."""
+    folder = tmp_path_factory.mktemp("exit")
     job = {"kind": "statistic", "params": {"query": "count"}}
     spec = {"name": "count", "dataset": "reviews", "blocks": {"last": 1}, "epsilon": 0.1, "job": job}
-    (tmp_path / "count.json").write_text(json.dumps(spec))
+    (folder / "count.json").write_text(json.dumps(spec))
     for setup in (["init"], ["dataset", "create", "reviews", "--epsilon", "10", "--delta", "1e-7"], ["blocks", "add", "reviews", "d1"]):
-        assert run_program(*setup, cwd=tmp_path).returncode == 0
-    submitted = run_program("submit", "count.json", cwd=tmp_path)
+        assert run_program(*setup, cwd=folder).returncode == 0
+    return folder
+
+
+def test_a_submission_ends_after_the_exit_handlers_without_the_teardown_and_is_recorded(folder):
+    submitted = run_program("submit", "count.json", cwd=folder)
     assert (submitted.returncode, submitted.stdout.splitlines(), submitted.stderr) == (0, ["1", "exit handlers ran"], "")
-    refused = run_program("submit", "missing.json", cwd=tmp_path)  # a failed command is torn down as usual
+    refused = run_program("submit", "missing.json", cwd=folder)  # a failed command is torn down as usual
     assert refused.returncode == 1
     assert refused.stdout.splitlines() == ["exit handlers ran", "torn down"]
-    listed = run_program("list", "--state", "pending", cwd=tmp_path)
+    listed = run_program("list", "--state", "pending", cwd=folder)
     assert listed.returncode == 0
     assert [line.split()[1:6:2] for line in listed.stdout.splitlines() if line.startswith("│ 1 ")] == [["1", "count", "reviews"]]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["dataset", "list"], ["blocks", "add", "reviews", "d2"], ["budget", "show"], ["audit"], ["list"], ["status", "1"], ["user", "list"]],
+    ids=" ".join,
+)
+def test_a_ledger_queue_or_user_command_ends_after_the_exit_handlers_without_the_teardown(folder, args):
+    done = run_program(*args, cwd=folder)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "exit handlers ran"
+    assert "torn down" not in done.stdout

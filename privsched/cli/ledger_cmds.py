@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
 
 import typer
 
+from privsched.cli import skip_teardown
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, say, show
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
@@ -69,6 +70,7 @@ def _when(timestamp: float) -> str:
 @app.command()
 def init(db: DbOption = DEFAULT_DB) -> None:
     """Create an empty privsched database (an existing one is left as it is)."""
+    skip_teardown()
     with _open(db, create=True) as client, errors():
         where = client.init()
     say(f"privsched database ready at {where}")
@@ -91,6 +93,7 @@ def dataset_create(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Register a dataset with its global guarantee and accounting mode."""
+    skip_teardown()
     orders = _parse_alphas(alphas)
     with _open(db) as client, errors():
         info = client.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders, conversion=conversion)
@@ -109,6 +112,7 @@ def _parse_alphas(text: str | None) -> list[float] | None:
 @dataset_app.command("list")
 def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     """List datasets with their accounting mode and global budget."""
+    skip_teardown()
     with _open(db) as client, errors():
         datasets = client.datasets()
     table = new_table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
@@ -134,6 +138,7 @@ def blocks_add(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Add blocks to a dataset, each with the dataset's capacity."""
+    skip_teardown()
     locations = _parse_locations(location or [], keys, location_template, dataset)
     with _open(db) as client, errors():
         added = client.add_blocks(dataset, [(k, locations.get(k)) for k in keys], unlocked=unlocked)
@@ -162,6 +167,7 @@ def blocks_list(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """List blocks with their state and data location (the most recent ones, or --all)."""
+    skip_teardown()
     with _open(db) as client, errors():
         listed = client.blocks(dataset)
     blocks, note = _page(listed, [block.state for block in listed], every)
@@ -186,6 +192,7 @@ def budget_show(
 
     Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
     tight conversion, over the live orders where the curve is positive)."""
+    skip_teardown()
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         fail(f"--plot {plot.name}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     with _open(db) as client, errors():
@@ -238,6 +245,7 @@ def audit(
 ) -> None:
     """Verify the event log's hash chain, rebuild every capacity, demand, state and balance from
     it and check every invariant (exit 1 naming each violation)."""
+    skip_teardown()
     with _open(db) as client, errors():
         report = client.audit(expect=expect)
     if not report.ok:

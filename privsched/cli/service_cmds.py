@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from privsched.cli import skip_teardown
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, new_table, one_blas_thread, say, show
 from privsched.cli.registry import app
 from privsched.text import printable
@@ -80,6 +81,7 @@ def list_pipelines(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """List pipelines with their state."""
+    skip_teardown()
     one_blas_thread()  # ranking the pending pipelines loads NumPy
     with _client(db) as client, errors():
         pipelines = client.list(states=state, dataset=dataset)
@@ -109,6 +111,7 @@ def status(
 ) -> None:
     """A pipeline's state, grant, consumed budget, placement and timings, and what keeps the
     scheduler from making progress, if anything does (a full database or disk)."""
+    skip_teardown()
     from privsched.cli.ledger_cmds import budget_text
 
     one_blas_thread()  # its budgets and waiting reason load NumPy
@@ -155,6 +158,7 @@ def cancel(
 
     A pending or granted pipeline is cancelled at once (a grant is released); a running job
     is stopped by the scheduler and its allocation consumed, since it may have read data."""
+    skip_teardown()
     with _client(db) as client, errors():
         outcome = client.cancel(pipeline_id)
     say(f"pipeline {pipeline_id} {outcome}")
@@ -167,6 +171,7 @@ def logs(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Print a job's output (stdout and stderr)."""
+    skip_teardown()
     with _client(db) as client, errors():
         offset = 0
         while True:

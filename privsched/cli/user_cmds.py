@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from privsched.cli import skip_teardown
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
 from privsched.cli.registry import app
 from privsched.cli.remote_option import open_client
@@ -25,6 +26,7 @@ def user_add(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Create a user and print its bearer token (shown only this once; only its hash is kept)."""
+    skip_teardown()
     with open_client(db) as client, errors():
         token = client.add_user(name, role, team)
     say(token)
@@ -33,6 +35,7 @@ def user_add(
 @user_app.command("list")
 def user_list(db: DbOption = DEFAULT_DB) -> None:
     """List users with their role, team and whether their token is revoked."""
+    skip_teardown()
     with open_client(db) as client, errors():
         users = client.users()
     table = new_table("name", "role", "team", "created", "revoked")
@@ -50,6 +53,7 @@ def user_revoke(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Revoke a user's token: every request with it is refused from now on."""
+    skip_teardown()
     with open_client(db) as client, errors():
         client.revoke_user(name)
     say(f"user {name} revoked")
@@ -71,6 +75,7 @@ def quota_set(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Cap what a team may hold (allocated plus consumed) on each block of a dataset."""
+    skip_teardown()
     try:
         value = None if share == "none" else float(share)
     except ValueError:
