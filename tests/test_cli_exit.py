@@ -93,10 +93,19 @@ def test_a_submission_ends_after_the_exit_handlers_without_the_teardown_and_is_r
 
 @pytest.mark.parametrize(
     "args",
-    [["dataset", "list"], ["blocks", "add", "reviews", "d2"], ["budget", "show"], ["audit"], ["list"], ["status", "1"], ["user", "list"]],
+    [
+        ["dataset", "list"],
+        ["blocks", "add", "reviews", "d2"],
+        ["budget", "show"],
+        ["audit"],
+        ["list"],
+        ["status", "1"],
+        ["user", "list"],
+        ["--help"],
+    ],
     ids=" ".join,
 )
-def test_a_ledger_queue_or_user_command_ends_after_the_exit_handlers_without_the_teardown(folder, args):
+def test_a_ledger_queue_or_user_command_or_the_help_ends_after_the_exit_handlers_without_the_teardown(folder, args):
     done = run_program(*args, cwd=folder)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "exit handlers ran"

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import typer
 
-from privsched.cli.registry import load_commands
+from privsched.cli.registry import command_name, load_commands
 from privsched.errors import PrivschedError
 from privsched.text import printable
 
@@ -43,8 +43,10 @@ def main() -> None:
     from privsched.cli.registry import app
 
     global _skipping_teardown
-    _skipping_teardown = False
-    load_commands(sys.argv[1:])
+    argv = sys.argv[1:]
+    load_commands(argv)
+    # Without a command word only the help (or a usage error) is printed: nothing to close.
+    _skipping_teardown = command_name(argv) is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
