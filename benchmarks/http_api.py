@@ -22,7 +22,10 @@ remote command are measured against that code's server (and client) too, in the 
 in ``--rounds`` that alternate the two servers so that both see the same load of the
 machine: rates are the median over rounds, latencies pool every probe.
 
-Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick] [--baseline DIR]``.
+With ``--waiting-only``, only the probes waiting at the server are measured (every round,
+against each server), with where their latency goes and the server's CPU per probe.
+
+Run from the repository root: ``.venv/bin/python benchmarks/http_api.py [--quick] [--baseline DIR] [--waiting-only]``.
 """
 
 from __future__ import annotations
@@ -159,6 +162,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="rounds alternating this code's server and the baseline's")
     parser.add_argument("--quick", action="store_true", help="a small run (100 blocks, 1,000 pending)")
     parser.add_argument(
+        "--waiting-only",
+        action="store_true",
+        help="measure only the probes waiting at the server (and the server's CPU per probe), in every round",
+    )
+    parser.add_argument(
         "--baseline",
         type=Path,
         help="a copy of other privsched code (e.g. `git archive main | tar -x -C DIR`) whose server is measured too, after this code's",
@@ -182,6 +190,10 @@ def main() -> None:
     sources = {"this code": REPO, **({"baseline": args.baseline} if args.baseline else {})}
     rounds: dict[str, list[Measures]] = {name: [] for name in sources}
     remote_cmds: dict[str, tuple[float, float]] = {}
+    if args.waiting_only:
+        waiting_only(env, sources, local, token, db, args.probes, args.rounds)
+        local.close()
+        return
     for turn in range(args.rounds):
         for name, source in sources.items():
             keys = [f"free-{name[:4]}-{turn}-{i:04d}" for i in range(3 * THREADS * args.probes)]
@@ -307,6 +319,30 @@ def measure(url: str, pid: int, token: str, db: Path, keys: list[str], submissio
         waiting,
         server_cpu,
     )
+
+
+def waiting_only(env: dict, sources: dict[str, Path], local: Client, token: str, db: Path, probes: int, rounds: int) -> None:
+    """Only the probes waiting at the server, against each server in alternating rounds:
+    submit → grant p50 / p90 / p99, its split (:data:`SPLIT`), and the server's CPU per probe
+    (its submission, pass, grant, job start and settlement; not the jobs)."""
+    found: dict[str, list[Probe]] = {name: [] for name in sources}
+    cpu: dict[str, list[float]] = {name: [] for name in sources}
+    for turn in range(rounds):
+        for name, source in sources.items():
+            keys = [f"wait-{name[:4]}-{turn}-{i:04d}" for i in range(THREADS * probes)]
+            local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
+            with api_server(env, source, local) as (url, pid):
+                before = cpu_seconds(pid)
+                found[name] += quiet_after(db, latencies(lambda: RemoteClient(url, token), keys, probes, waiting=True))
+                cpu[name].append((cpu_seconds(pid) - before) / len(keys))
+    print(f"\nload average {os.getloadavg()[0]:.1f} (1 min), {rounds} rounds, {THREADS} clients × {probes} probes a round\n")
+    print("| waiting probes | " + " | ".join(f"{name} p50 / p90 / p99 (ms)" for name in found) + " |")
+    print("|---|" + "---:|" * len(found))
+    for label, part in SPLIT:
+        parts = [[part(p) for p in probes_] for probes_ in found.values()]
+        print(f"| {label} | " + " | ".join(f"{pct(x, 0.5):.0f} / {pct(x, 0.9):.0f} / {pct(x, 0.99):.0f}" for x in parts) + " |")
+    medians = [f"{1000 * statistics.median(c):.2f}" for c in cpu.values()]
+    print("| server CPU per probe (ms, median of rounds) | " + " | ".join(medians) + " |")
 
 
 def cpu_seconds(pid: int) -> float:

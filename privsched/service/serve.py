@@ -239,9 +239,14 @@ class _Loop:
         next_tick: float,
     ) -> None:
         """Collect finished jobs until the next tick is due, a job settled, another process
-        committed (a submission, a cancellation) or the loop is stopped."""
+        committed (a submission, a cancellation) or the loop is stopped. A submission's
+        pass goes first: woken by one, it returns before settling ended jobs (each settling
+        is a disk-synced write the pass would wait behind); the tick settles them after
+        its pass."""
         woken, watcher = wake
         while _sleep(self.stop, None if condition.current else wake, self.poll_interval):
+            if condition.current is None and (woken.is_set() or watcher.changed()):
+                return
             now = self.clock()
             settled = []
             if condition.current is None:  # while storage is full, only the tick retries
