@@ -33,6 +33,7 @@ from privsched.ledger.models import (
     BlockInfo,
     BlockSpec,
     DatasetInfo,
+    Ending,
     Event,
     PendingView,
     PipelineInfo,
@@ -277,6 +278,25 @@ class Ledger:
         if not isinstance(message, str):
             raise LedgerError(f"failure message must be a string, got {message!r}")
         self._write(lifecycle.fail, pipeline_id, message, touched_data, now=now, actor=actor)
+
+    def settle_many(self, endings: Sequence[Ending], now: float | None = None) -> None:
+        """Settle several ended jobs in one transaction (one disk sync), all or none: each
+        completes with what it spent, as :meth:`complete`, or fails, as :meth:`fail`. If the
+        ledger refuses one (a spending above its grant, a pipeline already settled), nothing
+        is recorded and :class:`LedgerError` names it."""
+        from privsched.ledger import lifecycle
+
+        checked = []
+        for ending in endings:
+            if not isinstance(ending, Ending):
+                raise LedgerError(f"expected an Ending, got {ending!r}")
+            (pipeline_id,) = check.ids([ending.pipeline_id])
+            if not isinstance(ending.message, str):
+                raise LedgerError(f"failure message must be a string, got {ending.message!r}")
+            actor = None if ending.actor is None else check.name(ending.actor, "actor")
+            checked.append(Ending(pipeline_id, ending.spent, ending.message, bool(ending.touched_data), actor))
+        if checked:
+            self._write(lifecycle.settle_many, checked, now=now)
 
     def cancel(self, pipeline_id: int, now: float | None = None, *, actor: str | None = None) -> None:
         """pending → cancelled; granted (job not started) → cancelled, allocation released."""

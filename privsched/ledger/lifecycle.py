@@ -16,7 +16,7 @@ from privsched.budgets.accounting import leq
 from privsched.ledger import launches
 from privsched.ledger import validation as check
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import HOLDING_STATES, PipelineRequest
+from privsched.ledger.models import HOLDING_STATES, Ending, PipelineRequest
 from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.quotas import QuotaCheck
 from privsched.ledger.schema import pack, unpack, unpack_rows
@@ -205,6 +205,19 @@ def fail(tx: Transaction, pipeline_id: int, message: str, touched_data: bool) ->
             consumed.append((pack(used), pipeline_id, block_id))
         tx.db.conn.executemany(_SET_CONSUMED, consumed)
     _finish(tx, pipeline_id, dataset_id, state, "failed", "fail", message=message)
+
+
+def settle_many(tx: Transaction, endings: list[Ending]) -> None:
+    """Each ending's :func:`complete` or :func:`fail`, in order, in one transaction; every
+    failure's events are caused by its ending's actor (default: the transaction's)."""
+    caused_by = tx.moves.actor
+    for ending in endings:
+        tx.moves.actor = ending.actor or caused_by
+        if ending.spent is not None:
+            complete(tx, ending.pipeline_id, ending.spent)
+        else:
+            fail(tx, ending.pipeline_id, ending.message, ending.touched_data)
+    tx.moves.actor = caused_by
 
 
 def cancel(tx: Transaction, pipeline_id: int) -> None:

@@ -94,6 +94,19 @@ class PipelineRequest:
     resources: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, eq=False)
+class Ending:
+    """How one job ended, for :meth:`~privsched.ledger.ledger.Ledger.settle_many`: with
+    ``spent`` (per block key) the pipeline completes (:meth:`~privsched.ledger.ledger.Ledger.complete`),
+    without it the pipeline fails with ``message`` (:meth:`~privsched.ledger.ledger.Ledger.fail`)."""
+
+    pipeline_id: int
+    spent: Any = None  # what the job spent, per block key (None: it failed)
+    message: str = "the job failed"  # why it failed
+    touched_data: bool = True  # a failed job that touched data consumes its whole allocation
+    actor: str | None = None  # who caused its failure (None: the ledger's own actor)
+
+
 @decoded_on_read(maps=("demands", "consumed"))
 @dataclass(frozen=True, eq=False)
 class PipelineInfo:

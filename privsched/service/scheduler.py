@@ -48,7 +48,7 @@ from privsched.service.pending import Marks, PendingSet
 from privsched.service.preflight import input_problem
 from privsched.service.resources import FreeCompute, Placement, Pool
 from privsched.service.rundirs import RunDirs
-from privsched.service.settle import settle
+from privsched.service.settle import settle, settle_together
 from privsched.service.snapshot import edge_keys, edge_reservations, snapshot_of
 from privsched.service.unsatisfiable import never_grantable
 from privsched.service import wakeup
@@ -464,12 +464,25 @@ class Scheduler:
         for result in self.executor.poll(now):
             self.compute.release(result.pipeline_id)
             self._unsettled[result.pipeline_id] = result
-        settled = []
+        settled = self._settle_together(now) if len(self._unsettled) > 1 else []
         for pipeline_id, result in list(self._unsettled.items()):
             if self._settle(result, now):  # raises StorageFull, keeping this and later results for a retry
                 settled.append(pipeline_id)
             del self._unsettled[pipeline_id]
         return settled
+
+    def _settle_together(self, now: float) -> list[int]:
+        """Settle every ended job in one ledger transaction (one disk sync for all); their
+        ids, or none when the ledger refused one of them (each is then settled alone, with
+        its own outcome). Raises StorageFull, keeping every result for a retry."""
+        results = list(self._unsettled.values())
+        states = settle_together(self.ledger, results, now, [self._canceller(result) for result in results])
+        if states is None:
+            return []
+        for result, state in zip(results, states):
+            self._log_settled(result, state)
+            del self._unsettled[result.pipeline_id]
+        return [result.pipeline_id for result in results]
 
     def _settle(self, result: JobResult, now: float) -> bool:
         try:
@@ -479,9 +492,12 @@ class Scheduler:
         except LedgerError as exc:  # already settled (e.g. by an earlier scheduler)
             self.log(f"pipeline {result.pipeline_id}: {exc}")
             return False
+        self._log_settled(result, state)
+        return True
+
+    def _log_settled(self, result: JobResult, state: str) -> None:
         detail = f": {result.message}" if result.message and state == "failed" else ""
         self.log(f"pipeline {result.pipeline_id} {state}{detail}")
-        return True
 
     def _canceller(self, result: JobResult) -> str | None:
         """Who the failure of a job that a user asked to cancel is recorded as caused by: the
