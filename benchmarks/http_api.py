@@ -327,22 +327,27 @@ def waiting_only(env: dict, sources: dict[str, Path], local: Client, token: str,
     (its submission, pass, grant, job start and settlement; not the jobs)."""
     found: dict[str, list[Probe]] = {name: [] for name in sources}
     cpu: dict[str, list[float]] = {name: [] for name in sources}
+    medians: dict[str, list[float]] = {name: [] for name in sources}  # each round's p50
     for turn in range(rounds):
         for name, source in sources.items():
             keys = [f"wait-{name[:4]}-{turn}-{i:04d}" for i in range(THREADS * probes)]
             local.ledger.add_blocks("reviews", [BlockSpec(k) for k in keys], unlocked_fraction=1.0)
             with api_server(env, source, local) as (url, pid):
                 before = cpu_seconds(pid)
-                found[name] += quiet_after(db, latencies(lambda: RemoteClient(url, token), keys, probes, waiting=True))
+                probed = quiet_after(db, latencies(lambda: RemoteClient(url, token), keys, probes, waiting=True))
                 cpu[name].append((cpu_seconds(pid) - before) / len(keys))
+                found[name] += probed
+                medians[name].append(pct([p.latency for p in probed], 0.5))
     print(f"\nload average {os.getloadavg()[0]:.1f} (1 min), {rounds} rounds, {THREADS} clients × {probes} probes a round\n")
     print("| waiting probes | " + " | ".join(f"{name} p50 / p90 / p99 (ms)" for name in found) + " |")
     print("|---|" + "---:|" * len(found))
     for label, part in SPLIT:
         parts = [[part(p) for p in probes_] for probes_ in found.values()]
         print(f"| {label} | " + " | ".join(f"{pct(x, 0.5):.0f} / {pct(x, 0.9):.0f} / {pct(x, 0.99):.0f}" for x in parts) + " |")
-    medians = [f"{1000 * statistics.median(c):.2f}" for c in cpu.values()]
-    print("| server CPU per probe (ms, median of rounds) | " + " | ".join(medians) + " |")
+    per_probe = [f"{1000 * statistics.median(c):.2f}" for c in cpu.values()]
+    print("| server CPU per probe (ms, median of rounds) | " + " | ".join(per_probe) + " |")
+    rounds_ = "; ".join(f"{name}: {', '.join(f'{m:.0f}' for m in ms)}" for name, ms in medians.items())
+    print(f"\nsubmit → grant p50 of each round (ms): {rounds_}")
 
 
 def cpu_seconds(pid: int) -> float:
