@@ -48,9 +48,7 @@ def holdings(ledger: Ledger) -> list[tuple]:
     return [*blocks, *pipelines]
 
 
-OUTCOMES = st.lists(
-    st.tuples(st.sampled_from(["complete", "touched", "untouched"]), st.floats(0.0, 1.0)), min_size=1, max_size=6
-)
+OUTCOMES = st.lists(st.tuples(st.sampled_from(["complete", "touched", "untouched"]), st.floats(0.0, 1.0)), min_size=1, max_size=6)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
