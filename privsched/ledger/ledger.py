@@ -275,9 +275,7 @@ class Ledger:
         from privsched.ledger import lifecycle
 
         (pipeline_id,) = check.ids([pipeline_id])
-        if not isinstance(message, str):
-            raise LedgerError(f"failure message must be a string, got {message!r}")
-        self._write(lifecycle.fail, pipeline_id, message, touched_data, now=now, actor=actor)
+        self._write(lifecycle.fail, pipeline_id, check.failure_message(message), touched_data, now=now, actor=actor)
 
     def settle_many(self, endings: Sequence[Ending], now: float | None = None) -> None:
         """Settle several ended jobs in one transaction (one disk sync), all or none: each
@@ -291,10 +289,9 @@ class Ledger:
             if not isinstance(ending, Ending):
                 raise LedgerError(f"expected an Ending, got {ending!r}")
             (pipeline_id,) = check.ids([ending.pipeline_id])
-            if not isinstance(ending.message, str):
-                raise LedgerError(f"failure message must be a string, got {ending.message!r}")
+            message = check.failure_message(ending.message)
             actor = None if ending.actor is None else check.name(ending.actor, "actor")
-            checked.append(Ending(pipeline_id, ending.spent, ending.message, bool(ending.touched_data), actor))
+            checked.append(Ending(pipeline_id, ending.spent, message, bool(ending.touched_data), actor))
         if checked:
             self._write(lifecycle.settle_many, checked, now=now)
 

@@ -31,6 +31,13 @@ def name(value: object, what: str) -> str:
     return value  # type: ignore[return-value]
 
 
+def failure_message(value: object) -> str:
+    """Why a job failed, as the ledger records it: any string."""
+    if not isinstance(value, str):
+        raise LedgerError(f"failure message must be a string, got {value!r}")
+    return value
+
+
 def location(text: str, key: str) -> str:
     """A block's data location: an existing file, or a folder, that this process may read
     (and list), as an absolute path (a relative one is taken from the current folder).
