@@ -79,17 +79,25 @@ def draw_ms(numel: int, device: torch.device, secure: bool, repeats: int) -> flo
     return 1e3 * statistics.median(times[10:])
 
 
+def fit_through(trainer: Trainer, steps: int) -> None:
+    """``steps`` steps of ``trainer``, returning once its device has run them all (a GPU
+    runs its kernels after the call that queued them returns)."""
+    fit(trainer, steps)
+    if trainer.device.type == "cuda":
+        torch.cuda.synchronize(trainer.device)
+
+
 def epoch_seconds(trainers: list[Trainer], steps: int, repeats: int) -> list[dict[str, float]]:
     """Median time of ``repeats`` epochs of ``steps`` steps of each trainer on each clock, the
     trainers' epochs interleaved (so that load from other processes hits all alike), after
     one warm-up epoch each."""
     for trainer in trainers:
-        fit(trainer, steps)
+        fit_through(trainer, steps)
     times: list[dict[str, list[float]]] = [{name: [] for name in CLOCKS} for _ in trainers]
     for _ in range(repeats):
         for trainer, measured in zip(trainers, times):
             start = {name: clock() for name, clock in CLOCKS.items()}
-            fit(trainer, steps)
+            fit_through(trainer, steps)
             for name, clock in CLOCKS.items():
                 measured[name].append(clock() - start[name])
     return [{name: statistics.median(values) for name, values in measured.items()} for measured in times]

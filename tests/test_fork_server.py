@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor, find_by_token
 from privsched.service.executors.fork_server import send
 from privsched.service.executors.result_pipe import ResultPipe
-from privsched.service.executors.warm_launcher import ForkServer
+from privsched.service.executors.warm_launcher import WARM_MODULES, ForkServer, WarmLauncher
 from privsched.policies import make_policy
 from privsched.service.resources import Placement, Pool
 from privsched.service.rundirs import RunDirs
@@ -64,6 +66,7 @@ def warm_server(executor: LocalExecutor) -> ForkServer:
         server = executor.launcher.maintain()
         if server is not None and server.ready:
             return server
+        assert executor.launcher.failure is None, executor.launcher.failure
         assert time.monotonic() < deadline, "the fork server never became ready"
         time.sleep(0.05)
 
@@ -88,6 +91,22 @@ def executor() -> LocalExecutor:
     yield executor
     assert executor.launcher is not None
     executor.launcher.close()
+
+
+def test_the_warm_modules_and_a_noisy_release_import_none_of_opendps_extras():
+    # opendp.prelude imports its extras, which import whatever optional packages are
+    # installed (scikit-learn, pandas, ...): on a machine that has them a thread started
+    # and the fork server, which must not hold one, never became ready.
+    code = (
+        "import importlib, sys\n"
+        f"for name in {list(WARM_MODULES)!r}: importlib.import_module(name)\n"
+        "from privsched.statistics.noise import noisy\n"
+        "import numpy as np\n"
+        "noisy(np.array([3]), 'laplace', 1.0, True)\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('opendp.extras', 'opendp.prelude'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
 
 
 def test_two_forked_jobs_draw_fresh_entropy_and_size_their_thread_pools(executor: LocalExecutor, tmp_path: Path):
@@ -186,6 +205,26 @@ def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_
     assert run(executor, launch_for(tmp_path / "warm", "draws", pipeline_id=2)).completed
     assert executor.launcher is not None
     executor.launcher.close()
+
+
+def test_a_fork_server_that_cannot_start_says_why_once_and_jobs_start_cold(tmp_path: Path, capsys):
+    executor = LocalExecutor()
+    assert executor.launcher is not None
+    launcher = WarmLauncher(sys.executable, executor._base_environment, ("argparse", "privsched_no_such_module"))
+    executor.launcher = launcher
+    deadline = time.monotonic() + 60
+    while launcher.failure is None:
+        launcher.maintain()
+        assert time.monotonic() < deadline, "the fork server neither failed nor said why"
+        time.sleep(0.05)
+    assert launcher.failure == "ModuleNotFoundError: No module named 'privsched_no_such_module'"
+    assert run(executor, launch_for(tmp_path / "cold", "draws"), forked=False).completed
+    launcher._retry_at = 0.0  # the next one starts now, fails alike, and is not reported again
+    while launcher.maintain() is not None and not launcher.server.dead:
+        time.sleep(0.05)
+    launcher.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines == [f"privsched: jobs start cold: the fork server could not start ({launcher.failure})"]
 
 
 def test_a_job_forked_under_one_scheduler_is_adopted_and_settled_by_the_next(client: Client):

@@ -33,15 +33,21 @@ def laplace_scale(sensitivity: float, epsilon: float) -> float:
 
 @functools.lru_cache(maxsize=64)
 def _measurement(kind: str, scale: float, integer: bool, size: int):
-    import opendp.prelude as dp
+    # OpenDP's own modules only: ``opendp.prelude`` also imports its extras, which import
+    # whatever optional packages are installed (some start threads, which a fork server
+    # must not have).
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.measurements import make_gaussian, make_laplace
+    from opendp.metrics import l1_distance, l2_distance
+    from opendp.mod import enable_features
 
-    dp.enable_features("contrib")
-    atom = dp.atom_domain(T=int) if integer else dp.atom_domain(T=float, nan=False)
-    domain = dp.vector_domain(atom, size=size)
+    enable_features("contrib")
+    atom = atom_domain(T=int) if integer else atom_domain(T=float, nan=False)
+    domain = vector_domain(atom, size=size)
     if kind == "laplace":
-        return dp.m.make_laplace(domain, dp.l1_distance(T=int if integer else float), scale=scale)
+        return make_laplace(domain, l1_distance(T=int if integer else float), scale=scale)
     if kind == "gaussian":
-        return dp.m.make_gaussian(domain, dp.l2_distance(T=int if integer else float), scale=scale)
+        return make_gaussian(domain, l2_distance(T=int if integer else float), scale=scale)
     raise ValueError(f"unknown noise {kind!r} (expected laplace or gaussian)")
 
 

@@ -6,11 +6,11 @@ imported, from which each job's supervisor is forked instead of started cold.
 The local executor starts it (:mod:`privsched.service.executors.warm_launcher`) with a clean
 environment and only the control socket open: it never opens the ledger, a run folder or a
 job's files, and never reads what a job is asked to do. It imports ``MODULE...``, says
-``{"ready": true}``, then answers each request, a message carrying three file descriptors (a
-pipe the executor fills with the job's launch spec *after* the fork, the job's log and its
-result pipe, :mod:`privsched.service.executors.result_pipe`), by
-forking and replying ``{"pid": ...}``; it reaps its children and reports ``{"exited": pid,
-"status": ...}``. It exits when the executor closes the socket (or dies).
+``{"ready": true}`` (or ``{"failed": reason}`` and exits), then answers each request, a
+message carrying three file descriptors (a pipe the executor fills with the job's launch
+spec *after* the fork, the job's log and its result pipe,
+:mod:`privsched.service.executors.result_pipe`), by forking and replying ``{"pid": ...}``;
+it reaps its children and reports ``{"exited": pid, "status": ...}``. It exits when the executor closes the socket (or dies).
 
 The forked child (:func:`_become_job`), before anything else runs in it: starts a new
 session, keeps only the descriptors it needs, reads its spec (an empty one, when the executor
@@ -61,11 +61,15 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
 
 
 def _warm_up() -> None:
-    """With torch imported, one tiny forward and backward pass on the CPU: torch initialises
-    its kernels on their first call (about 0.2 s, a job's first step otherwise pays it). The
-    fork server runs with one thread per pool, so no thread pool exists at a fork."""
+    """With a CPU-only torch imported, one tiny forward and backward pass on the CPU: torch
+    initialises its kernels on their first call (about 0.2 s, a job's first step otherwise
+    pays it). The fork server runs with one thread per pool, so no thread pool exists at a
+    fork. A torch built with CUDA is not warmed up: the autograd engine counts the CUDA
+    devices on its first backward pass, which initialises the driver, and the driver starts
+    a thread (even with no device visible); a process must not fork with a thread running,
+    and each job must initialise CUDA itself, after its own ``CUDA_VISIBLE_DEVICES``."""
     torch = sys.modules.get("torch")
-    if torch is None:
+    if torch is None or torch.backends.cuda.is_built():
         return
     layer = torch.nn.Linear(8, 2)
     loss = torch.nn.functional.cross_entropy(layer(torch.zeros(4, 8)), torch.zeros(4, dtype=torch.long))
@@ -236,6 +240,13 @@ def main(argv: list[str] | None = None) -> int:
     control = socket.socket(fileno=int(args[0]))
     try:
         serve(control, args[1:])
+    except Exception as error:
+        reason = f"{type(error).__name__}: {error}".splitlines()[0][: MESSAGE_BYTES // 2]
+        try:
+            send(control, {"failed": reason})
+        except OSError:
+            pass  # the executor is gone
+        raise
     finally:
         control.close()
     return 0

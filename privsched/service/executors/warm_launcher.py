@@ -16,6 +16,7 @@ import os
 import select
 import socket
 import subprocess
+import sys
 import time
 import weakref
 from typing import Any, Callable
@@ -38,7 +39,9 @@ WARM_MODULES: tuple[str, ...] = (
     "privsched.trainers.optimizers",
     "privsched.statistics.queries",
     "privsched.statistics.release",
-    "opendp.prelude",
+    "opendp.domains",
+    "opendp.measurements",
+    "opendp.metrics",
     "opacus",
     "opacus.accountants",
     "opacus.optimizers",
@@ -95,6 +98,7 @@ class ForkServer:
         self.sock = ours
         self.ready = False
         self.dead = False
+        self.failure: str | None = None  # why it could not start, as it said before exiting
         self.children: set[int] = set()  # the jobs forked here that the executor watches
         self.exits: dict[int, int] = {}  # pid -> exit code (negative: killed by that signal)
         self._finalizer = weakref.finalize(self, _shut, ours, self.process)
@@ -109,6 +113,8 @@ class ForkServer:
             self.stop()
         elif message.get("ready"):
             self.ready = True
+        elif "failed" in message:
+            self.failure = str(message["failed"])
         elif "exited" in message:
             if int(message["exited"]) in self.children:
                 self.exits[int(message["exited"])] = int(message["status"])
@@ -193,6 +199,7 @@ class WarmLauncher:
         self.started = False  # whether a fork server was ever started
         self._retry_at = 0.0
         self._retry_wait = FIRST_RETRY_SECONDS
+        self.failure: str | None = None  # why the last fork server that died could not start
 
     def revive(self) -> None:
         """Replace a fork server that died (none is started before the first launch)."""
@@ -212,6 +219,7 @@ class WarmLauncher:
                 return server
             if not server.ready:
                 self._retry_wait = min(2 * self._retry_wait, LAST_RETRY_SECONDS)
+                self._note_failure(server.failure)
             self.server = None
         now = time.monotonic()
         if now >= self._retry_at:
@@ -221,6 +229,12 @@ class WarmLauncher:
             except OSError:
                 self.server = None
         return self.server
+
+    def _note_failure(self, reason: str | None) -> None:
+        """Tell the operator, once per reason, why jobs start cold."""
+        if reason is not None and reason != self.failure:
+            print(f"privsched: jobs start cold: the fork server could not start ({reason})", file=sys.stderr, flush=True)
+        self.failure = reason
 
     def launch(self, spec: dict[str, Any], log_fd: int, result_fd: int) -> tuple[ForkServer, int] | None:
         """Fork a job from a warm fork server: the server and the job's pid, or None when
