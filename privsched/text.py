@@ -41,6 +41,8 @@ def printable(value: object, keep: str = "") -> str:
     """``value`` as text that is safe to print: every unsafe character (see the module
     docstring) escaped, except those in ``keep`` (e.g. newlines in a job's log)."""
     text = str(value)
+    if text.isascii() and text.isprintable():  # no Cc character below U+0080, and nothing else is unsafe there
+        return text
     if not any(is_unsafe(c) for c in text):
         return text
     return "".join(c if c in keep or not is_unsafe(c) else escape_char(c) for c in text)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests.cli_inprocess import invoke
 from privsched.ledger import Ledger, PipelineRequest
-from privsched.text import BIDI_CONTROLS, fill_template, is_unsafe, name_problem, printable
+from privsched.text import BIDI_CONTROLS, escape_char, fill_template, is_unsafe, name_problem, printable
 
 MARKUP = "[/]"
 ESCAPE = "\x1b[2J\x1b]0;owned\x07"
@@ -81,6 +81,17 @@ def test_printable_text_never_holds_a_control_character(value):
     assert not any(is_unsafe(c) for c in shown)
     if not any(is_unsafe(c) for c in value):
         assert shown == value
+
+
+def test_an_ascii_character_is_unsafe_exactly_when_python_calls_it_unprintable():
+    # printable's fast path for ASCII text rests on this
+    for code in range(128):
+        assert is_unsafe(chr(code)) == (not chr(code).isprintable()), hex(code)
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text())
+def test_printable_escapes_each_unsafe_character_and_keeps_the_rest(value):
+    assert printable(value) == "".join(escape_char(c) if is_unsafe(c) else c for c in value)
 
 
 @given(st.text(min_size=1, max_size=300))
