@@ -124,22 +124,24 @@ class JobContext:
         self.metrics.update(metrics)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "pipeline_id": self.pipeline_id,
-                "name": self.name,
-                "dataset": self.dataset,
-                "accounting": self.accounting.to_dict(),
-                "delta": self.delta,
-                "blocks": [{"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()],
-                "device": self.device,
-                "workdir": str(self.workdir),
-                "params": self.params,
-                "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
-                "epsilon": self.epsilon,
-                "max_runtime": self.max_runtime,
-            }
-        )
+        return json.dumps(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The context as JSON values (:meth:`from_json` reads them back)."""
+        return {
+            "pipeline_id": self.pipeline_id,
+            "name": self.name,
+            "dataset": self.dataset,
+            "accounting": self.accounting.to_dict(),
+            "delta": self.delta,
+            "blocks": [{"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()],
+            "device": self.device,
+            "workdir": str(self.workdir),
+            "params": self.params,
+            "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
+            "epsilon": self.epsilon,
+            "max_runtime": self.max_runtime,
+        }
 
     @classmethod
     def from_json(cls, text: str) -> JobContext:

@@ -403,7 +403,7 @@ class Scheduler:
         """Write the job's context file and describe its launch."""
         folder = self.runs.folder(info.id, create=True)
         context = self._context(info, placement)
-        document = {**json.loads(context.to_json()), "job": info.job, "protected": self._protected(info)}
+        document = {**context.to_dict(), "job": info.job, "protected": self._protected(info)}
         write_atomic(folder / "context.json", json.dumps(document))
         return Launch(
             pipeline_id=info.id,
