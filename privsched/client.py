@@ -509,6 +509,12 @@ class Client(BudgetReads):
         cannot be written (docs/recovery.md)."""
         return self.runs.read_condition()
 
+    def scheduler_job_starts(self) -> str | None:
+        """How the serving scheduler starts jobs, as it last recorded it: "warm" (forked from
+        its fork server), "cold: " and why, or None (no scheduler serving, or an executor with
+        one way only). Read from the runs folder."""
+        return self.runs.read_job_starts()
+
     def audit(self, expect: str | None = None) -> AuditReport:
         """:meth:`Ledger.audit <privsched.ledger.Ledger.audit>`: the hash chain, every table
         rebuilt from the event log, every invariant (``expect``: a chain head kept earlier)."""

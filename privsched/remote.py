@@ -356,6 +356,9 @@ class RemoteClient(BudgetReads):
     def scheduler_condition(self) -> str | None:
         return self.request("GET", "/v1/scheduler")["condition"]
 
+    def scheduler_job_starts(self) -> str | None:
+        return self.request("GET", "/v1/scheduler")["job_starts"]
+
     def audit(self, expect: str | None = None) -> AuditReport:
         from privsched.ledger.models import AuditReport
 

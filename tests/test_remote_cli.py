@@ -187,3 +187,14 @@ def test_a_submission_id_without_a_server_is_refused_and_writes_nothing(run_cli,
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == "error: --id (an idempotent submission) needs --server or PRIVSCHED_SERVER\n"
     assert dump_database(db) == before
+
+
+def test_a_serving_scheduler_warms_its_fork_server_before_any_job_and_says_so(served: Served):
+    remote = ps.connect(served.url, token=served.tokens["vera"])
+    local = ps.connect(served.db)
+    said = {remote.scheduler_job_starts()}
+    wait_until(lambda: said.add(remote.scheduler_job_starts()) or "warm" in said)
+    assert said <= {None, "cold: the fork server is starting", "warm"}  # None: the API answers before the scheduler starts
+    assert local.scheduler_job_starts() == "warm" and not local.list()  # no job has run: started with the scheduler
+    served.stop()
+    assert local.scheduler_job_starts() is None  # no scheduler serving: nothing to say

@@ -299,7 +299,8 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.get("/v1/scheduler", response_model=SchedulerOut, tags=["pipelines"])
     def scheduler(caller: Caller) -> Response:
         """Who holds the scheduler lease, and what keeps the scheduler from making progress."""
-        return reply(SchedulerOut(holder=client.scheduler(), condition=client.scheduler_condition()))
+        state = SchedulerOut(holder=client.scheduler(), condition=client.scheduler_condition(), job_starts=client.scheduler_job_starts())
+        return reply(state)
 
     @app.get("/v1/audit", response_model=AuditOut, tags=["ledger"])
     def audit(caller: Caller, expect: Annotated[str | None, Query()] = None) -> Response:

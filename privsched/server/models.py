@@ -231,6 +231,11 @@ class SchedulerOut(Model):
     condition: str | None = Field(
         None, description="What keeps the scheduler from making progress (e.g. 'storage full since …'; it retries every tick), or null."
     )
+    job_starts: str | None = Field(
+        None,
+        description="How the scheduler starts jobs now: 'warm' (forked from its fork server), 'cold: ' and why, "
+        "or null (no scheduler serving, or an executor with one way only).",
+    )
 
 
 class UnlockIn(Model):

@@ -105,6 +105,27 @@ class RunDirs:
             return None
         return line or None
 
+    def record_job_starts(self, mode: str | None) -> None:
+        """Record how the serving scheduler's executor starts the next job (see
+        :meth:`~privsched.service.executors.base.Executor.start_mode`); None: it does not say."""
+        from privsched.jobs.runner import write_atomic
+
+        path = self.root / "job_starts"
+        if mode is None:
+            path.unlink(missing_ok=True)
+            return
+        _private_folder(self.root)
+        write_atomic(path, mode + "\n")
+
+    def read_job_starts(self) -> str | None:
+        """How the serving scheduler last said it starts jobs ("warm", or "cold: why"), or None.
+        Only the file's first line, at most :data:`CONDITION_LENGTH` characters, is read."""
+        try:
+            with open(self.root / "job_starts", encoding="utf-8", errors="replace") as file:
+                return file.readline(CONDITION_LENGTH).strip() or None
+        except OSError:
+            return None
+
     def record_policy(self, name: str, params: dict) -> None:
         """Record the serving policy as :func:`~privsched.policies.make_policy`'s name and
         options, so that waiting reasons rank and estimate unlocks as the scheduler does."""

@@ -182,6 +182,9 @@ class _Loop:
         runs.record_policy(policy.name, policy.params)
         scheduler = Scheduler(self.ledger, policy, executor, pool, runs, self.log)
         scheduler.recover(self.clock())
+        if not self.until_idle:  # serving until stopped: jobs will come; start warm from the first
+            executor.prepare()
+        starts = _JobStarts(runs, executor)
         watcher = ChangeWatcher(self.path)
         woken = wakeup.listen(self.path)
         condition = Condition(runs, self.log)
@@ -191,6 +194,7 @@ class _Loop:
             while not self.stop.is_set():
                 now = self.clock()
                 report = self._tick(scheduler, condition, summary, now)
+                starts.note()
                 watcher.reset()
                 # What committed during the tick, before the reset, is read now: another tick at once.
                 fresh = report is not None and scheduler.news()
@@ -205,11 +209,12 @@ class _Loop:
                     if self.until_idle and report.idle and not fresh and not (report.pending and scheduler.awaits_timeouts()):
                         break
                 if not fresh:
-                    self._wait(scheduler, condition, (woken, watcher), summary, now + self.tick)
+                    self._wait(scheduler, condition, (woken, watcher), summary, now + self.tick, starts)
                     woken.clear()
         finally:
             wakeup.unlisten(self.path, woken)
             watcher.close()
+            starts.clear()
         return summary
 
     def _tick(self, scheduler: Scheduler, condition: Condition, summary: ServeSummary, now: float) -> TickReport | None:
@@ -237,6 +242,7 @@ class _Loop:
         wake: tuple[threading.Event, ChangeWatcher],
         summary: ServeSummary,
         next_tick: float,
+        starts: _JobStarts,
     ) -> None:
         """Collect finished jobs until the next tick is due, a job settled, another process
         committed (a submission, a cancellation) or the loop is stopped. A submission's
@@ -258,10 +264,36 @@ class _Loop:
                     summary.storage_full += 1
                     condition.full(exc)
             summary.settled += len(settled)
+            starts.note()
             if settled:
                 wakeup.changed(self.path, settled)
             if settled or now >= next_tick or (condition.current is None and (woken.is_set() or watcher.changed())):
                 return
+
+
+class _JobStarts:
+    """Keeps the runs folder's record of how the executor starts jobs up to date (read by
+    the API's ``/v1/scheduler``), written only when it changes; removed when serving ends."""
+
+    def __init__(self, runs: RunDirs, executor: Executor) -> None:
+        self.runs, self.executor = runs, executor
+        self.recorded: str | None = ""  # no mode: the first note replaces a previous scheduler's record
+        self.note()
+
+    def note(self) -> None:
+        mode = self.executor.start_mode()
+        if mode != self.recorded:
+            try:
+                self.runs.record_job_starts(mode)
+            except OSError:  # best effort, like the condition file: retried at the next change
+                return
+            self.recorded = mode
+
+    def clear(self) -> None:
+        try:
+            self.runs.record_job_starts(None)
+        except OSError:
+            pass
 
 
 def _sleep(stop: threading.Event, wake: tuple[threading.Event, ChangeWatcher] | None, seconds: float) -> bool:

@@ -103,6 +103,14 @@ class Executor(ABC):
     def running(self) -> set[int]:
         """Ids of the jobs being watched."""
 
+    def prepare(self) -> None:  # noqa: B027 -- most executors have nothing to prepare
+        """Get ready to start jobs (a serving scheduler calls it once, when it starts)."""
+
+    def start_mode(self) -> str | None:
+        """How the next job would start, where the executor has more than one way: "warm",
+        or "cold: " and why; None where it has one way only."""
+        return None
+
     def process(self, pipeline_id: int) -> tuple[int, str | None] | None:
         """A watched job's process id and start time, where the executor knows them."""
         return None

@@ -141,6 +141,22 @@ class LocalExecutor(Executor):
         warm = warm and sys.platform.startswith("linux")
         self.launcher = WarmLauncher(python, self._base_environment) if warm else None
 
+    def prepare(self) -> None:
+        """Start the fork server now, so that jobs start warm once it has imported its
+        modules (a few seconds), not only after the first job has started cold."""
+        if self.launcher is not None:
+            self.launcher.maintain()
+
+    def start_mode(self) -> str | None:
+        if self.launcher is None:
+            return None
+        server = self.launcher.server
+        if server is not None and server.ready and not server.dead:
+            return "warm"
+        if self.launcher.failure is not None:
+            return f"cold: the fork server could not start ({self.launcher.failure})"
+        return "cold: the fork server is starting"
+
     @staticmethod
     def _base_environment() -> dict[str, str]:
         """This process's environment without secrets (:func:`without_secrets`), with
