@@ -17,6 +17,9 @@ process runs the scheduler and the API, as deployed: ``privsched serve --listen 
 - one ``privsched submit`` of a DP-SGD pipeline, whole process: through ``--server`` (the
   server plans the demand) and locally (the command plans it: torch and opacus load).
 
+Each server is measured as it runs, not as it starts: before any measure, one job runs
+through it and the benchmark waits until it starts jobs warm (:func:`warm_up`).
+
 With ``--baseline DIR`` (a copy of other privsched code), the rates, latencies and the
 remote command are measured against that code's server (and client) too, in the same run,
 in ``--rounds`` that alternate the two servers so that both see the same load of the
@@ -405,10 +408,36 @@ def api_server(env: dict, source: Path, local: Client) -> Iterator[tuple[str, in
             raise RuntimeError(f"the server did not start: {line}{server.stdout.read()}")
         while local.ledger.lease_holder() is None:
             time.sleep(0.05)
+        warm_up(local)
         yield f"http://127.0.0.1:{port}", server.pid
     finally:
         server.terminate()
         server.wait()
+
+
+#: Seconds a server that does not say how it starts jobs is given to warm its fork server up
+#: after its first job (importing torch and Opacus there takes 3–4 s on this machine).
+WARM_UP_SECONDS = 8.0
+
+
+def warm_up(local: Client) -> None:
+    """Measure a server as it runs, not as it starts: run one job through it (a server
+    whose fork server starts with its first job starts it then), then wait until it says
+    that jobs start warm (``/v1/scheduler``'s ``job_starts``, from the runs folder), or
+    :data:`WARM_UP_SECONDS` where it does not say."""
+    key = f"warm-up-{time.monotonic_ns()}"
+    local.ledger.add_blocks("reviews", [BlockSpec(key)], unlocked_fraction=1.0)
+    run = local.submit(probe_spec(key, key))
+    while local.status(run.id).state in ("pending", "granted", "running"):
+        time.sleep(0.02)
+    deadline = time.monotonic() + 60
+    while (starts := local.scheduler_job_starts()) != "warm":
+        if starts is None:
+            time.sleep(WARM_UP_SECONDS)
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the server's jobs still start {starts}")
+        time.sleep(0.05)
 
 
 def pct(values: list[float], q: float) -> float:
