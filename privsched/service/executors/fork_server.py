@@ -60,16 +60,20 @@ def receive(sock: socket.socket, max_fds: int = 0) -> tuple[dict[str, Any] | Non
     return json.loads(data), fds
 
 
+#: Device files through which a GPU driver is reached (NVIDIA, AMD's ROCm, WSL's GPU).
+GPU_DRIVER_FILES = ("/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+
+
 def _warm_up() -> None:
-    """With a CPU-only torch imported, one tiny forward and backward pass on the CPU: torch
-    initialises its kernels on their first call (about 0.2 s, a job's first step otherwise
-    pays it). The fork server runs with one thread per pool, so no thread pool exists at a
-    fork. A torch built with CUDA is not warmed up: the autograd engine counts the CUDA
-    devices on its first backward pass, which initialises the driver, and the driver starts
-    a thread (even with no device visible); a process must not fork with a thread running,
-    and each job must initialise CUDA itself, after its own ``CUDA_VISIBLE_DEVICES``."""
+    """With torch imported, one tiny forward and backward pass on the CPU: torch initialises
+    its kernels on their first call (about 0.2 s, a job's first step otherwise pays it). The
+    fork server runs with one thread per pool, so no thread pool exists at a fork. Not where
+    torch is built for GPUs and a GPU driver is present: the autograd engine counts the
+    GPUs on its first backward pass, which initialises the driver, and the driver starts a
+    thread (even with no device visible); a process must not fork with a thread running,
+    and each job must initialise its GPUs itself, after its own ``CUDA_VISIBLE_DEVICES``."""
     torch = sys.modules.get("torch")
-    if torch is None or torch.backends.cuda.is_built():
+    if torch is None or (torch.backends.cuda.is_built() and any(os.path.exists(path) for path in GPU_DRIVER_FILES)):
         return
     layer = torch.nn.Linear(8, 2)
     loss = torch.nn.functional.cross_entropy(layer(torch.zeros(4, 8)), torch.zeros(4, dtype=torch.long))
