@@ -193,6 +193,24 @@ def test_a_child_that_cannot_take_its_launch_over_is_refused_with_its_data_untou
     assert not (tmp_path / "work").exists()
 
 
+def huge_pages_collapse() -> str | None:
+    """Why this kernel cannot collapse memory into huge pages on request, or None."""
+    setting = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not setting.exists() or "[never]" in setting.read_text():
+        return "transparent huge pages are off on this machine"
+    if tuple(int(part) for part in os.uname().release.split(".")[:2] if part.isdigit()) < (6, 1):
+        return "this kernel has no MADV_COLLAPSE (Linux 6.1)"
+    return None
+
+
+@pytest.mark.skipif(huge_pages_collapse() is not None, reason=str(huge_pages_collapse()))
+def test_the_fork_server_keeps_its_memory_in_huge_pages(executor: LocalExecutor):
+    server = warm_server(executor)
+    rollup = Path(f"/proc/{server.pid}/smaps_rollup").read_text().splitlines()
+    huge_kb = next(int(line.split()[1]) for line in rollup if line.startswith("AnonHugePages:"))
+    assert huge_kb >= 64 * 1024  # of about 280 MB of its own: each fork and exit copies and frees far fewer page-table entries
+
+
 def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_path: Path):
     executor = LocalExecutor()
     first = warm_server(executor)
