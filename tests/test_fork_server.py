@@ -211,6 +211,18 @@ def test_the_fork_server_keeps_its_memory_in_huge_pages(executor: LocalExecutor)
     assert huge_kb >= 64 * 1024  # of about 280 MB of its own: each fork and exit copies and frees far fewer page-table entries
 
 
+def test_an_executor_says_how_its_next_job_starts():
+    executor = LocalExecutor()
+    assert executor.start_mode() == "cold: the fork server starts with the first job"
+    executor.prepare()
+    assert executor.start_mode() in ("cold: the fork server is starting", "warm")
+    warm_server(executor)
+    assert executor.start_mode() == "warm"
+    assert executor.launcher is not None
+    executor.launcher.close()
+    assert LocalExecutor(warm=False).start_mode() is None
+
+
 def test_a_killed_fork_server_is_replaced_and_its_jobs_start_cold_meanwhile(tmp_path: Path):
     executor = LocalExecutor()
     first = warm_server(executor)
@@ -236,6 +248,7 @@ def test_a_fork_server_that_cannot_start_says_why_once_and_jobs_start_cold(tmp_p
         assert time.monotonic() < deadline, "the fork server neither failed nor said why"
         time.sleep(0.05)
     assert launcher.failure == "ModuleNotFoundError: No module named 'privsched_no_such_module'"
+    assert executor.start_mode() == f"cold: the fork server could not start ({launcher.failure})"
     assert run(executor, launch_for(tmp_path / "cold", "draws"), forked=False).completed
     launcher._retry_at = 0.0  # the next one starts now, fails alike, and is not reported again
     while launcher.maintain() is not None and not launcher.server.dead:

@@ -233,7 +233,7 @@ class SchedulerOut(Model):
     )
     job_starts: str | None = Field(
         None,
-        description="How the scheduler starts jobs now: 'warm' (forked from its fork server), 'cold: ' and why, "
+        description="How the scheduler starts the next job: 'warm' (forked from its fork server), 'cold: ' and why, "
         "or null (no scheduler serving, or an executor with one way only).",
     )
 

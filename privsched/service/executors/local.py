@@ -133,8 +133,8 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, python: str = sys.executable, grace: float = 3.0, *, warm: bool = True) -> None:
-        """``warm``: fork jobs from a fork server (started on the first launch; Linux only),
-        else start every job cold."""
+        """``warm``: fork jobs from a fork server (started by :meth:`prepare`, or else by the
+        first launch; Linux only), else start every job cold."""
         self.python = python
         self.grace = grace
         self._jobs: dict[int, _Job] = {}
@@ -155,6 +155,8 @@ class LocalExecutor(Executor):
             return "warm"
         if self.launcher.failure is not None:
             return f"cold: the fork server could not start ({self.launcher.failure})"
+        if not self.launcher.started:
+            return "cold: the fork server starts with the first job"
         return "cold: the fork server is starting"
 
     @staticmethod
