@@ -98,12 +98,7 @@ class RunDirs:
         "storage full since …"), or None when nothing does. The file is the scheduler's own
         (no job can write it); only its first line, at most :data:`CONDITION_LENGTH`
         characters, is read."""
-        try:
-            with open(self.condition(), encoding="utf-8", errors="replace") as file:
-                line = file.readline(CONDITION_LENGTH).strip()
-        except OSError:
-            return None
-        return line or None
+        return _first_line(self.condition())
 
     def record_job_starts(self, mode: str | None) -> None:
         """Record how the serving scheduler's executor starts the next job (see
@@ -120,11 +115,7 @@ class RunDirs:
     def read_job_starts(self) -> str | None:
         """How the serving scheduler last said it starts jobs ("warm", or "cold: why"), or None.
         Only the file's first line, at most :data:`CONDITION_LENGTH` characters, is read."""
-        try:
-            with open(self.root / "job_starts", encoding="utf-8", errors="replace") as file:
-                return file.readline(CONDITION_LENGTH).strip() or None
-        except OSError:
-            return None
+        return _first_line(self.root / "job_starts")
 
     def record_policy(self, name: str, params: dict) -> None:
         """Record the serving policy as :func:`~privsched.policies.make_policy`'s name and
@@ -194,3 +185,13 @@ def _private_folder(path: Path) -> None:
     """Create a folder (and its missing parents) readable by its owner only."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     path.chmod(0o700)
+
+
+def _first_line(path: Path) -> str | None:
+    """The first line of a scheduler's note file, at most :data:`CONDITION_LENGTH`
+    characters, or None when the file is missing or says nothing."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            return file.readline(CONDITION_LENGTH).strip() or None
+    except OSError:
+        return None
