@@ -329,7 +329,7 @@ def run_pass(
     changed = np.empty(len(first), dtype=np.int64)
     touched = np.zeros(len(first), dtype=np.bool_)
     touched_list = np.empty(len(first), dtype=np.int64)
-    basis = np.empty_like(available)
+    basis = available.copy()  # the budget at the round's start
     moved = np.zeros(len(available), dtype=np.int64)  # first round that sees a block's latest grant
     round_ = 0
     for p in candidates:
@@ -360,7 +360,6 @@ def run_pass(
         n_pushes = 0
         if not live_entries:
             break  # the pass is over: nothing to refresh
-        basis[:] = available
         # One round: the next k grants in exact order as of the round's start.
         round_grants = n_granted
         need = k
@@ -397,7 +396,8 @@ def run_pass(
         if not live_entries:
             break
         round_ += 1
-        # Refresh: the round's grants leave the packing counts; their blocks are recounted.
+        # Refresh: the round's grants leave the packing counts; their blocks are recounted,
+        # and are the only rows of the next round's starting budget that differ.
         recount = is_rdp and len(columns) > 0
         n_touched = 0
         for g in range(round_grants, n_granted):
@@ -407,14 +407,16 @@ def run_pass(
                 moved[b] = round_
                 if recount:
                     _remove_edge(e, block, demand, state)
-                    if not touched[b]:
-                        touched[b] = True
-                        touched_list[n_touched] = b
-                        n_touched += 1
+                if not touched[b]:
+                    touched[b] = True
+                    touched_list[n_touched] = b
+                    n_touched += 1
+        for i in range(n_touched):
+            b = touched_list[i]
+            touched[b] = False
+            basis[b] = available[b]
         if not recount:
             continue
-        for i in range(n_touched):
-            touched[touched_list[i]] = False
         n_changed = refresh_best(touched_list[:n_touched], available, live, state, changed)
         # Costs on a block whose best order moved may fall: re-evaluate its queued
         # pipelines now, and queue again those whose key is no longer a lower bound.
