@@ -10,6 +10,11 @@ walk of the tests) runs in the same process as the baseline. The last two column
 and DPack's growth exponents between consecutive sizes, ``log(t₂/t₁) / log(n₂/n₁)`` on CPU
 time: 1 is linear, 2 quadratic.
 
+``--blocks`` changes the number of blocks (default 1,000), ``--pipelines-per-block`` scales
+them with the queue instead (blocks = pending / that), and ``--k`` changes DPack's grants
+between refreshes (default 50): together they separate what grows with the pipelines per
+block from what grows with the number of rounds.
+
 Run from the repository root: ``.venv/bin/python benchmarks/policies.py [--quick | --sizes 10000,30000,100000]``.
 """
 
@@ -89,7 +94,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the 1k and 10k sizes")
     parser.add_argument("--sizes", help="comma-separated pending counts (default 1k, 3k, 10k, 30k, 100k)")
+    blocks = parser.add_mutually_exclusive_group()
+    blocks.add_argument("--blocks", type=int, default=1_000, help="blocks in every snapshot (default 1000)")
+    blocks.add_argument("--pipelines-per-block", type=int, help="scale the blocks with the queue: pending / this")
+    parser.add_argument("--k", type=int, default=50, help="DPack's grants between refreshes (default 50)")
     args = parser.parse_args()
+    if args.blocks < 1 or args.k < 1 or (args.pipelines_per_block is not None and args.pipelines_per_block < 1):
+        parser.error("--blocks, --pipelines-per-block and --k must be positive")
     sizes = (1_000, 10_000) if args.quick else (1_000, 3_000, 10_000, 30_000, 100_000)
     if args.sizes:
         try:
@@ -98,7 +109,9 @@ def main() -> None:
             parser.error(f"--sizes must be comma-separated integers, got {args.sizes!r}")
         if any(size < 1 for size in sizes):
             parser.error("--sizes must be positive")
-    policies = {name: make_policy(name, n=100).policy for name in ("fcfs", "dpf-n", "dpack")}
+    policies = {name: make_policy(name, n=100, k=args.k).policy for name in ("fcfs", "dpf-n", "dpack")}
+    layout = f"pending / {args.pipelines_per_block} blocks" if args.pipelines_per_block else f"{args.blocks:,} blocks"
+    print(f"{layout}, DPack k = {args.k}\n")
     print(
         "| pending | edges | granted FCFS / DPF / DPack | FCFS ms | DPF ms | DPack ms | naive DPF loop ms "
         "| DPack/DPF | naive/DPF | DPF growth | DPack growth |"
@@ -106,7 +119,8 @@ def main() -> None:
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     previous: tuple[int, float, float] | None = None
     for n in sizes:
-        snapshot = synthetic_snapshot(n, 1_000)
+        n_blocks = max(1, n // args.pipelines_per_block) if args.pipelines_per_block else args.blocks
+        snapshot = synthetic_snapshot(n, n_blocks)
         repeats = 5 if n < 100_000 else 3
         results = {name: timed(lambda p=policy: p.allocate(snapshot), repeats) for name, policy in policies.items()}
         naive_wall, naive_cpu, naive = timed(lambda: naive_admit(snapshot, dpf_order(snapshot)), 1)

@@ -16,18 +16,19 @@ candidates near the top), not a recount and re-sort of everything:
 
 - Best orders are recounted only on the blocks the last ``k`` grants touched, and a
   recount only shortens each order's packed prefix (:mod:`privsched.policies.packing`).
-- Efficiencies are evaluated lazily. Within a pass unlocked budget only shrinks, so while
-  a block keeps its best order every cost ``d / unlocked`` on it can only grow (IEEE
-  division and addition round monotonically): an efficiency computed in an earlier round
-  is an upper bound on the efficiency now, and the efficiency itself while none of the
-  pipeline's blocks has been granted anything since. Candidates wait in a binary heap
-  keyed by that bound (minus it, an urgency; ties by arrival rank). The round pops the
-  smallest key: a stale one is evaluated against the round's starting budget and pushed
-  again; an exact one comes next in exact order, since every other key is a lower bound,
-  and is granted if it fits (dropped otherwise: it never fits later in the pass). When a
-  block's best order changes, a cost on it may fall: the queued pipelines whose cost on
-  that block fell are re-evaluated at once and pushed again where their key fell (for
-  the others, every cost is still at least what their key was computed from).
+- Efficiencies are evaluated lazily (the accelerated greedy of Minoux, 1978). Within a
+  pass unlocked budget only shrinks, so while a block keeps its best order every cost
+  ``d / unlocked`` on it can only grow (IEEE division and addition round monotonically): an
+  efficiency computed in an earlier round is an upper bound on the efficiency now, and the
+  efficiency itself while none of the pipeline's blocks has been granted anything since.
+  Candidates wait in a binary heap keyed by that bound (minus it, an urgency; ties by
+  arrival rank). The round pops the smallest key: a stale one is evaluated against the
+  round's starting budget and pushed again; an exact one comes next in exact order, since
+  every other key is a lower bound, and is granted if it fits (dropped otherwise: it never
+  fits later in the pass). When a block's best order changes, a cost on it may fall: the
+  queued pipelines whose cost on that block fell are re-evaluated at once and pushed again
+  where their key fell (for the others, every cost is still at least what their key was
+  computed from).
 
 The loops run compiled (:mod:`privsched.policies.dpack_kernels`); the set-up here is NumPy.
 """
