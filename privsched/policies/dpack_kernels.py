@@ -56,18 +56,59 @@ def build_packing(sorted_edges, demand, available, live, state):  # pragma: no c
 
 
 @_jit
-def settle_rows(values, order):  # pragma: no cover
-    """Sort each row of ``order`` (positions in the same row of ``values``) by value, in
-    place, by insertion: linear in the row's length when it is nearly sorted already."""
-    for r in range(order.shape[0]):
-        for i in range(1, order.shape[1]):
-            item = order[r, i]
-            value = values[r, item]
-            j = i - 1
-            while j >= 0 and values[r, order[r, j]] > value:
-                order[r, j + 1] = order[r, j]
-                j -= 1
-            order[r, j + 1] = item
+def table_keys(block, demand_bits, columns, first, size, low, keys, by_block):  # pragma: no cover
+    """Group the edges by block (``by_block``, ascending within a block, as a stable sort
+    does) and fill ``keys[c, j, i]`` with the bits of the demand at ``columns[c]`` of block
+    j's i-th edge, its lowest bits (``low``) replaced by i; the rows are padded with +inf.
+    The bits of a non-negative double (−0 taken as +0) sort as the double does, so one sort
+    of each row orders it up to those low bits and says where every value came from. The
+    demands are read in order, once."""
+    high = ~low
+    padding = np.uint64(0x7FF0000000000000) & high  # +inf
+    negative_zero = np.uint64(0x8000000000000000)
+    filled = np.zeros(len(first), dtype=np.int64)
+    for e in range(len(block)):
+        b = block[e]
+        i = filled[b]
+        filled[b] = i + 1
+        by_block[first[b] + i] = e
+        for c in range(len(columns)):
+            bits = demand_bits[e, columns[c]]
+            if bits == negative_zero:
+                bits = np.uint64(0)
+            keys[c, b, i] = (bits & high) | np.uint64(i)
+    for b in range(len(first)):
+        for i in range(size[b], keys.shape[2]):
+            for c in range(len(columns)):
+                keys[c, b, i] = padding | np.uint64(i)
+
+
+@_jit
+def edges_in_order(keys, low, by_block, demand, columns, first, size, sorted_edges):  # pragma: no cover
+    """From rows of ``keys`` sorted by :func:`table_keys`' integers: each block's edges in
+    exact ascending demand, per column (``sorted_edges[first_j + i, c]``). An insertion
+    pass on the values puts in order the few that differed only in their low bits: linear
+    in a row's length when it is nearly sorted already, and stable. Block by block, so that
+    a block's demands are read from memory once for all its columns."""
+    values = np.empty(keys.shape[2])
+    slots = np.empty(keys.shape[2], dtype=np.int64)
+    for b in range(len(first)):
+        f, n = first[b], size[b]
+        for c in range(keys.shape[0]):
+            placed = 0
+            for i in range(keys.shape[2]):
+                slot = np.int64(keys[c, b, i] & low)
+                if slot >= n:
+                    continue  # padding
+                value = demand[by_block[f + slot], columns[c]]
+                j = placed - 1
+                while j >= 0 and values[j] > value:
+                    values[j + 1], slots[j + 1] = values[j], slots[j]
+                    j -= 1
+                values[j + 1], slots[j + 1] = value, slot
+                placed += 1
+            for i in range(n):
+                sorted_edges[f + i, c] = by_block[f + slots[i]]
 
 
 @_jit

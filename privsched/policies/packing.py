@@ -25,39 +25,35 @@ import numpy as np
 from privsched.policies.admission import EdgeTable
 
 
-def _sorted_within_blocks(block: np.ndarray, demand: np.ndarray, size: np.ndarray, first: np.ndarray) -> np.ndarray:
-    """Edges grouped by block, ascending, and by demand within a block, for every column
-    of ``demand`` (E, K): an (E, K) array of edge indices (ties in any order: a packing
-    count depends only on the multiset of a block's demands).
+def _sorted_within_blocks(
+    block: np.ndarray, demand: np.ndarray, size: np.ndarray, first: np.ndarray, columns: np.ndarray | None = None
+) -> np.ndarray:
+    """Edges grouped by block, ascending, and by demand within a block, for each of
+    ``columns`` of ``demand`` (E, K) (default: all): an (E, len(columns)) array of edge
+    indices (ties in any order: a packing count depends only on the multiset of a block's
+    demands).
 
-    Each column is sorted as a (blocks, largest block) table padded with +inf, one short
-    row per block, which is faster than sorting whole columns; when blocks are so uneven
-    that the table would be much larger than the edges, whole columns are sorted by demand
-    and then stably by block."""
+    Each column is sorted as a (blocks, largest block) table of integers, one short row per
+    block (:func:`~privsched.policies.dpack_kernels.table_keys`), which is faster than
+    sorting whole columns; when blocks are so uneven that the table would be much larger
+    than the edges, whole columns are sorted by demand and then stably by block."""
+    columns = np.arange(demand.shape[1]) if columns is None else np.asarray(columns, dtype=np.intp)
     n_blocks, width = len(size), int(size.max(initial=0))
     if n_blocks * width > 4 * len(block) + 4096:
-        by_demand = np.argsort(demand, axis=0)
+        by_demand = np.argsort(demand[:, columns], axis=0)
         labels = block.astype(np.uint16 if n_blocks <= 1 << 16 else np.intp)[by_demand]
         return np.take_along_axis(by_demand, np.argsort(labels, axis=0, kind="stable"), axis=0)
     from privsched.policies import dpack_kernels
 
-    by_block = np.argsort(block, kind="stable")
-    place = block[by_block] * width + np.arange(len(block)) - first[block[by_block]]  # ascending
-    columns = np.ascontiguousarray((demand[by_block] + 0.0).T)  # one gather; -0.0 becomes +0.0
-    start = np.repeat(first, size)
-    padded = np.full((n_blocks, width), np.inf)
+    demand = np.ascontiguousarray(demand, dtype=float)
+    by_block = np.empty(len(block), dtype=np.intp)
     low = np.uint64((1 << max(1, (width - 1).bit_length())) - 1)
-    slots = np.arange(width, dtype=np.uint64)
-    sorted_edges = np.empty(demand.shape, dtype=np.intp)
-    for column in range(demand.shape[1]):
-        np.put(padded, place, columns[column])
-        # The bits of a non-negative double (or +inf) sort as the double does; with its
-        # lowest bits replaced by its slot, one plain sort of integers orders each row up
-        # to those bits and says where every value came from; an insertion pass then
-        # puts the few values that differ only there in exact order.
-        local = (np.sort((padded.view(np.uint64) & ~low) | slots, axis=1) & low).astype(np.intp)
-        dpack_kernels.settle_rows(padded, local)
-        sorted_edges[:, column] = by_block[start + local[local < size[:, None]]]
+    keys = np.empty((len(columns), n_blocks, width), dtype=np.uint64)
+    dpack_kernels.table_keys(block, demand.view(np.uint64), columns, first, size, low, keys, by_block)
+    for table in keys:
+        table.sort(axis=1)
+    sorted_edges = np.empty((len(block), len(columns)), dtype=np.intp)
+    dpack_kernels.edges_in_order(keys, low, by_block, demand, columns, first, size, sorted_edges)
     return sorted_edges
 
 
@@ -78,10 +74,7 @@ class Packing:
         n_blocks, n_edges, width = table.n_blocks, len(self.block), len(self.columns)
         self.size = np.bincount(self.block, minlength=n_blocks).astype(np.intp)
         self.first = (np.cumsum(self.size) - self.size).astype(np.intp)
-        every_column = width == self.demand.shape[1]  # then no copy of the demands
-        sorted_edges = _sorted_within_blocks(
-            self.block, self.demand if every_column else self.demand[:, self.columns], self.size, self.first
-        )
+        sorted_edges = _sorted_within_blocks(self.block, self.demand, self.size, self.first, self.columns)
         #: Edges grouped by block (any order within a block).
         self.by_block = np.ascontiguousarray(sorted_edges[:, 0]) if width else np.argsort(self.block, kind="stable")
         #: α*_j as an index into the accounting's orders (0 for blocks nobody asks for).
