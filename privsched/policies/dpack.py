@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.admission import SLICE_ROWS, EdgeTable
+from privsched.policies.admission import EdgeTable
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 from privsched.policies.packing import Packing
@@ -50,15 +50,6 @@ def best_orders(snapshot: Snapshot) -> np.ndarray:
     if not snapshot.accounting.is_rdp:
         raise ValueError("best orders exist only under rdp accounting")
     return Packing(EdgeTable.of(snapshot), np.asarray(snapshot.unlocked, dtype=float)).best
-
-
-def _fitting_alone(table: EdgeTable, available: np.ndarray) -> np.ndarray:
-    """The pipelines whose whole demand fits ``available`` on its own, tested about
-    :data:`SLICE_ROWS` edges at a time so that the temporaries stay small."""
-    n_edges = len(table.block)
-    cuts = np.unique(np.r_[0, np.searchsorted(table.start, np.arange(0, n_edges, SLICE_ROWS)), len(table.start)])
-    parts = [np.arange(a, b) for a, b in zip(cuts[:-1], cuts[1:])]
-    return np.concatenate([part[table.fits_alone(available, part)] for part in parts] or [np.zeros(0, dtype=np.intp)])
 
 
 @dataclass(frozen=True)
@@ -79,17 +70,21 @@ class DPack:
         available = np.array(snapshot.unlocked, dtype=float, order="C")
         is_rdp = bool(snapshot.accounting.is_rdp)
         packing = Packing(table, available) if is_rdp else None
-        candidates = _fitting_alone(table, available).astype(np.intp)
+        start, count = table.start.astype(np.intp), table.count.astype(np.intp)
+        block = np.ascontiguousarray(table.block, dtype=np.intp)
+        demand = np.ascontiguousarray(table.demand, dtype=float)
+        live = np.ascontiguousarray(table.live, dtype=bool)
+        candidates = dpack_kernels.fitting_alone(start, count, block, demand, available, live, is_rdp)
         granted = dpack_kernels.run_pass(
             candidates,
-            table.start.astype(np.intp),
-            table.count.astype(np.intp),
+            start,
+            count,
             np.ascontiguousarray(snapshot.weight, dtype=float),
             arrival_rank(snapshot).astype(np.intp),
-            np.ascontiguousarray(table.block, dtype=np.intp),
-            np.ascontiguousarray(table.demand, dtype=float),
+            block,
+            demand,
             available,
-            np.ascontiguousarray(table.live, dtype=bool),
+            live,
             is_rdp,
             min(self.k, len(candidates) + 1),  # a round never grants more than every candidate
             np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp),

@@ -261,6 +261,18 @@ def _fits(p, start, count, block, demand, available, live, is_rdp):  # pragma: n
 
 
 @_jit
+def fitting_alone(start, count, block, demand, available, live, is_rdp):  # pragma: no cover
+    """The pipelines whose whole demand fits ``available`` on its own, ascending."""
+    fitting = np.empty(len(start), dtype=np.intp)
+    n = 0
+    for p in range(len(start)):
+        if _fits(p, start, count, block, demand, available, live, is_rdp):
+            fitting[n] = p
+            n += 1
+    return fitting[:n]
+
+
+@_jit
 def _moved_since(p, evaluated, start, count, block, moved):  # pragma: no cover
     """Whether one of pipeline p's blocks was granted anything after round ``evaluated``."""
     for e in range(start[p], start[p] + count[p]):
