@@ -54,7 +54,7 @@ COMMANDS: dict[str, str] = {
 }
 
 #: Global options that take a value (the word after them is not a command).
-_VALUED_OPTIONS = ("--server",)
+_VALUED_OPTIONS = ("--server", "--db")
 
 
 def load_commands(argv: Sequence[str] | None = None) -> None:
