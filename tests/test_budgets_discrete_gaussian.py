@@ -105,6 +105,24 @@ def test_a_sigma_too_large_to_sum_is_calibrated_on_the_zcdp_bound():
     assert sigma >= analytic_gaussian_sigma(1e-6, 1e-6)
 
 
+@pytest.mark.parametrize(("sigma", "epsilon"), [(5e4, 1e6), (3e4, 1e4), (1e3, 1e6)])
+def test_a_delta_out_of_summable_range_is_bounded_not_miscomputed(sigma, epsilon):
+    bound = log_delta_bound(sigma, epsilon)
+    assert bound < math.log(1e-300)
+    assert bound >= float(mpmath.log(exact_delta_far(sigma, epsilon)))
+
+
+def exact_delta_far(sigma: float, epsilon: float) -> mpmath.mpf:
+    """Thm 7's δ for Δ = 1 far in the tail: the first 40 terms of the paired sum (each
+    ≥ 0), over 1 + 2Σ (a bound of the normaliser from above), so below the exact δ."""
+    mpmath.mp.dps = 60
+    two_var, eps = 2 * mpmath.mpf(sigma) ** 2, mpmath.mpf(epsilon)
+    first = int(mpmath.floor(eps * two_var / 2 - mpmath.mpf(1) / 2)) + 1
+    normaliser = mpmath.sqrt(mpmath.pi * two_var) + 1
+    terms = (mpmath.exp(-(mpmath.mpf(u) ** 2) / two_var) * -mpmath.expm1(eps - (2 * u + 1) / two_var) for u in range(first, first + 40))
+    return mpmath.fsum(terms) / normaliser
+
+
 def test_a_count_under_basic_accounting_draws_the_discrete_gaussians_calibrated_sigma():
     part = EpsilonDelta(epsilon=53.0, delta=1e-9)
     kind, scale = noise_of(part, 1.0, integer=True)

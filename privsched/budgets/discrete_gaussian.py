@@ -73,13 +73,15 @@ def discrete_gaussian_log_delta(sigma: float, epsilon: float, sensitivity: int =
     last = math.isqrt(top * top + math.ceil(TAIL * two_var)) + 1
     if last - u0 + 1 > MAX_TERMS or 2 * math.sqrt(TAIL * two_var) > MAX_TERMS:
         raise ValueError(f"the discrete Gaussian's delta at sigma {sigma:g} needs more than {MAX_TERMS} terms")
-    u = np.arange(u0, last + 1, dtype=np.int64)
-    k = u - u0
+    if last > 2**50:  # u + top would no longer be exact in a double (δ is below e^{-2^50/σ²} there)
+        raise ValueError(f"the discrete Gaussian's delta at sigma {sigma:g} and epsilon {epsilon:g} is out of range")
+    k = np.arange(last - u0 + 1, dtype=float)  # u = u0 + k, every value exact
     # The exponent of the factor, (F − 2uΔ)/(2σ²) < 0: its numerator at u0 exactly, then
     # minus 2kΔ (same signs: no cancellation).
-    numerator = float(bound - 2 * delta_int * u0) - 2.0 * delta_int * k.astype(float)
+    numerator = float(bound - 2 * delta_int * u0) - 2.0 * delta_int * k
     factor = -np.expm1(numerator / two_var)
-    weight = np.exp(-((u * u - top * top).astype(float)) / two_var)
+    # u² − top² = (u − top)(u + top), both factors exact.
+    weight = np.exp(-((k + (u0 - top)) * (k + (u0 + top))) / two_var)
     total = math.fsum((weight * factor).tolist())
     if total <= 0:
         return -math.inf
