@@ -14,10 +14,11 @@ accounting its σ is calibrated on its own profile:
   is computed from 2σ²ε − Δ² − 2uΔ in exact rational arithmetic (σ and ε are exact binary
   fractions), so that it keeps its relative accuracy however close u is to t.
 
-Past about σ = 5·10⁴ (ε ≲ 10⁻⁴) the sum is too long to add, and the calibration uses instead the
-conversion of its zero-concentrated DP, ρ = Δ²/(2σ²) (CKS 2020, Thm 4 with Cor. 13:
-δ ≤ e^{(α−1)(αρ−ε)}·(1 − 1/α)^α/(α − 1) at every α > 1): an upper bound on the exact δ, so
-it costs a little more noise and never less.
+Where the sum is too long to add (σ above about 5·10⁴, ε ≲ 10⁻⁴) or its integers leave the
+range doubles hold exactly (εσ² above 2⁵⁰, where δ is far below 10⁻³⁰⁰), the calibration
+uses instead the conversion of the discrete Gaussian's zero-concentrated DP, ρ = Δ²/(2σ²)
+(the Rényi bound below at every α; CKS 2020, Cor. 13: δ ≤ e^{(α−1)(αρ−ε)}·(1 − 1/α)^α/(α − 1)
+at every α > 1): an upper bound on the exact δ, so it costs a little more noise, never less.
 
 Under RDP accounting the discrete Gaussian needs nothing of its own: its Rényi divergence is
 at most the continuous Gaussian's, D_α(N_Z(μ, σ²) ‖ N_Z(ν, σ²)) ≤ α(μ − ν)²/(2σ²) for
@@ -103,7 +104,7 @@ def _zcdp_log_delta(rho: float, epsilon: float) -> float:
 
 def log_delta_bound(sigma: float, epsilon: float, sensitivity: int = 1) -> float:
     """ln of a δ at least the exact δ(ε) of the discrete Gaussian: the exact one
-    (:func:`discrete_gaussian_log_delta`) up to :data:`MAX_TERMS` terms, the zCDP bound past it."""
+    (:func:`discrete_gaussian_log_delta`) where it can be summed, the zCDP bound elsewhere."""
     try:
         return discrete_gaussian_log_delta(sigma, epsilon, sensitivity)
     except ValueError:
@@ -122,9 +123,9 @@ def discrete_gaussian_sigma(epsilon: float, delta: float, sensitivity: int = 1) 
     exactly (CKS 2020, Thm 7), found by bisection on σ to 1e−12 relative: the returned σ is
     the upper end of the bracket, one whose computed δ was found ≤ δ·(1 − ``CALIBRATION_MARGIN``),
     so that the exact δ is below δ whatever the rounding; every σ the bisection kept below it
-    gave more. Past :data:`MAX_TERMS`, δ is bounded through zCDP (module docstring). Starts
-    from the continuous Gaussian's σ (Balle & Wang 2018), which is within
-    a few per cent."""
+    gave more. Where δ cannot be summed, it is bounded through zCDP (module docstring). The
+    bracket starts at the continuous Gaussian's σ (Balle & Wang 2018): between 0.55 and
+    1.07 times the discrete one's over ε ∈ [0.01, 60], δ ∈ [1e−12, 1e−3]."""
     from privsched.budgets.curves import analytic_gaussian_sigma
 
     if not epsilon > 0 or not math.isfinite(epsilon) or not 0 < delta < 1:
