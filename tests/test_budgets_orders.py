@@ -132,6 +132,7 @@ def test_converting_a_curve_over_orders_up_to_a_million_is_finite_and_never_abov
     assert math.isfinite(large) and 0 <= large <= small
 
 
-def test_the_largest_order_is_a_million():
-    assert MAX_ORDER == 1e6
-    assert Accounting.rdp([2.0, 1e6]).alphas == (2.0, 1e6)
+def test_an_order_of_exactly_the_largest_is_accepted_and_one_above_it_refused():
+    assert Accounting.rdp([2.0, MAX_ORDER]).alphas == (2.0, 1e6)
+    with pytest.raises(ValueError, match="at most 1e\\+06"):
+        Accounting.rdp([2.0, math.nextafter(MAX_ORDER, math.inf)])
