@@ -303,7 +303,7 @@ class Client(BudgetReads):
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
         request = build_request(parsed, dataset, blocks, self.pool(), owner)
-        return dry_run(request, dataset, blocks, parsed.delta)
+        return dry_run(request, dataset, blocks)
 
     def pipeline(
         self,

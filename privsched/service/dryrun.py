@@ -1,5 +1,7 @@
 """What a submission would claim, without writing anything: the demand the pipeline would
-be charged (its curve, and the ε it implies at its δ), and on each block whether it fits
+be charged (its curve, and the ε that curve converts to on the dataset's orders at the
+dataset's δ_G, as every charged curve is shown: :func:`~privsched.budgets.readout.as_epsilon_delta`),
+and on each block whether it fits
 the unlocked budget now, whether it could ever fit the capacity, and if not now, where it
 falls short (:func:`privsched.service.waiting.shortfalls`)."""
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.budgets.curves import rdp_to_epsilon
+from privsched.budgets.readout import as_epsilon_delta
 from privsched.ledger import BlockInfo, DatasetInfo, LedgerError, PipelineRequest
 from privsched.service.waiting import shortfalls
 
@@ -30,7 +32,7 @@ class DryRun:
     demand: list[float]  # the charged curve (RDP, one ε(α) per order) or (ε, δ)
     labels: list[str]  # the dimension of each value: "α=2" ... or "ε", "δ"
     epsilon: float  # the ε the demand implies at ``delta`` (Balle et al. 2020, Thm. 21, under RDP)
-    delta: float
+    delta: float  # RDP: the dataset's δ_G; basic: the demand's δ
     blocks: list[BlockFit]
 
     def lines(self) -> list[str]:
@@ -47,9 +49,8 @@ class DryRun:
         return head
 
 
-def dry_run(request: PipelineRequest, dataset: DatasetInfo, blocks: list[BlockInfo], delta: float | None) -> DryRun:
-    """The dry run of a built request (``build_request``) on the dataset's ``blocks``;
-    ``delta`` is the pipeline's δ (the dataset's δ_G when it gives none)."""
+def dry_run(request: PipelineRequest, dataset: DatasetInfo, blocks: list[BlockInfo]) -> DryRun:
+    """The dry run of a built request (``build_request``) on the dataset's ``blocks``."""
     by_key = {b.key: b for b in blocks}
     missing = [k for k in request.block_keys if k not in by_key]
     if missing:
@@ -62,12 +63,7 @@ def dry_run(request: PipelineRequest, dataset: DatasetInfo, blocks: list[BlockIn
     fits, dim, gap = shortfalls(accounting, demands, np.stack([b.unlocked for b in chosen]), capacity)
     ever = accounting.fits(demands, capacity, accounting.live(capacity))
     labels = accounting.dimension_labels()
-    at = delta if delta else dataset.delta
-    if accounting.is_rdp:
-        usable = accounting.live(dataset.capacity) & np.isfinite(demand)
-        epsilon = rdp_to_epsilon(demand[usable], np.asarray(accounting.alphas)[usable], at)[0] if usable.any() else float("inf")
-    else:
-        epsilon, at = float(demand[0]), float(demand[1])
+    epsilon, at = as_epsilon_delta(demand, accounting, dataset.capacity, dataset.delta)
     fits_of = [
         BlockFit(b.key, bool(f), bool(e), None if f else labels[int(d)], None if f else float(g))
         for b, f, e, d, g in zip(chosen, fits, ever, dim, gap)

@@ -84,8 +84,9 @@ def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, account
     ``EpsilonDelta(ε_k, 0)``: ε_k under basic, min(ε_k, αε_k²/2) under RDP, a curve valid for
     the discrete Laplace OpenDP samples (Bun & Steinke 2016, Prop. 3.3), whose RDP exceeds the
     continuous Laplace curve. Gaussian: under RDP σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k (Thm A.1)
-    charged as its exact RDP curve; under basic, (ε_k, δ_k) with σ from the analytic Gaussian
-    mechanism (Balle & Wang 2018), valid for every ε.
+    charged as its exact RDP curve, which bounds the discrete Gaussian of counts too
+    (Canonne, Kamath & Steinke 2020, §2.1); under basic, (ε_k, δ_k), with σ calibrated at
+    release on the exact (ε, δ) of the noise drawn (:func:`privsched.statistics.release.noise_of`).
     """
     parts = job.parts()
     share_eps, share_delta = epsilon / len(parts), delta / len(parts)
