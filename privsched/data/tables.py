@@ -1,0 +1,179 @@
+"""Reading a user's table for import: CSV, Parquet or JSON Lines, streamed in record batches
+(``pyarrow.dataset``, so a file larger than memory is never held whole), each row keyed by
+the value of one column, or by the day, week or month of a date or time column.
+
+A key is what the block of those rows is called: the value itself (a date as
+``2026-10-01``), a day (``2026-10-01``), a week (its Monday, ``2026-09-28``) or a month
+(``2026-10``). pyarrow is imported inside the functions (``privsched --help`` stays fast).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from privsched.errors import BadInput
+from privsched.ledger.models import DatasetSchema
+from privsched.text import name_problem
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: File name endings and the format each stands for.
+FORMATS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "json", ".ndjson": "json"}
+#: Periods ``--every`` groups a date or time column by, and each key's ``strftime`` format.
+PERIODS = {"day": "%Y-%m-%d", "week": "%Y-%m-%d", "month": "%Y-%m"}
+#: Rows per record batch read.
+BATCH_ROWS = 1 << 17
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What a file was when its reading began: a change while it is read is refused."""
+
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: Path) -> Stamp:
+        info = os.stat(path)
+        return cls(info.st_size, info.st_mtime_ns, info.st_ino)
+
+
+def file_format(path: Path) -> str:
+    """The format a file's name ending says (``csv``, ``parquet`` or ``json``)."""
+    found = FORMATS.get(path.suffix.lower())
+    if found is None:
+        raise BadInput(f"{path}: unknown format (the file name must end in one of {', '.join(FORMATS)})")
+    return found
+
+
+def open_table(path: Path) -> Any:
+    """A ``pyarrow.dataset`` over one readable file, after checking it exists."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    kind = file_format(path)
+    if not path.is_file():
+        raise BadInput(f"{path}: no such file" if not path.exists() else f"{path}: not a file")
+    if not os.access(path, os.R_OK):
+        raise BadInput(f"{path}: not readable")
+    try:
+        return ds.dataset(str(path), format=kind)
+    except (pa.ArrowException, OSError) as exc:
+        raise BadInput(f"{path}: cannot be read as {kind} ({first_line(exc)})") from None
+
+
+def first_line(exc: BaseException) -> str:
+    """An exception's message, on one line."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def columns_of(schema: pa.Schema) -> dict[str, str]:
+    """A table's column names and their Arrow types, as text."""
+    return {field.name: str(field.type) for field in schema}
+
+
+def check_by(path: Path, schema: pa.Schema, by: str, every: str | None) -> None:
+    """The ``--by`` column exists and can key blocks (a date or time with ``--every``)."""
+    import pyarrow.types as types
+
+    if by not in schema.names:
+        raise BadInput(f"{path}: no column {by!r} to key blocks by (it has {', '.join(schema.names)})")
+    kind = schema.field(by).type
+    if every is not None:
+        if every not in PERIODS:
+            raise BadInput(f"--every must be one of {', '.join(PERIODS)}, got {every!r}")
+        if not (types.is_date(kind) or types.is_timestamp(kind) or types.is_string(kind) or types.is_large_string(kind)):
+            raise BadInput(f"{path}: column {by!r} is {kind}, not a date or time, so it cannot be grouped by {every}")
+    elif types.is_timestamp(kind):
+        raise BadInput(f"{path}: column {by!r} holds times; give --every day, week or month to group them")
+    elif not (types.is_date(kind) or types.is_integer(kind) or types.is_string(kind) or types.is_large_string(kind)):
+        raise BadInput(f"{path}: column {by!r} is {kind}; blocks are keyed by dates, integers or text")
+
+
+def batches(path: Path, table: Any) -> Iterator[pa.RecordBatch]:
+    """The file's record batches; a value the reader cannot convert is one line naming it."""
+    import pyarrow as pa
+
+    try:
+        for batch in table.to_batches(batch_size=BATCH_ROWS):
+            if batch.num_rows:
+                yield batch
+    except (pa.ArrowException, OSError) as exc:
+        raise BadInput(f"{path}: cannot be read ({first_line(exc)})") from None
+
+
+def keys_of(path: Path, batch: pa.RecordBatch, by: str, every: str | None) -> pa.Array:
+    """The block key of each row (text): the ``by`` value, or its period with ``every``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.types as types
+
+    values = batch.column(by)
+    if values.null_count:
+        row = pc.index(pc.is_null(values), True).as_py()
+        raise BadInput(f"{path}: column {by!r} has no value in a row (row {row + 1} of a batch); every row needs a block key")
+    kind = values.type
+    if every is not None:
+        if types.is_string(kind) or types.is_large_string(kind):
+            try:
+                values = pc.strptime(values, format="%Y-%m-%d", unit="s", error_is_null=False)
+            except pa.ArrowInvalid:
+                try:
+                    values = pc.cast(values, pa.timestamp("s"))
+                except pa.ArrowInvalid as exc:
+                    raise BadInput(f"{path}: column {by!r} has a value that is not a date or time ({first_line(exc)})") from None
+        if every != "day":
+            unit = "week" if every == "week" else "month"
+            values = pc.floor_temporal(values, unit=unit, week_starts_monday=True)
+        return pc.strftime(values, format=PERIODS[every])
+    if types.is_date(kind):
+        return pc.strftime(values, format="%Y-%m-%d")
+    return pc.cast(values, pa.string())
+
+
+def check_key(path: Path, key: str) -> str:
+    """A key that is a valid block name (:func:`privsched.text.name_problem`)."""
+    problem = name_problem(key)
+    if problem is not None:
+        shown = repr(key) if len(key) <= 80 else repr(key[:77] + "...")
+        raise BadInput(f"{path}: {shown} is not a valid block key: it {problem}")
+    return key
+
+
+def declared_schema(columns: dict[str, str], bounds: Sequence[str], categories: Sequence[str]) -> DatasetSchema:
+    """The schema with the declarations ``--bounds COL=LOW:HIGH`` and ``--categories
+    COL=A,B,C`` (each naming a column of the table; bounds only on numeric columns)."""
+    numeric = ("int", "uint", "float", "double", "decimal")
+    declared_bounds: dict[str, tuple[float, float]] = {}
+    for text in bounds:
+        name, sep, pair = text.partition("=")
+        low, colon, high = pair.partition(":")
+        try:
+            lo, hi = float(low), float(high)
+        except ValueError:
+            lo = hi = math.nan
+        if not sep or not colon or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise BadInput(f"--bounds must be COLUMN=LOW:HIGH with finite LOW < HIGH, got {text!r}")
+        if name not in columns:
+            raise BadInput(f"--bounds names column {name!r}, which the table does not have")
+        if not columns[name].startswith(numeric):
+            raise BadInput(f"--bounds names column {name!r}, which is {columns[name]}, not a number")
+        declared_bounds[name] = (lo, hi)
+    declared_categories: dict[str, list[str]] = {}
+    for text in categories:
+        name, sep, listed = text.partition("=")
+        values = [v for v in listed.split(",") if v]
+        if not sep or not values or len(set(values)) != len(values):
+            raise BadInput(f"--categories must be COLUMN=A,B,... with distinct values, got {text!r}")
+        if name not in columns:
+            raise BadInput(f"--categories names column {name!r}, which the table does not have")
+        declared_categories[name] = values
+    return DatasetSchema(columns=dict(columns), bounds=declared_bounds, categories=declared_categories)
