@@ -42,8 +42,9 @@ from privsched.service.rundirs import RunDirs
 if TYPE_CHECKING:
     import numpy as np
 
+    from privsched.data.importer import ImportReport
     from privsched.jobs.runner import JobResult
-    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
+    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
@@ -214,6 +215,45 @@ class Client(BudgetReads):
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
         return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked, actor=actor)
+
+    def import_blocks(
+        self,
+        dataset: str,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        by: str,
+        every: str | None = None,
+        store: str | os.PathLike | None = None,
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+        unlocked: float = 0.0,
+        actor: str | None = None,
+    ) -> ImportReport:
+        """Import a CSV, Parquet or JSON Lines file (or several, one transaction) into
+        ``dataset``: one sealed Parquet block per value of column ``by``, or per ``every``
+        day, week or month of it, in the block store (default ``<db>.blocks/``). ``bounds``
+        and ``categories`` declare public column bounds and values at the first import
+        (docs/design.md §9)."""
+        from privsched.data.importer import import_blocks
+
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return import_blocks(
+            self.ledger,
+            dataset,
+            paths,
+            by=by,
+            every=every,
+            store=store,
+            bounds=[f"{name}={low!r}:{high!r}" for name, (low, high) in (bounds or {}).items()],
+            categories=[f"{name}={','.join(values)}" for name, values in (categories or {}).items()],
+            unlocked=unlocked,
+            actor=actor,
+        )
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's columns, types and declared public bounds and categories (None until
+        its first import)."""
+        return self.ledger.dataset_schema(dataset)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
