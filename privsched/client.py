@@ -244,8 +244,8 @@ class Client(BudgetReads):
             by=by,
             every=every,
             store=store,
-            bounds=[f"{name}={low!r}:{high!r}" for name, (low, high) in (bounds or {}).items()],
-            categories=[f"{name}={','.join(values)}" for name, values in (categories or {}).items()],
+            bounds=bounds,
+            categories=categories,
             unlocked=unlocked,
             actor=actor,
         )
@@ -294,6 +294,23 @@ class Client(BudgetReads):
             return PipelineSpec.parse(dict(spec))
         return load_spec(os.fspath(spec))
 
+    def _declared_bounds(self, spec: PipelineSpec) -> PipelineSpec:
+        """A statistic without ``bounds`` on a column its dataset declared public bounds for
+        takes those bounds (docs/design.md §9); any other spec is returned as it is."""
+        params = spec.job.params
+        if spec.job.kind != "statistic" or params.get("bounds") is not None or not isinstance(params.get("column"), str):
+            return spec
+        if params.get("query", "count") == "count":
+            return spec
+        try:
+            schema = self.ledger.dataset_schema(spec.dataset)
+        except LedgerError:  # an unknown dataset: refused, with its own message, when the request is built
+            return spec
+        if schema is None or params["column"] not in schema.bounds:
+            return spec
+        job = spec.job.model_copy(update={"params": {**params, "bounds": list(schema.bounds[params["column"]])}})
+        return spec.model_copy(update={"job": job})
+
     def submit(
         self, spec: SpecLike, *, owner: str | None = None, claim: Callable[[list[int]], None] | None = None, actor: str | None = None
     ) -> Run:
@@ -321,7 +338,7 @@ class Client(BudgetReads):
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
         from privsched.service.submissions import build_request
 
-        parsed = [self._spec(s) for s in specs]
+        parsed = [self._declared_bounds(self._spec(s)) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
         requests = []
@@ -339,7 +356,7 @@ class Client(BudgetReads):
         from privsched.service.dryrun import dry_run
         from privsched.service.submissions import build_request
 
-        parsed = self._spec(spec)
+        parsed = self._declared_bounds(self._spec(spec))
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
         request = build_request(parsed, dataset, blocks, self.pool(), owner)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
@@ -92,10 +92,11 @@ def dataset_create(
     ] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Register a dataset with its global guarantee and accounting mode."""
+    """Register a dataset with its global guarantee and accounting mode (the database is
+    created if it does not exist yet)."""
     skip_teardown()
     orders = _parse_alphas(alphas)
-    with _open(db) as client, errors():
+    with _open(db, create=True) as client, errors():
         info = client.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders, conversion=conversion)
     say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
 
@@ -178,7 +179,11 @@ def blocks_import(
 ) -> None:
     """Import tables as sealed blocks: one Parquet block per value of --by (or per --every
     period), written once into the block store with its SHA-256, all in one transaction."""
+    from privsched.data.tables import parse_declarations
+
     skip_teardown()
+    with errors():
+        declared_bounds, declared_categories = parse_declarations(bounds or [], categories or [])
     with _open(db) as client, errors():
         report = client.import_blocks(
             dataset,
@@ -186,33 +191,12 @@ def blocks_import(
             by=by,
             every=every,
             store=None if store is None else str(store),
-            bounds=_pairs(bounds or [], "--bounds", _bounds),
-            categories=_pairs(categories or [], "--categories", lambda text: [v for v in text.split(",")]),
+            bounds=declared_bounds,
+            categories=declared_categories,
             unlocked=unlocked,
         )
     kept = f", {len(report.kept)} already there" if report.kept else ""
     say(f"imported {report.rows} rows into {len(report.added)} new block(s) of {report.dataset}{kept}")
-
-
-def _bounds(text: str) -> tuple[float, float]:
-    low, colon, high = text.partition(":")
-    try:
-        return float(low), float(high)
-    except ValueError:
-        return float("nan"), float("nan")  # refused with the whole declaration by the import
-
-
-def _pairs(given: Sequence[str], option: str, value: Callable[[str], T]) -> dict[str, T]:
-    """``NAME=VALUE`` options as a mapping (each name once)."""
-    out: dict[str, T] = {}
-    for text in given:
-        name, sep, rest = text.partition("=")
-        if not sep or not name or not rest:
-            fail(f"{option} must be COLUMN=VALUE, got {text!r}")
-        if name in out:
-            fail(f"{option} names column {name!r} twice")
-        out[name] = value(rest)
-    return out
 
 
 @blocks_app.command("list")

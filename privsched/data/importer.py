@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import resource
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,13 +152,14 @@ def import_blocks(
     by: str,
     every: str | None = None,
     store: str | os.PathLike | None = None,
-    bounds: Sequence[str] = (),
-    categories: Sequence[str] = (),
+    bounds: Mapping[str, Sequence[float]] | None = None,
+    categories: Mapping[str, Sequence[str]] | None = None,
     unlocked: float = 0.0,
     actor: str | None = None,
 ) -> ImportReport:
     """Import the rows of ``paths`` into ``dataset``: one block per value (or ``every``
-    period) of column ``by``, all in one transaction (module docstring)."""
+    period) of column ``by``, all in one transaction (module docstring); ``bounds`` and
+    ``categories`` declare public column bounds and values (:func:`tables.declared_schema`)."""
     import pyarrow as pa
 
     files = [Path(p) for p in paths]
@@ -176,7 +177,7 @@ def import_blocks(
         tables.check_by(path, table.schema, by, every)
     if known is not None and known.columns != columns:
         raise BadInput(f"the table's columns differ from dataset {dataset!r}'s: {schema_difference(known.columns, columns)}")
-    schema = tables.declared_schema(columns, bounds, categories)
+    schema = tables.declared_schema(columns, bounds or {}, categories or {})
     existing = {b.key: b for b in ledger.list_blocks(dataset)}
     where = BlockStore(store if store is not None else default_store(ledger.path))
     _more_open_files()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,6 +87,8 @@ def check_by(path: Path, schema: pa.Schema, by: str, every: str | None) -> None:
     if by not in schema.names:
         raise BadInput(f"{path}: no column {by!r} to key blocks by (it has {', '.join(schema.names)})")
     kind = schema.field(by).type
+    if types.is_null(kind):
+        raise BadInput(f"{path}: the file has no rows with a value in column {by!r}")
     if every is not None:
         if every not in PERIODS:
             raise BadInput(f"--every must be one of {', '.join(PERIODS)}, got {every!r}")
@@ -148,32 +150,59 @@ def check_key(path: Path, key: str) -> str:
     return key
 
 
-def declared_schema(columns: dict[str, str], bounds: Sequence[str], categories: Sequence[str]) -> DatasetSchema:
-    """The schema with the declarations ``--bounds COL=LOW:HIGH`` and ``--categories
-    COL=A,B,C`` (each naming a column of the table; bounds only on numeric columns)."""
-    numeric = ("int", "uint", "float", "double", "decimal")
-    declared_bounds: dict[str, tuple[float, float]] = {}
+def parse_declarations(bounds: Sequence[str], categories: Sequence[str]) -> tuple[dict[str, tuple[float, float]], dict[str, list[str]]]:
+    """``COL=LOW:HIGH`` bounds and ``COL=A,B,C`` categories (as the command line and the HTTP
+    API take them) as mappings; each column at most once in each."""
+    parsed_bounds: dict[str, tuple[float, float]] = {}
     for text in bounds:
         name, sep, pair = text.partition("=")
         low, colon, high = pair.partition(":")
         try:
-            lo, hi = float(low), float(high)
+            values = (float(low), float(high))
         except ValueError:
-            lo = hi = math.nan
-        if not sep or not colon or not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
-            raise BadInput(f"--bounds must be COLUMN=LOW:HIGH with finite LOW < HIGH, got {text!r}")
-        if name not in columns:
-            raise BadInput(f"--bounds names column {name!r}, which the table does not have")
-        if not columns[name].startswith(numeric):
-            raise BadInput(f"--bounds names column {name!r}, which is {columns[name]}, not a number")
-        declared_bounds[name] = (lo, hi)
-    declared_categories: dict[str, list[str]] = {}
+            values = (math.nan, math.nan)
+        if not sep or not name or not colon or not all(math.isfinite(v) for v in values):
+            raise BadInput(f"--bounds must be COLUMN=LOW:HIGH with finite numbers, got {text!r}")
+        if name in parsed_bounds:
+            raise BadInput(f"--bounds names column {name!r} twice")
+        parsed_bounds[name] = values
+    parsed_categories: dict[str, list[str]] = {}
     for text in categories:
         name, sep, listed = text.partition("=")
-        values = [v for v in listed.split(",") if v]
-        if not sep or not values or len(set(values)) != len(values):
-            raise BadInput(f"--categories must be COLUMN=A,B,... with distinct values, got {text!r}")
+        if not sep or not name or not listed:
+            raise BadInput(f"--categories must be COLUMN=A,B,..., got {text!r}")
+        if name in parsed_categories:
+            raise BadInput(f"--categories names column {name!r} twice")
+        parsed_categories[name] = listed.split(",")
+    return parsed_bounds, parsed_categories
+
+
+def declared_schema(
+    columns: dict[str, str], bounds: Mapping[str, Sequence[float]], categories: Mapping[str, Sequence[str]]
+) -> DatasetSchema:
+    """The table's schema with its declared public ``bounds`` (``column -> (low, high)``, on
+    numeric columns, finite with low < high) and ``categories`` (``column -> values``,
+    distinct and non-empty), each naming a column of the table."""
+    numeric = ("int", "uint", "float", "double", "decimal")
+    declared_bounds: dict[str, tuple[float, float]] = {}
+    for name, pair in bounds.items():
+        try:
+            lo, hi = (float(v) for v in pair)
+        except (TypeError, ValueError):
+            lo = hi = math.nan
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo < hi):
+            raise BadInput(f"the bounds of column {name!r} must be finite with LOW < HIGH, got {list(pair)!r}")
         if name not in columns:
-            raise BadInput(f"--categories names column {name!r}, which the table does not have")
+            raise BadInput(f"bounds are declared for column {name!r}, which the table does not have")
+        if not columns[name].startswith(numeric):
+            raise BadInput(f"bounds are declared for column {name!r}, which is {columns[name]}, not a number")
+        declared_bounds[name] = (lo, hi)
+    declared_categories: dict[str, list[str]] = {}
+    for name, listed in categories.items():
+        values = [str(v) for v in listed]
+        if not values or not all(values) or len(set(values)) != len(values):
+            raise BadInput(f"the categories of column {name!r} must be distinct non-empty values, got {values!r}")
+        if name not in columns:
+            raise BadInput(f"categories are declared for column {name!r}, which the table does not have")
         declared_categories[name] = values
     return DatasetSchema(columns=dict(columns), bounds=declared_bounds, categories=declared_categories)

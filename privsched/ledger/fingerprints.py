@@ -60,7 +60,7 @@ def location_sha256(location: str | os.PathLike) -> str:
     if not stat.S_ISDIR(os.stat(path).st_mode):
         return _cached_file_sha256(path)
     digest = hashlib.sha256()
-    files = []
+    files: list[str] = []
     for folder, subfolders, names in os.walk(path):
         subfolders.sort()
         files.extend(os.path.join(folder, name) for name in names if stat.S_ISREG(os.lstat(os.path.join(folder, name)).st_mode))

@@ -177,8 +177,8 @@ def check_tables(db: Database, records: Records) -> list[str]:
 
     stored_schemas = dict(db.execute("SELECT dataset_id, definition FROM dataset_schemas").fetchall())
     for dataset_id in sorted(stored_schemas.keys() | records.schemas.keys()):
-        event, definition = records.schemas.get(dataset_id, (None, None))
-        if stored_schemas.get(dataset_id) != definition:
+        event, logged_schema = records.schemas.get(dataset_id, (None, None))
+        if stored_schemas.get(dataset_id) != logged_schema:
             where = f"event {event}" if event is not None else "no event recorded it"
             out.append(f"dataset id {dataset_id}: its stored schema differs from the event log ({where})")
     out.extend(_check_pipelines(db, records))
