@@ -93,7 +93,10 @@ class JobContext:
         from privsched.jobs.records import read_table, table_as
 
         wanted = list(self.block_keys if keys is None else keys)
-        sources = [self.block_path(key) for key in wanted]  # a key outside the grant raises before any read
+        for key in wanted:
+            if key not in self.blocks:
+                self.block_path(key)  # raises before any block is opened
+        sources = [self.block_path(key) for key in wanted]
         return table_as(read_table(sources, columns), as_)
 
     def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
