@@ -50,7 +50,8 @@ def test_two_keys_of_one_request_with_the_same_data_are_refused(tmp_path: Path):
     db = dataset_db(tmp_path)
     (tmp_path / "a.bin").write_bytes(b"x")
     (tmp_path / "b.bin").write_bytes(b"x")
-    outcome = invoke("blocks", "add", "d", "k1", "k2", "--location", f"k1={tmp_path / 'a.bin'}", "--location", f"k2={tmp_path / 'b.bin'}", db=db)
+    locations = ["--location", f"k1={tmp_path / 'a.bin'}", "--location", f"k2={tmp_path / 'b.bin'}"]
+    outcome = invoke("blocks", "add", "d", "k1", "k2", *locations, db=db)
     assert outcome.code == 1 and "blocks 'k1' and 'k2' hold the same data" in outcome.stderr
 
 
