@@ -137,10 +137,12 @@ def test_other_rows_for_an_existing_key_are_refused(db: Path, tmp_path: Path):
 @pytest.mark.parametrize(
     ("declaration", "reason"),
     [
-        (("--bounds", "amount=5:1"), "finite LOW < HIGH"),
-        (("--bounds", "price=0:1"), "names column 'price'"),
+        (("--bounds", "amount=5:1"), "must be finite with LOW < HIGH"),
+        (("--bounds", "amount=0"), "must be COLUMN=LOW:HIGH"),
+        (("--bounds", "price=0:1"), "declared for column 'price', which the table does not have"),
         (("--bounds", "country=0:1"), "not a number"),
-        (("--categories", "country=A,A"), "distinct values"),
+        (("--categories", "country=A,A"), "distinct non-empty values"),
+        (("--categories", "country"), "must be COLUMN=A,B"),
     ],
 )
 def test_bad_declarations_are_refused(db: Path, tmp_path: Path, declaration: tuple[str, str], reason: str):

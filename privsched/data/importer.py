@@ -68,14 +68,13 @@ class _Splitter:
         self.blocks: dict[str, _Block] = {}
         self.valid: set[str] = set()
 
-    def add(self, path: Path, batch: pa.RecordBatch, keys: pa.Array) -> None:
+    def add(self, path: Path, batch: pa.RecordBatch, keys: pa.DictionaryArray) -> None:
+        """Route a batch's rows to their keys' spill files, keeping their order."""
         import numpy as np
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         batch = pa.RecordBatch.from_arrays(batch.columns, schema=self.schema)
-        encoded = pc.dictionary_encode(keys)
-        names = encoded.dictionary.to_pylist()
+        names = keys.dictionary.to_pylist()
         for name in names:
             if name not in self.valid:
                 self.valid.add(tables.check_key(path, name))
@@ -83,7 +82,7 @@ class _Splitter:
             self._block(names[0]).writer.write_batch(batch)
             self.blocks[names[0]].rows += batch.num_rows
             return
-        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        codes = keys.indices.to_numpy(zero_copy_only=False)
         order = np.argsort(codes, kind="stable")
         ordered = batch.take(pa.array(order))
         ends = np.cumsum(np.bincount(codes, minlength=len(names)))
@@ -245,6 +244,7 @@ def _register(
             if made:
                 created.append(final)
             specs.append(BlockSpec(key, str(final), block.sha256, block.rows))
+        store.sync()
         return ledger.add_blocks(dataset, specs, unlocked_fraction=unlocked, actor=actor, schema=schema)
     except OSError as exc:
         store.remove(created)

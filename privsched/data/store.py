@@ -70,9 +70,10 @@ class BlockStore:
         return self.folder / f"{sha256}.parquet"
 
     def seal(self, staged: Path, sha256: str) -> tuple[Path, bool]:
-        """Put a staged block file in place as ``<sha256>.parquet`` (``0600``, synced):
-        ``(its path, True)``, or ``(its path, False)`` when a file with that content is already
-        there (left as it is: a store file is never rewritten)."""
+        """Put a staged block file in place as ``<sha256>.parquet`` (``0600``, its content
+        synced; :meth:`sync` then syncs the folder): ``(its path, True)``, or ``(its path,
+        False)`` when a file with that content is already there (left as it is: a store file
+        is never rewritten)."""
         final = self.path_of(sha256)
         os.chmod(staged, 0o600)
         _fsync(staged)
@@ -82,8 +83,11 @@ class BlockStore:
             if file_sha256(final) != sha256:
                 raise BadInput(f"block store file {final} does not hold what its name says; run `privsched audit`") from None
             return final, False
-        _fsync(self.folder)
         return final, True
+
+    def sync(self) -> None:
+        """Make the files sealed so far durable in the folder (one sync of its entries)."""
+        _fsync(self.folder)
 
     @staticmethod
     def remove(paths: list[Path]) -> None:

@@ -112,8 +112,9 @@ def batches(path: Path, table: Any) -> Iterator[pa.RecordBatch]:
         raise BadInput(f"{path}: cannot be read ({first_line(exc)})") from None
 
 
-def keys_of(path: Path, batch: pa.RecordBatch, by: str, every: str | None) -> pa.Array:
-    """The block key of each row (text): the ``by`` value, or its period with ``every``."""
+def keys_of(path: Path, batch: pa.RecordBatch, by: str, every: str | None) -> pa.DictionaryArray:
+    """The block key of each row, dictionary-encoded (the keys, as text, are the dictionary):
+    the ``by`` value, or its period with ``every``. Only the distinct values are formatted."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.types as types
@@ -132,13 +133,14 @@ def keys_of(path: Path, batch: pa.RecordBatch, by: str, every: str | None) -> pa
                     values = pc.cast(values, pa.timestamp("s"))
                 except pa.ArrowInvalid as exc:
                     raise BadInput(f"{path}: column {by!r} has a value that is not a date or time ({first_line(exc)})") from None
-        if every != "day":
-            unit = "week" if every == "week" else "month"
-            values = pc.floor_temporal(values, unit=unit, week_starts_monday=True)
-        return pc.strftime(values, format=PERIODS[every])
-    if types.is_date(kind):
-        return pc.strftime(values, format="%Y-%m-%d")
-    return pc.cast(values, pa.string())
+        if every != "day" or types.is_timestamp(values.type):
+            values = pc.floor_temporal(values, unit=every, week_starts_monday=True)
+        encoded = pc.dictionary_encode(values)
+        names = pc.strftime(encoded.dictionary, format=PERIODS[every])
+    else:
+        encoded = pc.dictionary_encode(values)
+        names = pc.strftime(encoded.dictionary, format="%Y-%m-%d") if types.is_date(kind) else pc.cast(encoded.dictionary, pa.string())
+    return pa.DictionaryArray.from_arrays(encoded.indices, names)
 
 
 def check_key(path: Path, key: str) -> str:
