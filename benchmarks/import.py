@@ -94,7 +94,9 @@ def privsched_import(csv: Path, out: Path) -> int:
 
 
 def phase(name: str, csv: Path, out: Path) -> dict:
-    """Run one phase in this process (called in a child): rows, seconds, peak memory."""
+    """Run one phase in this process (called in a child): rows, seconds, peak memory. The
+    children are started by a parent that holds no table: Linux carries the peak resident
+    memory across ``execve``, so a child's ``ru_maxrss`` is at least its parent's."""
     out.mkdir(parents=True)
     started = time.perf_counter()
     rows = {"pyarrow": pyarrow_alone, "privsched": privsched_import}[name](csv, out)
@@ -102,10 +104,10 @@ def phase(name: str, csv: Path, out: Path) -> dict:
     return {"rows": rows, "seconds": seconds, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def run_phase(name: str, csv: Path, out: Path) -> dict:
+def run_phase(name: str, csv: Path, out: Path, *extra: str) -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run(
-        [sys.executable, __file__, "--phase", name, "--csv", str(csv), "--out", str(out)], env=env, capture_output=True, text=True
+        [sys.executable, __file__, "--phase", name, "--csv", str(csv), "--out", str(out), *extra], env=env, capture_output=True, text=True
     )
     if done.returncode != 0:
         raise SystemExit(f"{name} failed: {done.stderr.strip()[-2000:]}")
@@ -148,17 +150,27 @@ def main() -> None:
     parser.add_argument("--block-rows", type=int, default=1_000_000, help="rows of the block read by a job")
     parser.add_argument("--reads", type=int, default=5, help="reads of that block each way (best taken)")
     parser.add_argument("--dir", type=Path, default=None, help="working folder (default: a temporary one)")
-    parser.add_argument("--phase", choices=["pyarrow", "privsched"], help=argparse.SUPPRESS)
+    parser.add_argument("--phase", choices=["csv", "pyarrow", "privsched", "read"], help=argparse.SUPPRESS)
     parser.add_argument("--csv", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.phase is not None:
+    if args.phase == "csv":
+        write_csv(args.csv, args.rows, args.days)
+        print(json.dumps({}))
+    elif args.phase == "read":
+        print(json.dumps(read_times(args.out, args.block_rows, args.reads)))
+    elif args.phase is not None:
         print(json.dumps(phase(args.phase, args.csv, args.out)))
-        return
+    else:
+        compare(args)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Every phase in its own process; the tables."""
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         folder = Path(tmp)
         csv = folder / "events.csv"
-        write_csv(csv, args.rows, args.days)
+        run_phase("csv", csv, folder, "--rows", str(args.rows), "--days", str(args.days))
         size = csv.stat().st_size
         runs: dict[str, list[dict]] = {"pyarrow": [], "privsched": []}
         for round_ in range(args.rounds):
@@ -166,7 +178,7 @@ def main() -> None:
                 runs[name].append(run_phase(name, csv, folder / f"{name}-{round_}"))
         rate = {name: statistics.median(r["rows"] / r["seconds"] for r in found) for name, found in runs.items()}
         peak = {name: max(r["peak_mib"] for r in found) for name, found in runs.items()}
-        ctx_s, direct_s = read_times(folder, args.block_rows, args.reads)
+        ctx_s, direct_s = run_phase("read", csv, folder, "--block-rows", str(args.block_rows), "--reads", str(args.reads))
     print(f"CSV: {args.rows:,} rows over {args.days} days, {size / 1e6:,.0f} MB; {args.rounds} rounds, median")
     print("| import | rows/s | peak memory (MiB) |")
     print("|---|---:|---:|")
