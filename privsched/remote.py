@@ -20,6 +20,7 @@ import os
 import ssl
 import time
 import types
+from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -296,11 +297,10 @@ class RemoteClient(BudgetReads):
         files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
         if len(files) != 1:
             raise RemoteError("a server imports one file per request")
+        from privsched.data.tables import file_format
+
         name = os.fspath(files[0])
-        suffix = os.path.splitext(name)[1].lower()
-        kind = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(suffix)
-        if kind is None:
-            raise RemoteError(f"{name}: unknown format (the file name must end in .csv, .parquet or .jsonl)")
+        kind = file_format(Path(name))
         query: dict[str, Any] = {"by": by, "every": every, "format": kind, "unlocked": unlocked}
         query["bounds"] = [f"{column}={low!r}:{high!r}" for column, (low, high) in (bounds or {}).items()]
         query["categories"] = [f"{column}={','.join(values)}" for column, values in (categories or {}).items()]

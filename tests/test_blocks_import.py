@@ -155,3 +155,26 @@ def test_an_audit_names_a_schema_row_edited_in_the_file(db: Path, tmp_path: Path
     with connect(db) as client:
         report = client.audit()
     assert any("its stored schema differs from the event log" in v for v in report.violations)
+
+
+def test_dataset_schema_prints_columns_types_and_declarations(db: Path, tmp_path: Path):
+    assert invoke("dataset", "schema", "events", db=db).stdout.startswith("dataset events has no schema yet")
+    with connect(db) as client:
+        client.import_blocks("events", write_csv(tmp_path / "e.csv", event_rows(1, 2)), by="day", categories={"country": ["A", "B"]})
+    shown = invoke("dataset", "schema", "events", db=db).stdout
+    assert "amount" in shown and "double" in shown and "categories A,B" in shown
+
+
+def test_an_older_database_is_upgraded_and_then_imports(tmp_path: Path):
+    from tests.test_ledger_actors import V3_HEAD, restore_v3
+
+    db = tmp_path / "old.db"
+    restore_v3(db)
+    with connect(db) as client:
+        assert all(b.sha256 is None and b.rows is None for b in client.blocks())
+        client.create_dataset("events", epsilon=10, delta=1e-7)
+        client.import_blocks("events", write_csv(tmp_path / "e.csv", event_rows(2, 2)), by="day")
+        report = client.audit(expect=V3_HEAD)
+    assert report.ok, report.violations
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (5,)

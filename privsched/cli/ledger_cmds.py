@@ -2,7 +2,8 @@
 
 Each command is a thin layer over one method of the client (:class:`privsched.client.Client`,
 or with ``--server`` :class:`privsched.remote.RemoteClient`): ``init`` -> ``init``,
-``dataset create`` -> ``create_dataset``, ``blocks list`` -> ``blocks``, ``budget show`` ->
+``dataset create`` -> ``create_dataset``, ``dataset schema`` -> ``dataset_schema``,
+``blocks import`` -> ``import_blocks``, ``blocks list`` -> ``blocks``, ``budget show`` ->
 ``balances``, ``audit`` -> ``audit``. The client (numpy, SQLite) is imported inside command
 bodies so that ``privsched --help`` stays fast.
 """
@@ -121,6 +122,28 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
         add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders, _when(info.created_at))
+    show(table)
+
+
+@dataset_app.command("schema")
+def dataset_schema(name: Annotated[str, typer.Argument(help="Dataset name.")], db: DbOption = DEFAULT_DB) -> None:
+    """A dataset's columns and types, with the public bounds and categories declared at its
+    first import (public by declaration)."""
+    skip_teardown()
+    with _open(db) as client, errors():
+        schema = client.dataset_schema(name)
+    if schema is None:
+        say(f"dataset {name} has no schema yet: its first `blocks import` records one")
+        return
+    table = new_table("column", "type", "declared")
+    for column, kind in schema.columns.items():
+        declared = "-"
+        if column in schema.bounds:
+            low, high = schema.bounds[column]
+            declared = f"bounds {low:g}:{high:g}"
+        elif column in schema.categories:
+            declared = "categories " + ",".join(schema.categories[column])
+        add_row(table, column, kind, declared)
     show(table)
 
 

@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
 from privsched.data.store import BlockStore, default_store
-from privsched.data.tables import parse_declarations
+from privsched.data.tables import FORMATS, parse_declarations
 from privsched.errors import BadInput
 from privsched.server.dashboard import dashboard_router
 from privsched.ledger.errors import one_line
@@ -181,12 +181,13 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         categories: Annotated[list[str], Query()] = [],  # noqa: B006
         unlocked: float = 0.0,
     ) -> Response:
-        """Import the table in the request body (``format``: csv, parquet or jsonl) as
-        blocks keyed by column ``by``, as ``privsched blocks import`` does (administrators)."""
+        """Import the table in the request body (``format``: csv, parquet or json, for JSON
+        Lines) as blocks keyed by column ``by``, as ``privsched blocks import`` does
+        (administrators)."""
         access.require_admin(caller, "import blocks")
-        suffix = {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}.get(format)
+        suffix = next((ending for ending, kind in FORMATS.items() if kind == format), None)
         if suffix is None:
-            raise BadInput(f"format must be csv, parquet or jsonl, got {format!r}")
+            raise BadInput(f"format must be one of {', '.join(sorted(set(FORMATS.values())))}, got {format!r}")
         store = BlockStore(default_store(client.path))
         with store.incoming() as staging:
             table = staging / f"upload{suffix}"
