@@ -202,7 +202,8 @@ def import_blocks(
         finally:
             splitter.close()
         kept, new = _compare(dataset, splitter.blocks, existing)
-        added = _register(ledger, dataset, where, new, schema, unlocked, actor) if new else []
+        with where.locked():
+            added = _register(ledger, dataset, where, new, schema, unlocked, actor) if new else []
     return ImportReport(dataset=dataset, added=added, kept=kept, rows=total, store=str(where.folder))
 
 

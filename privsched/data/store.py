@@ -9,6 +9,7 @@ that folder is removed whatever happens, so a failed import leaves no partial fi
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import shutil
@@ -65,6 +66,18 @@ class BlockStore:
             yield staging
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the store's lock (``.lock``, an exclusive ``flock``): imports seal, register
+        and clean up one at a time, so a refused import never removes a file that another
+        import with the same content has just registered."""
+        fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
     def path_of(self, sha256: str) -> Path:
         return self.folder / f"{sha256}.parquet"
