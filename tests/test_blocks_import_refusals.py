@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.dataset  # noqa: F401 -- loaded before a test drops to a user who cannot read the environment
 import pytest
 
 from privsched import connect
@@ -18,6 +19,7 @@ from privsched.data.store import default_store
 from tests.cli_inprocess import invoke
 from tests.conftest import REPO, dump_database
 from tests.support.tables import event_rows, write_csv, write_jsonl
+from tests.support.unprivileged import as_owner, needs_a_restricted_user, owned_folder  # noqa: F401 -- a fixture
 
 
 @pytest.fixture
@@ -47,6 +49,19 @@ def refused(db: Path, *args: object, reason: str) -> None:
 
 def test_a_missing_file_is_refused(db: Path, tmp_path: Path):
     refused(db, "events", tmp_path / "none.csv", "--by", "day", reason="no such file")
+
+
+@needs_a_restricted_user
+def test_a_file_privsched_cannot_read_is_refused(owned_folder: Path):
+    db = owned_folder / "p.db"
+    with connect(db) as client:
+        client.create_dataset("events", epsilon=10, delta=1e-7)
+    table = write_csv(owned_folder / "e.csv", event_rows(1, 2))
+    table.chmod(0o200)
+    before = dump_database(db)
+    outcome = as_owner(owned_folder, lambda: invoke("blocks", "import", "events", table, "--by", "day", db=db))
+    assert outcome.code == 1 and outcome.stderr == f"error: {table}: not readable\n"
+    assert dump_database(db) == before and store_content(db) == []
 
 
 def test_a_folder_given_as_a_file_is_refused(db: Path, tmp_path: Path):

@@ -187,7 +187,7 @@ def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | 
 @blocks_app.command("import")
 def blocks_import(
     dataset: Annotated[str, typer.Argument(help="Dataset the blocks belong to.")],
-    files: Annotated[list[Path], typer.Argument(help="CSV, Parquet or JSON Lines files (.csv, .parquet, .jsonl), imported together.")],
+    files: Annotated[list[str], typer.Argument(help="CSV, Parquet or JSON Lines files (.csv, .parquet, .jsonl), imported together.")],
     by: Annotated[str, typer.Option("--by", help="Column whose value (or period) keys each row's block.")],
     every: Annotated[Optional[str], typer.Option("--every", help="Group a date or time column by day, week or month.")] = None,
     store: Annotated[Optional[Path], typer.Option("--store", help="Block store folder (default: <db>.blocks beside the database).")] = None,
@@ -210,7 +210,7 @@ def blocks_import(
     with _open(db) as client, errors():
         report = client.import_blocks(
             dataset,
-            [str(f) for f in files],
+            files,
             by=by,
             every=every,
             store=None if store is None else str(store),
