@@ -41,7 +41,10 @@ class Stamp:
 
     @classmethod
     def of(cls, path: Path) -> Stamp:
-        info = os.stat(path)
+        try:
+            info = os.stat(path)
+        except OSError as exc:
+            raise BadInput(f"{path}: {exc.strerror or exc} (the file changed while it was read)") from None
         return cls(info.st_size, info.st_mtime_ns, info.st_ino)
 
 

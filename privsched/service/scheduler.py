@@ -354,7 +354,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = self._data_problem(info) or input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id)) or self._data_problem(info)
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
