@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 from privsched.ledger.errors import LedgerError
+from privsched.ledger.models import EMPTY_SHA256
 
 #: Bytes read per call while hashing.
 CHUNK = 1 << 20
@@ -81,11 +82,12 @@ def fingerprint(location: str, key: str) -> str:
 
 def data_problem(location: str | None, sha256: str | None) -> str | None:
     """Why a block's data is no longer what was registered (missing, unreadable, changed), or
-    None when its fingerprint still matches (or it has none)."""
+    None when its fingerprint still matches (or it has none). A block registered empty lost
+    no records when its location went away; data appearing there later is a change."""
     if location is None or sha256 is None:
         return None
     if not Path(location).exists():
-        return f"its data is missing ({location})"
+        return None if sha256 == EMPTY_SHA256 else f"its data is missing ({location})"
     try:
         now = location_sha256(location)
     except OSError as exc:
