@@ -74,6 +74,13 @@ def test_an_unknown_format_is_refused(db: Path, tmp_path: Path):
     refused(db, "events", tmp_path / "e.txt", "--by", "day", reason="unknown format")
 
 
+def test_a_file_that_is_not_what_its_name_says_is_refused(db: Path, tmp_path: Path):
+    (tmp_path / "e.parquet").write_text("day,amount\n2026-10-01,1\n")
+    refused(db, "events", tmp_path / "e.parquet", "--by", "day", reason="cannot be read as parquet")
+    (tmp_path / "e.jsonl").write_text('{"day": "2026-10-01"}\n{"day": \n')
+    refused(db, "events", tmp_path / "e.jsonl", "--by", "day", "--every", "day", reason="cannot be read")
+
+
 def test_a_missing_by_column_is_refused_naming_the_columns(db: Path, tmp_path: Path):
     table = write_csv(tmp_path / "e.csv", event_rows(1, 2))
     refused(db, "events", table, "--by", "date", reason="no column 'date' to key blocks by (it has day, amount, country)")
