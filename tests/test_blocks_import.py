@@ -179,3 +179,36 @@ def test_an_older_database_is_upgraded_and_then_imports(tmp_path: Path):
     assert report.ok, report.violations
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+
+
+def test_two_imports_of_the_same_table_at_once_register_it_once_and_keep_its_files(db: Path, tmp_path: Path):
+    import threading
+
+    from privsched.errors import PrivschedError
+
+    table = write_csv(tmp_path / "e.csv", event_rows(3, 200))
+    with connect(db) as setup:
+        setup.create_dataset("again", epsilon=10, delta=1e-7)
+    start = threading.Barrier(2)
+    outcomes: dict[str, str] = {}
+
+    def import_into(dataset: str) -> None:
+        with connect(db) as client:
+            start.wait(timeout=60)
+            try:
+                client.import_blocks(dataset, table, by="day")
+                outcomes[dataset] = "imported"
+            except PrivschedError as exc:
+                outcomes[dataset] = str(exc)
+
+    threads = [threading.Thread(target=import_into, args=(name,)) for name in ("events", "again")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    (refusal,) = [text for text in outcomes.values() if text != "imported"]
+    assert len(outcomes) == 2 and "the same records never get two budgets" in refusal, outcomes
+    with connect(db) as client:
+        assert len(client.blocks()) == 3
+        report = client.audit()
+    assert report.ok, report.violations
