@@ -42,8 +42,9 @@ from privsched.service.rundirs import RunDirs
 if TYPE_CHECKING:
     import numpy as np
 
+    from privsched.data.importer import ImportReport
     from privsched.jobs.runner import JobResult
-    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
+    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
@@ -215,6 +216,45 @@ class Client(BudgetReads):
         with ``unlocked`` × capacity unlocked at once."""
         return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked, actor=actor)
 
+    def import_blocks(
+        self,
+        dataset: str,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        by: str,
+        every: str | None = None,
+        store: str | os.PathLike | None = None,
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+        unlocked: float = 0.0,
+        actor: str | None = None,
+    ) -> ImportReport:
+        """Import a CSV, Parquet or JSON Lines file (or several, one transaction) into
+        ``dataset``: one sealed Parquet block per value of column ``by``, or per ``every``
+        day, week or month of it, in the block store (default ``<db>.blocks/``). ``bounds``
+        and ``categories`` declare public column bounds and values at the first import
+        (docs/design.md §9)."""
+        from privsched.data.importer import import_blocks
+
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return import_blocks(
+            self.ledger,
+            dataset,
+            paths,
+            by=by,
+            every=every,
+            store=store,
+            bounds=bounds,
+            categories=categories,
+            unlocked=unlocked,
+            actor=actor,
+        )
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's columns, types and declared public bounds and categories (None until
+        its first import)."""
+        return self.ledger.dataset_schema(dataset)
+
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
 
@@ -254,6 +294,23 @@ class Client(BudgetReads):
             return PipelineSpec.parse(dict(spec))
         return load_spec(os.fspath(spec))
 
+    def _declared_bounds(self, spec: PipelineSpec) -> PipelineSpec:
+        """A statistic without ``bounds`` on a column its dataset declared public bounds for
+        takes those bounds (docs/design.md §9); any other spec is returned as it is."""
+        params = spec.job.params
+        if spec.job.kind != "statistic" or params.get("bounds") is not None or not isinstance(params.get("column"), str):
+            return spec
+        if params.get("query", "count") == "count":
+            return spec
+        try:
+            schema = self.ledger.dataset_schema(spec.dataset)
+        except LedgerError:  # an unknown dataset: refused, with its own message, when the request is built
+            return spec
+        if schema is None or params["column"] not in schema.bounds:
+            return spec
+        job = spec.job.model_copy(update={"params": {**params, "bounds": list(schema.bounds[params["column"]])}})
+        return spec.model_copy(update={"job": job})
+
     def submit(
         self, spec: SpecLike, *, owner: str | None = None, claim: Callable[[list[int]], None] | None = None, actor: str | None = None
     ) -> Run:
@@ -281,7 +338,7 @@ class Client(BudgetReads):
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
         from privsched.service.submissions import build_request
 
-        parsed = [self._spec(s) for s in specs]
+        parsed = [self._declared_bounds(self._spec(s)) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
         requests = []
@@ -299,7 +356,7 @@ class Client(BudgetReads):
         from privsched.service.dryrun import dry_run
         from privsched.service.submissions import build_request
 
-        parsed = self._spec(spec)
+        parsed = self._declared_bounds(self._spec(spec))
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
         request = build_request(parsed, dataset, blocks, self.pool(), owner)

@@ -20,6 +20,7 @@ import os
 import ssl
 import time
 import types
+from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -29,7 +30,8 @@ from privsched.handles import PipelineHandle
 from privsched.readouts import BudgetReads
 
 if TYPE_CHECKING:
-    from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
+    from privsched.data.importer import ImportReport
+    from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, PipelineInfo
     from privsched.service.dryrun import DryRun
     from privsched.service.waiting import WaitingReason
 
@@ -212,6 +214,29 @@ class RemoteClient(BudgetReads):
             raise RemoteError(message or f"server answered {response.status}", response.status)
         return answer
 
+    def upload(self, path: str, handle: Any, query: Mapping[str, Any]) -> Any:
+        """POST a file's bytes (streamed, never retried) and decode the JSON answer."""
+        target = self._parts.path.rstrip("/") + path + "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
+        headers = {"Accept": "application/json", "Content-Type": "application/octet-stream"}
+        headers["Content-Length"] = str(os.fstat(handle.fileno()).st_size)
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            conn = self._connection()
+            conn.request("POST", target, body=handle, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            self.close()
+            raise RemoteError(f"cannot reach privsched server at {self.url}: {exc}") from None
+        if response.will_close:
+            self.close()
+        answer = json.loads(data) if data else None
+        if response.status >= 400:
+            message = answer.get("error") if isinstance(answer, dict) else None
+            raise RemoteError(message or f"server answered {response.status}", response.status)
+        return answer
+
     def init(self) -> str:
         """The server's address: its database exists already (the server opened it)."""
         return self.url
@@ -251,6 +276,48 @@ class RemoteClient(BudgetReads):
         body = {"blocks": [{"key": b.key, "location": b.location} for b in specs], "unlocked": unlocked}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
         return [_models().BlockOut.model_validate(b).info() for b in answer]
+
+    def import_blocks(
+        self,
+        dataset: str,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        by: str,
+        every: str | None = None,
+        bounds: Mapping[str, Sequence[float]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+        unlocked: float = 0.0,
+        store: str | os.PathLike | None = None,
+    ) -> ImportReport:
+        """Upload one table file (.csv, .parquet or .jsonl) to be imported as the local
+        client's :meth:`~privsched.client.Client.import_blocks` does (administrators only;
+        the server keeps the blocks in its own block store)."""
+        if store is not None:
+            raise RemoteError("a server keeps imported blocks in its own block store: --store is for a local database")
+        files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if len(files) != 1:
+            raise RemoteError("a server imports one file per request")
+        from privsched.data.tables import file_format
+
+        name = os.fspath(files[0])
+        kind = file_format(Path(name))
+        query: dict[str, Any] = {"by": by, "every": every, "format": kind, "unlocked": unlocked}
+        query["bounds"] = [f"{column}={low!r}:{high!r}" for column, (low, high) in (bounds or {}).items()]
+        query["categories"] = [f"{column}={','.join(values)}" for column, values in (categories or {}).items()]
+        try:
+            with open(name, "rb") as handle:
+                answer = self.upload(f"/v1/datasets/{quote(dataset, safe='')}/import", handle, query)
+        except OSError as exc:
+            raise RemoteError(f"{name}: {exc.strerror or exc}") from None
+        return _models().ImportOut.model_validate(answer).report()
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's columns and declared public bounds and categories (None until its
+        first import)."""
+        from privsched.ledger.models import DatasetSchema
+
+        table = self.request("GET", f"/v1/datasets/{quote(dataset, safe='')}").get("table")
+        return None if table is None else DatasetSchema.from_dict(table)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         answer = self.request("GET", "/v1/blocks", query={"dataset": dataset, "active_only": active_only})

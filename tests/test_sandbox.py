@@ -32,8 +32,8 @@ def client(tmp_path: Path) -> Client:
     """Dataset ``reviews`` (basic, ε_G = 10) with blocks b0, b1 backed by real .npz files."""
     data = tmp_path / "data"
     data.mkdir()
-    for key in ("b0", "b1"):
-        np.savez(data / f"{key}.npz", rating=np.arange(10.0), vocab_size=np.asarray(5), n_categories=np.asarray(2))
+    for i, key in enumerate(("b0", "b1")):  # distinct records: the same data is never registered twice
+        np.savez(data / f"{key}.npz", rating=np.arange(10.0) + i, vocab_size=np.asarray(5), n_categories=np.asarray(2))
     client = connect(tmp_path / "ledger.db")
     client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
     client.add_blocks("reviews", [(k, str(data / f"{k}.npz")) for k in ("b0", "b1")])
@@ -190,8 +190,8 @@ def client_in_checkout(tmp_path: Path) -> Client:
     try:
         data = folder / "data"
         data.mkdir()
-        for key in ("b0", "b1"):
-            np.savez(data / f"{key}.npz", rating=np.arange(10.0))
+        for i, key in enumerate(("b0", "b1")):  # distinct records: the same data is never registered twice
+            np.savez(data / f"{key}.npz", rating=np.arange(10.0) + i)
         client = connect(folder / "ledger.db")
         client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
         client.add_blocks("reviews", [(k, str(data / f"{k}.npz")) for k in ("b0", "b1")])

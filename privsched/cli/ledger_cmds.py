@@ -2,7 +2,8 @@
 
 Each command is a thin layer over one method of the client (:class:`privsched.client.Client`,
 or with ``--server`` :class:`privsched.remote.RemoteClient`): ``init`` -> ``init``,
-``dataset create`` -> ``create_dataset``, ``blocks list`` -> ``blocks``, ``budget show`` ->
+``dataset create`` -> ``create_dataset``, ``dataset schema`` -> ``dataset_schema``,
+``blocks import`` -> ``import_blocks``, ``blocks list`` -> ``blocks``, ``budget show`` ->
 ``balances``, ``audit`` -> ``audit``. The client (numpy, SQLite) is imported inside command
 bodies so that ``privsched --help`` stays fast.
 """
@@ -92,10 +93,11 @@ def dataset_create(
     ] = "paper",
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Register a dataset with its global guarantee and accounting mode."""
+    """Register a dataset with its global guarantee and accounting mode (the database is
+    created if it does not exist yet)."""
     skip_teardown()
     orders = _parse_alphas(alphas)
-    with _open(db) as client, errors():
+    with _open(db, create=True) as client, errors():
         info = client.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders, conversion=conversion)
     say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
 
@@ -120,6 +122,28 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
         add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders, _when(info.created_at))
+    show(table)
+
+
+@dataset_app.command("schema")
+def dataset_schema(name: Annotated[str, typer.Argument(help="Dataset name.")], db: DbOption = DEFAULT_DB) -> None:
+    """A dataset's columns and types, with the public bounds and categories declared at its
+    first import (public by declaration)."""
+    skip_teardown()
+    with _open(db) as client, errors():
+        schema = client.dataset_schema(name)
+    if schema is None:
+        say(f"dataset {name} has no schema yet: its first `blocks import` records one")
+        return
+    table = new_table("column", "type", "declared")
+    for column, kind in schema.columns.items():
+        declared = "-"
+        if column in schema.bounds:
+            low, high = schema.bounds[column]
+            declared = f"bounds {low:g}:{high:g}"
+        elif column in schema.categories:
+            declared = "categories " + ",".join(schema.categories[column])
+        add_row(table, column, kind, declared)
     show(table)
 
 
@@ -158,6 +182,44 @@ def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | 
             fail(f"--location names block {key!r}, which is not among the blocks added")
         locations[key] = path
     return locations
+
+
+@blocks_app.command("import")
+def blocks_import(
+    dataset: Annotated[str, typer.Argument(help="Dataset the blocks belong to.")],
+    files: Annotated[list[str], typer.Argument(help="CSV, Parquet or JSON Lines files (.csv, .parquet, .jsonl), imported together.")],
+    by: Annotated[str, typer.Option("--by", help="Column whose value (or period) keys each row's block.")],
+    every: Annotated[Optional[str], typer.Option("--every", help="Group a date or time column by day, week or month.")] = None,
+    store: Annotated[Optional[Path], typer.Option("--store", help="Block store folder (default: <db>.blocks beside the database).")] = None,
+    bounds: Annotated[
+        Optional[list[str]], typer.Option("--bounds", help="Declare a column's public bounds, COLUMN=LOW:HIGH (repeatable).")
+    ] = None,
+    categories: Annotated[
+        Optional[list[str]], typer.Option("--categories", help="Declare a column's public values, COLUMN=A,B,C (repeatable).")
+    ] = None,
+    unlocked: Annotated[float, typer.Option(help="Fraction of each new block's capacity unlocked at once.")] = 0.0,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Import tables as sealed blocks: one Parquet block per value of --by (or per --every
+    period), written once into the block store with its SHA-256, all in one transaction."""
+    from privsched.data.tables import parse_declarations
+
+    skip_teardown()
+    with errors():
+        declared_bounds, declared_categories = parse_declarations(bounds or [], categories or [])
+    with _open(db) as client, errors():
+        report = client.import_blocks(
+            dataset,
+            files,
+            by=by,
+            every=every,
+            store=None if store is None else str(store),
+            bounds=declared_bounds,
+            categories=declared_categories,
+            unlocked=unlocked,
+        )
+    kept = f", {len(report.kept)} already there" if report.kept else ""
+    say(f"imported {report.rows} rows into {len(report.added)} new block(s) of {report.dataset}{kept}")
 
 
 @blocks_app.command("list")

@@ -10,6 +10,7 @@ with :meth:`JobContext.report_spent`. The executor turns the context's final sta
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +84,20 @@ class JobContext:
         if self.channel is not None and self.channel.mediates_blocks:
             return self.channel.fetch_block(key)
         return Path(location)
+
+    def read(self, columns: Sequence[str] | None = None, as_: str = "arrow", keys: Iterable[str] | None = None) -> Any:
+        """The records of the granted blocks (``keys``: only these), every column or only
+        ``columns``, as an Arrow table (``as_="arrow"``), NumPy arrays by column name
+        (``"numpy"``) or a pandas DataFrame (``"pandas"``). Each block is opened through
+        :meth:`block_path`, the one gate to block data."""
+        from privsched.jobs.records import read_table, table_as
+
+        wanted = list(self.block_keys if keys is None else keys)
+        for key in wanted:
+            if key not in self.blocks:
+                self.block_path(key)  # raises before any block is opened
+        sources = [self.block_path(key) for key in wanted]
+        return table_as(read_table(sources, columns), as_)
 
     def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
         """A DP release computed and charged by the supervisor (:mod:`privsched.jobs.primitives`)."""

@@ -1,22 +1,34 @@
 """Block records: a job reads its records only from the blocks it was granted.
 
-Each block is one NumPy ``.npz`` file of per-record arrays of equal length: ``tokens``
-(n, L) int token ids (0 pads), ``sentiment`` (n,), ``category`` (n,), ``rating`` (n,),
-``length`` (n,), plus the scalars ``vocab_size`` and ``n_categories`` (see
-:mod:`workloads.reviews`). Files are opened through :meth:`JobContext.block_path`, which
-raises :class:`~privsched.jobs.context.BlockAccessError` for any block outside the grant.
+A block is a Parquet file (``blocks import`` writes them: one column per field, any Arrow
+types) or a NumPy ``.npz`` file of per-record arrays of equal length, such as
+:mod:`workloads.reviews`' ``tokens`` (n, L) int token ids (0 pads), ``sentiment`` (n,),
+``category`` (n,), ``rating`` (n,), ``length`` (n,), plus the scalars ``vocab_size`` and
+``n_categories``. The format is told by the file's first bytes. Every reader takes a path or
+an open binary file object (seekable), so that blocks reach a job either way; files are
+opened through :meth:`JobContext.block_path`, which raises
+:class:`~privsched.jobs.context.BlockAccessError` for any block outside the grant.
+pyarrow is imported only when a Parquet block or an Arrow table is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from privsched.jobs.context import JobContext
 
-#: Scalars stored in every block file; every other array holds one row per record.
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: A block file: its path, or an open binary file object.
+BlockSource = str | Path | IO[bytes]
+#: The first (and last) four bytes of a Parquet file.
+PARQUET_MAGIC = b"PAR1"
+#: Scalars stored in every ``.npz`` block file; every other array holds one row per record.
 METADATA = ("vocab_size", "n_categories")
 
 
@@ -31,25 +43,111 @@ def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str,
     return read_block_files([ctx.block_path(key) for key in keys])
 
 
-def read_block_files(paths: Iterable[str | Path]) -> dict[str, np.ndarray]:
-    """Concatenate the records of block files; metadata scalars are combined with ``max``
-    (a vocabulary covering every block)."""
+def is_parquet(source: BlockSource) -> bool:
+    """Whether a block file (path or binary file object) is Parquet (it starts with ``PAR1``)."""
+    if isinstance(source, (str, Path)):
+        with open(source, "rb") as handle:
+            return handle.read(4) == PARQUET_MAGIC
+    position = source.tell()
+    head = source.read(4)
+    source.seek(position)
+    return head == PARQUET_MAGIC
+
+
+def _source(source: BlockSource) -> BlockSource:
+    return str(source) if isinstance(source, Path) else source
+
+
+def read_block_files(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """Concatenate the records of block files (paths or binary file objects), every column or
+    only ``columns``; metadata scalars of ``.npz`` blocks are combined with ``max`` (a
+    vocabulary covering every block)."""
     parts: list[dict[str, np.ndarray]] = []
-    for path in paths:
-        with np.load(path) as data:
-            parts.append({name: data[name] for name in data.files})
+    for source in sources:
+        if is_parquet(source):
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(_source(source), columns=None if columns is None else list(columns))
+            parts.append({name: table.column(name).to_numpy() for name in table.column_names})
+        else:
+            with np.load(_source(source)) as data:
+                names = data.files if columns is None else [n for n in data.files if n in columns or n in METADATA]
+                parts.append({name: data[name] for name in names})
     if not parts:
         raise ValueError("no blocks to read")
-    columns = set(parts[0])
-    if any(set(p) != columns for p in parts):
+    found = set(parts[0])
+    if any(set(p) != found for p in parts):
         raise ValueError("blocks hold different columns")
-    records = {name: np.concatenate([p[name] for p in parts]) for name in sorted(columns) if name not in METADATA}
-    if len({len(v) for v in records.values()}) != 1:
+    missing = sorted(set(columns or ()) - found)
+    if missing:
+        raise ValueError(f"unknown column {missing[0]!r} (the blocks hold {', '.join(sorted(found - set(METADATA)))})")
+    records = {name: np.concatenate([p[name] for p in parts]) for name in sorted(found) if name not in METADATA}
+    if len({len(v) for v in records.values()}) > 1:
         raise ValueError("a block's columns have different numbers of records")
     for name in METADATA:
-        if name in columns:
+        if name in found:
             records[name] = np.asarray(max(int(p[name]) for p in parts))
     return records
+
+
+def read_table(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> pa.Table:
+    """The records of block files as one Arrow table (Parquet blocks read as they are; an
+    ``.npz`` block's per-record arrays as columns, a 2-D array as fixed-size lists; its
+    metadata scalars left out)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    tables = []
+    for source in sources:
+        if is_parquet(source):
+            try:
+                tables.append(pq.read_table(_source(source), columns=None if columns is None else list(columns)))
+            except (pa.ArrowInvalid, KeyError) as exc:
+                raise ValueError(f"cannot read the columns asked for ({exc})") from None
+            continue
+        records = read_block_files([source], columns)
+        arrays = {name: _arrow_array(values) for name, values in records.items() if name not in METADATA}
+        tables.append(pa.table(arrays))
+    if not tables:
+        raise ValueError("no blocks to read")
+    try:
+        return pa.concat_tables(tables)
+    except pa.ArrowInvalid:
+        raise ValueError("blocks hold different columns") from None
+
+
+def _arrow_array(values: np.ndarray) -> pa.Array:
+    import pyarrow as pa
+
+    if values.ndim == 1:
+        return pa.array(values)
+    flat = pa.array(np.ascontiguousarray(values).reshape(-1))
+    return pa.FixedSizeListArray.from_arrays(flat, int(np.prod(values.shape[1:])))
+
+
+def table_as(table: pa.Table, kind: str) -> Any:
+    """An Arrow table as ``arrow`` (itself), ``numpy`` (column name -> array) or ``pandas``
+    (a DataFrame; pandas must be installed)."""
+    if kind == "arrow":
+        return table
+    if kind == "numpy":
+        import pyarrow as pa
+
+        out = {}
+        for name in table.column_names:
+            column = table.column(name)
+            if pa.types.is_fixed_size_list(column.type):
+                width = column.type.list_size
+                out[name] = column.combine_chunks().flatten().to_numpy().reshape(-1, width)
+            else:
+                out[name] = column.to_numpy()
+        return out
+    if kind == "pandas":
+        try:
+            return table.to_pandas()
+        except ImportError:
+            raise ValueError("as_='pandas' needs pandas, which is not installed; use as_='arrow' or 'numpy'") from None
+    raise ValueError(f"as_ must be 'arrow', 'numpy' or 'pandas', got {kind!r}")
 
 
 def column(records: dict[str, np.ndarray], name: str) -> np.ndarray:

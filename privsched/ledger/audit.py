@@ -10,7 +10,8 @@ and dimension (docs/design.md §2, §3.3, §4.4):
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
 - the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``;
 and per pipeline: a granted or running pipeline holds exactly its demand on each of its
-blocks, every other holds nothing, and its recorded consumption matches the log.
+blocks, every other holds nothing, and its recorded consumption matches the log. Last, each
+block's data is re-hashed against the fingerprint its creation recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
 from privsched.ledger.schema import unpack
@@ -127,7 +129,22 @@ def audit_database(db: Database, expect: str | None = None) -> AuditReport:
         violations.append(f"event log moves budget of block id {block_id}, which has no balance row")
 
     violations.extend(_check_pipelines(db, replay, names, capacities, accountings))
+    violations.extend(_check_data(db))
     return AuditReport(ok=not violations, violations=violations, blocks=n_blocks, events=n_events, head=walked.head)
+
+
+def _check_data(db: Database) -> list[str]:
+    """Each block's data re-hashed: name any that went missing or changed since its creation
+    (its fingerprint, :mod:`privsched.ledger.fingerprints`)."""
+    out = []
+    for name, location, sha256 in db.execute(
+        "SELECT d.name || '/' || b.key, b.location, b.sha256 FROM blocks b JOIN datasets d ON d.id = b.dataset_id "
+        "WHERE b.sha256 IS NOT NULL ORDER BY b.id"
+    ):
+        problem = data_problem(location, sha256)
+        if problem is not None:
+            out.append(f"block {name}: {problem}")
+    return out
 
 
 def _check_block(

@@ -12,7 +12,7 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting, leq
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import BlockInfo, BlockSpec, DatasetInfo
+from privsched.ledger.models import EMPTY_SHA256, BlockInfo, BlockSpec, DatasetInfo, DatasetSchema
 from privsched.ledger.moves import detail_text
 from privsched.ledger.schema import pack
 from privsched.ledger.transaction import Transaction
@@ -42,15 +42,23 @@ def create_dataset(
     return tx.read.dataset_by_id(dataset_id)
 
 
-def add_blocks(tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list[str], fraction: float) -> list[BlockInfo]:
-    """Insert blocks with the dataset's capacity, locked but for ``fraction`` of it."""
+def add_blocks(
+    tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list[str], fraction: float, schema: DatasetSchema | None = None
+) -> list[BlockInfo]:
+    """Insert blocks with the dataset's capacity, locked but for ``fraction`` of it. Data
+    already registered (the same SHA-256, in any dataset) is refused: the same records never
+    get two budgets (docs/design.md §9). With ``schema`` (an import), the table must have the
+    dataset's schema, which the first import records."""
     info = tx.read.dataset(dataset)
     taken = tx.sql("SELECT key FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])
     if taken:
         raise LedgerError(f"block {taken[0][0]!r} already exists in dataset {dataset!r}")
+    _refuse_registered(tx, specs)
+    if schema is not None:
+        record_schema(tx, info.id, dataset, schema)
     tx.db.conn.executemany(
-        "INSERT INTO blocks (dataset_id, key, location, state, created_at) VALUES (?, ?, ?, 'active', ?)",
-        [(info.id, s.key, s.location, tx.at) for s in specs],
+        "INSERT INTO blocks (dataset_id, key, location, state, created_at, sha256, rows) VALUES (?, ?, ?, 'active', ?, ?, ?)",
+        [(info.id, s.key, s.location, tx.at, s.sha256, s.rows) for s in specs],
     )
     ids = dict(
         tx.sql("SELECT key, id FROM blocks WHERE dataset_id = ? AND key IN (SELECT value FROM json_each(?))", [info.id, json.dumps(keys)])
@@ -60,13 +68,66 @@ def add_blocks(tx: Transaction, dataset: str, specs: list[BlockSpec], keys: list
         "INSERT INTO balances (block_id, capacity, locked, unlocked, allocated, consumed) VALUES (?, ?, ?, ?, ?, ?)",
         [(ids[k], pack(info.capacity), zero, zero, zero, zero) for k in keys],
     )
-    locations = {s.key: s.location for s in specs}
-    for key in keys:
-        tx.moves.add_block(ids[key], info.id, info.capacity, key, locations[key])
+    for spec in specs:
+        tx.moves.add_block(ids[spec.key], info.id, info.capacity, spec)
         if fraction > 0:
-            tx.moves.move(ids[key], "locked", "unlocked", info.capacity * fraction, kind="unlock")
+            tx.moves.move(ids[spec.key], "locked", "unlocked", info.capacity * fraction, kind="unlock")
     tx.moves.flush()  # the balances read back below
     return tx.read.blocks("b.id IN (SELECT value FROM json_each(?))", [json.dumps(list(ids.values()))])
+
+
+def _refuse_registered(tx: Transaction, specs: list[BlockSpec]) -> None:
+    """Refuse data whose content is already a block's, or twice among ``specs``: one line
+    naming where it lives. Empty content (no records to protect) is exempt."""
+    hashes = [s.sha256 for s in specs if s.sha256 is not None and s.sha256 != EMPTY_SHA256]
+    seen: dict[str, str] = {}
+    for spec in specs:
+        if spec.sha256 in seen:
+            raise LedgerError(f"blocks {seen[spec.sha256]!r} and {spec.key!r} hold the same data: the same records never get two budgets")
+        if spec.sha256 is not None and spec.sha256 != EMPTY_SHA256:
+            seen[spec.sha256] = spec.key
+    found = tx.sql(
+        "SELECT b.sha256, d.name, b.key FROM blocks b JOIN datasets d ON d.id = b.dataset_id "
+        "WHERE b.sha256 IN (SELECT value FROM json_each(?)) ORDER BY b.id LIMIT 1",
+        [json.dumps(hashes)],
+    )
+    if found:
+        sha256, name, key = found[0]
+        raise LedgerError(
+            f"the data of block {seen[sha256]!r} is already registered as block {key!r} of dataset {name!r} "
+            f"(sha256 {sha256[:16]}…): the same records never get two budgets"
+        )
+
+
+def record_schema(tx: Transaction, dataset_id: int, dataset: str, schema: DatasetSchema) -> None:
+    """Record a dataset's schema at its first import (a ``schema`` event), or check a later
+    import against it: the same columns and types, and no declaration other than the one
+    recorded (a later import may leave it out)."""
+    found = tx.sql("SELECT definition FROM dataset_schemas WHERE dataset_id = ?", [dataset_id])
+    if found:
+        known = DatasetSchema.from_dict(json.loads(found[0][0]))
+        if schema.columns != known.columns:
+            raise LedgerError(f"the table's columns differ from dataset {dataset!r}'s: {schema_difference(known.columns, schema.columns)}")
+        for given, recorded, what in ((schema.bounds, known.bounds, "bounds"), (schema.categories, known.categories, "categories")):
+            if given and given != recorded:
+                raise LedgerError(f"dataset {dataset!r} already declares other {what}; declarations are fixed at its first import")
+        return
+    definition = detail_text(schema.to_dict())
+    tx.db.execute("INSERT INTO dataset_schemas (dataset_id, definition) VALUES (?, ?)", [dataset_id, definition])
+    tx.moves.state_event("schema", None, "recorded", dataset_id=dataset_id, reason=f"dataset {dataset}", detail=definition)
+
+
+def schema_difference(known: dict[str, str], given: dict[str, str]) -> str:
+    """The first difference between two tables' columns, in words."""
+    for name, kind in known.items():
+        if name not in given:
+            return f"column {name!r} is missing"
+        if given[name] != kind:
+            return f"column {name!r} is {given[name]}, the dataset's is {kind}"
+    extra = next(name for name in given if name not in known) if set(given) - set(known) else None
+    if extra is not None:
+        return f"column {extra!r} is not in the dataset"
+    return "the columns are in another order"
 
 
 def unlock(tx: Transaction, wanted: dict[int, float]) -> None:

@@ -33,6 +33,7 @@ from privsched.ledger.models import (
     BlockInfo,
     BlockSpec,
     DatasetInfo,
+    DatasetSchema,
     Ending,
     Event,
     PendingView,
@@ -157,11 +158,16 @@ class Ledger:
         now: float | None = None,
         *,
         actor: str | None = None,
+        schema: DatasetSchema | None = None,
     ) -> list[BlockInfo]:
         """Add blocks with the dataset's capacity, all locked except ``unlocked_fraction``.
         A block's location must be a file or folder this process can read (recorded as an
-        absolute path); a block may have none, and then a built-in job granted it fails before
-        it starts, at no cost (the scheduler's preflight)."""
+        absolute path, with the SHA-256 of its content unless the spec carries the one
+        privsched took when it wrote the file); a block may have none, and then a built-in
+        job granted it fails before it starts, at no cost (the scheduler's preflight). Content
+        already registered in any dataset is refused. ``schema``: the imported table's, checked
+        against the dataset's (recorded by its first import)."""
+        from privsched.ledger.fingerprints import fingerprint
         from privsched.ledger import catalog
 
         given = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
@@ -174,10 +180,17 @@ class Ledger:
             check.name(spec.key, "block key")
             if spec.location is not None and not isinstance(spec.location, str):
                 raise LedgerError(f"block location must be a string, got {spec.location!r}")
-            specs.append(spec if spec.location is None else BlockSpec(spec.key, check.location(spec.location, spec.key)))
+            if spec.location is not None:
+                where = check.location(spec.location, spec.key)
+                spec = BlockSpec(spec.key, where, spec.sha256 or fingerprint(where, spec.key), spec.rows)
+            specs.append(spec)
         keys = check.unique((s.key for s in specs), "block key")
         fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
-        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, now=now, actor=actor)
+        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, schema, now=now, actor=actor)
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's table schema and declarations (None until its first import)."""
+        return self._read(self._reader.dataset_schema, dataset)
 
     def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self._read(self._reader.dataset_blocks, dataset, active_only)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from privsched.ledger import rows
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import BlockInfo, DatasetInfo, Event, PendingBatch, PendingView, PipelineInfo
+from privsched.ledger.models import BlockInfo, DatasetInfo, DatasetSchema, Event, PendingBatch, PendingView, PipelineInfo
 from privsched.ledger.schema import unpack, unpack_rows
 
 if TYPE_CHECKING:
@@ -47,6 +47,10 @@ class Reader:
 
     def datasets(self) -> list[DatasetInfo]:
         return [rows.dataset(r) for r in self.sql(f"SELECT {rows.DATASET_COLUMNS} FROM datasets ORDER BY name")]
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        found = self.sql("SELECT definition FROM dataset_schemas WHERE dataset_id = ?", [self.dataset(dataset).id])
+        return DatasetSchema.from_dict(json.loads(found[0][0])) if found else None
 
     # ----------------------------------------------------------------------- blocks
     def blocks(self, where: str, params: Sequence) -> list[BlockInfo]:

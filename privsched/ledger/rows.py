@@ -12,7 +12,8 @@ from privsched.ledger.states import PipelineState
 
 DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at"
 BLOCK_COLUMNS = (
-    "b.id, d.name, b.key, b.location, b.state, b.created_at, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed"
+    "b.id, d.name, b.key, b.location, b.state, b.created_at, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed, "
+    "b.sha256, b.rows"
 )
 BLOCK_FROM = "blocks b JOIN datasets d ON d.id = b.dataset_id JOIN balances bal ON bal.block_id = b.id"
 PIPELINE_COLUMNS = (
@@ -39,7 +40,7 @@ def dataset(row: tuple) -> DatasetInfo:
 
 
 def block(row: tuple) -> BlockInfo:
-    id_, dataset_name, key, location, state, created_at, capacity, *buckets = row
+    id_, dataset_name, key, location, state, created_at, capacity, *buckets, sha256, records = row
     return BlockInfo(
         id=id_,
         dataset=dataset_name,
@@ -49,6 +50,8 @@ def block(row: tuple) -> BlockInfo:
         created_at=created_at,
         capacity=capacity,
         **dict(zip(BUCKETS, buckets)),
+        sha256=sha256,
+        rows=records,
     )
 
 

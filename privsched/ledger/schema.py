@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
 #: the lease's generation and the launch records; version 3 the hash chain over the event
 #: log (``events.detail`` and ``events.hash``); version 4 who caused each event
-#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`).
-SCHEMA_VERSION = 4
+#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`); version 5
+#: each block's fingerprint (``blocks.sha256``, ``blocks.rows``) and each dataset's table
+#: schema (``dataset_schemas``).
+SCHEMA_VERSION = 5
 #: The oldest schema version :func:`migrate` brings up to date.
 MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
@@ -76,13 +78,23 @@ def create_schema(db: Database) -> None:
     )
     db.table("datasets").create_index(["name"], unique=True)
     db.table("blocks").create(
-        {"id": int, "dataset_id": int, "key": str, "location": str, "state": str, "created_at": float},
+        {
+            "id": int,
+            "dataset_id": int,
+            "key": str,
+            "location": str,
+            "state": str,
+            "created_at": float,
+            "sha256": str,  # hex SHA-256 of its data, taken when it was created (NULL: no data then)
+            "rows": int,  # records in it, counted when it was imported (NULL: not counted)
+        },
         pk="id",
         foreign_keys=[("dataset_id", "datasets", "id")],
         not_null=["dataset_id", "key", "state", "created_at"],
         strict=True,
     )
     db.table("blocks").create_index(["dataset_id", "key"], unique=True)
+    _create_fingerprints(db)
     db.table("balances").create(
         {
             "block_id": int,
@@ -171,12 +183,29 @@ def create_schema(db: Database) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
+def _create_fingerprints(db: Database) -> None:
+    """The index of blocks by content and the table of each dataset's schema (version 5)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_blocks_sha256 ON blocks (sha256) WHERE sha256 IS NOT NULL")
+    db.table("dataset_schemas").create(
+        {"dataset_id": int, "definition": str},  # canonical JSON: columns, types, declared bounds and categories
+        pk="dataset_id",
+        foreign_keys=[("dataset_id", "datasets", "id")],
+        not_null=["definition"],
+        strict=True,
+    )
+
+
 def migrate(db: Database, version: int) -> None:
     """Bring a database of schema ``version`` (at least :data:`MIGRATES_FROM`) up to
     :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
-    ``events.actor`` column; the rows already there keep NULL, and their links (chain.py)
+    ``events.actor`` column; 4 → 5 the blocks' ``sha256`` and ``rows`` and the
+    ``dataset_schemas`` table. The rows already there keep NULL, and their links (chain.py)
     are unchanged."""
     if version < 4:
         db.execute("ALTER TABLE events ADD COLUMN actor TEXT")
+    if version < 5:
+        db.execute("ALTER TABLE blocks ADD COLUMN sha256 TEXT")
+        db.execute("ALTER TABLE blocks ADD COLUMN rows INTEGER")
+        _create_fingerprints(db)
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from dataclasses import asdict
 from typing import Annotated, Any
 
@@ -23,6 +24,9 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from privsched.client import Client
+from privsched.data.store import BlockStore, default_store
+from privsched.data.tables import FORMATS, parse_declarations
+from privsched.errors import BadInput
 from privsched.server.dashboard import dashboard_router
 from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, User
@@ -38,12 +42,15 @@ from privsched.ledger import PipelineInfo
 from privsched.ledger.states import PipelineState
 from privsched.server.models import (
     MAX_BODY,
+    MAX_UPLOAD,
+    UPLOAD_SUFFIX,
     AuditOut,
     BlockOut,
     BlocksIn,
     CancelOut,
     DatasetIn,
     DatasetOut,
+    ImportOut,
     DryRunOut,
     ErrorOut,
     EventOut,
@@ -119,7 +126,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         lifespan=lifespan,
         responses={code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)},
     )
-    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(BodyLimit, limit=MAX_BODY, upload_limit=MAX_UPLOAD, upload_suffix=UPLOAD_SUFFIX)
     app.state.client, app.state.identities, app.state.tokens = client, identities, tokens
     _errors(app)
     app.include_router(dashboard_router(client, identities, current_user, policy))
@@ -154,13 +161,50 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
-        return reply([BlockOut.of(b) for b in client.blocks(dataset, active_only=active_only) if b.dataset in readable])
+        return reply([BlockOut.of(b, caller.is_admin) for b in client.blocks(dataset, active_only=active_only) if b.dataset in readable])
 
     @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
     def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
         access.require_admin(caller, "add blocks")
         added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked, actor=caller.name)
-        return reply([BlockOut.of(b) for b in added], 201)
+        return reply([BlockOut.of(b, caller.is_admin) for b in added], 201)
+
+    @app.post("/v1/datasets/{name}/import", response_model=ImportOut, status_code=201, tags=["datasets"])
+    async def import_blocks(
+        name: str,
+        request: Request,
+        caller: Caller,
+        by: str,
+        every: str | None = None,
+        format: str = "csv",
+        bounds: Annotated[list[str], Query()] = [],  # noqa: B006 -- FastAPI copies the default
+        categories: Annotated[list[str], Query()] = [],  # noqa: B006
+        unlocked: float = 0.0,
+    ) -> Response:
+        """Import the table in the request body (``format``: csv, parquet or json, for JSON
+        Lines) as blocks keyed by column ``by``, as ``privsched blocks import`` does
+        (administrators)."""
+        access.require_admin(caller, "import blocks")
+        suffix = next((ending for ending, kind in FORMATS.items() if kind == format), None)
+        if suffix is None:
+            raise BadInput(f"format must be one of {', '.join(sorted(set(FORMATS.values())))}, got {format!r}")
+        store = BlockStore(default_store(client.path))
+        with store.incoming() as staging:
+            table = staging / f"upload{suffix}"
+            with open(table, "wb") as handle:
+                async for chunk in request.stream():
+                    handle.write(chunk)
+            declared_bounds, declared_categories = parse_declarations(bounds, categories)
+            report = await run_in_threadpool(
+                partial(client.import_blocks, bounds=declared_bounds, categories=declared_categories),
+                name,
+                table,
+                by=by,
+                every=every,
+                unlocked=unlocked,
+                actor=caller.name,
+            )
+        return reply(ImportOut.of(report), 201)
 
     @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
     def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:

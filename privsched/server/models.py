@@ -8,17 +8,24 @@ extension ``Infinity`` (an RDP curve may be infinite at some orders), which Pyth
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
-from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
+from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, DatasetSchema, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
+
+if TYPE_CHECKING:
+    from privsched.data.importer import ImportReport
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
+#: Largest table an administrator may upload for import, in bytes.
+MAX_UPLOAD = 1 << 32
+#: The one route whose body is a table, not JSON: ``POST /v1/datasets/{name}/import``.
+UPLOAD_SUFFIX = "/import"
 
 
 class Model(BaseModel):
@@ -49,10 +56,14 @@ class DatasetOut(Model):
     capacity: list[float]
     created_at: float
     teams: list[str] = Field(default_factory=list)
+    #: Its table: columns and types, declared public bounds and categories (public by
+    #: declaration; null until its first import, and in lists of datasets).
+    table: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, info: DatasetInfo, teams: list[str]) -> DatasetOut:
+    def of(cls, info: DatasetInfo, teams: list[str], table: DatasetSchema | None = None) -> DatasetOut:
         return cls(
+            table=None if table is None else table.to_dict(),
             name=info.name,
             accounting=info.accounting.name,
             alphas=list(info.accounting.alphas),
@@ -99,10 +110,14 @@ class BlockOut(Model):
     unlocked: list[float]
     allocated: list[float]
     consumed: list[float]
+    sha256: str | None = None  # its data's fingerprint (administrators only)
+    rows: int | None = None  # its record count (administrators only: not released to submitters)
 
     @classmethod
-    def of(cls, info: BlockInfo) -> BlockOut:
+    def of(cls, info: BlockInfo, admin: bool = False) -> BlockOut:
         return cls(
+            sha256=info.sha256 if admin else None,
+            rows=info.rows if admin else None,
             id=info.id,
             dataset=info.dataset,
             key=info.key,
@@ -122,8 +137,31 @@ class BlockOut(Model):
             state=self.state,
             created_at=self.created_at,
             capacity=_vector(self.capacity),
-            **{b: _vector(getattr(self, b)) for b in BUCKETS},
+            locked=_vector(self.locked),
+            unlocked=_vector(self.unlocked),
+            allocated=_vector(self.allocated),
+            consumed=_vector(self.consumed),
+            sha256=self.sha256,
+            rows=self.rows,
         )
+
+
+class ImportOut(Model):
+    """What an import did (``POST /v1/datasets/{name}/import``, administrators only)."""
+
+    dataset: str
+    added: list[BlockOut]  # the blocks it created, in key order
+    kept: list[str]  # keys already imported with exactly these rows
+    rows: int  # rows read
+
+    @classmethod
+    def of(cls, report: ImportReport) -> ImportOut:
+        return cls(dataset=report.dataset, added=[BlockOut.of(b, admin=True) for b in report.added], kept=report.kept, rows=report.rows)
+
+    def report(self) -> ImportReport:
+        from privsched.data.importer import ImportReport
+
+        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, rows=self.rows)
 
 
 class SubmitIn(Model):

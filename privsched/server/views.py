@@ -19,7 +19,7 @@ class Views:
 
     def dataset(self, name: str, caller: User) -> DatasetOut:
         info = access.readable_dataset(self.client, self.identities, caller, name)
-        return DatasetOut.of(info, self.identities.dataset_teams(info.id))
+        return DatasetOut.of(info, self.identities.dataset_teams(info.id), self.client.dataset_schema(info.name))
 
     def pipeline(self, pipeline_id: int, caller: User) -> PipelineInfo:
         """A pipeline on a dataset the caller may read: 404 if there is none, 403 if not."""

@@ -1,15 +1,16 @@
 """Checks a built-in job's inputs before it starts, so that budget is never burnt on a job
 that could not read its data.
 
-A built-in job (``kind: statistic`` or ``dpsgd``) reads each granted block's ``.npz`` file
-(:mod:`privsched.jobs.records`). Before it is started, every granted block must have a
-location naming an existing file, and that file must hold the per-record columns the job
-reads (a statistic's ``column``; DP-SGD's ``tokens`` and its ``target``). Only the file's
-array names and shapes are read (its zip directory and ``.npy`` headers), never its records,
-so the check releases nothing about the data. Its parameters must be valid too (a pipeline
-stored by an older privsched may name a statistic's noise ``mechanism``, now refused). A job
-that fails the check is failed before it touched data, so its grant is released
-(docs/design.md §4.4). User code is not checked: what it
+A built-in job (``kind: statistic`` or ``dpsgd``) reads each granted block's Parquet or
+``.npz`` file (:mod:`privsched.jobs.records`). Before it is started, every granted block
+must have a location naming an existing file, and that file must hold the per-record
+columns the job reads (a statistic's ``column``; DP-SGD's ``tokens`` and its ``target``).
+Only a Parquet file's footer, or an ``.npz`` file's array names and shapes (its zip
+directory and ``.npy`` headers), are read, never its records, so the check releases nothing
+about the data. Its parameters must be valid too (a pipeline stored by an older privsched
+may name a statistic's noise ``mechanism``, now refused). A job that fails the check is
+failed before it touched data, so its grant is released (docs/design.md §4.4). User code
+is not checked: what it
 reads is up to it, and a failure after reading is charged as usual.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privsched.jobs.records import METADATA
+from privsched.jobs.records import METADATA, is_parquet
 
 
 def needed_columns(job: dict) -> list[str]:
@@ -63,8 +64,12 @@ def input_problem(job: dict, locations: dict[str, str | None], workdir: Path) ->
 
 
 def record_columns(path: Path) -> set[str]:
-    """Names of the per-record arrays (one row per record) in a block's ``.npz`` file, read
-    from the array headers only."""
+    """Names of the per-record columns of a block file: a Parquet file's columns, read from
+    its footer only; an ``.npz`` file's per-record arrays, read from the array headers only."""
+    if is_parquet(path):
+        import pyarrow.parquet as pq
+
+        return set(pq.read_schema(path).names)
     columns = set()
     with zipfile.ZipFile(path) as archive:
         for entry in archive.namelist():
