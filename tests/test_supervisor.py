@@ -90,7 +90,7 @@ def test_a_user_job_report_is_not_believed(tmp_path: Path):
 
 
 @needs_landlock
-def test_a_user_job_reads_a_private_copy_of_its_granted_block(tmp_path: Path):
+def test_a_user_job_reads_its_granted_blocks_through_descriptors_and_is_charged_its_grant(tmp_path: Path):
     context = write_context(tmp_path / "run", hostile("reads_then_reports_zero"), blocks(tmp_path))
     result = result_of(context)
     assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
@@ -107,11 +107,53 @@ def test_primitives_are_refused_beyond_the_grant_and_charged_as_they_go(tmp_path
 
 
 @needs_landlock
-def test_a_failed_user_job_has_touched_its_data_whatever_it_says(tmp_path: Path):
+def test_a_user_job_that_raises_before_reaching_its_data_is_charged_nothing(tmp_path: Path):
     job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
-    assert not result.completed and result.touched_data
+    assert not result.completed and not result.touched_data and result.first_access is None
     assert result.message.startswith("ValueError")
+
+
+@needs_landlock
+def test_a_user_job_that_raises_after_opening_a_block_has_touched_its_data(tmp_path: Path):
+    job = {"function": "tests.service_jobs:raises_after_reading", "pythonpath": [str(REPO)]}
+    started = time.time()
+    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
+    assert not result.completed and result.touched_data
+    assert result.first_access is not None and result.first_access >= started
+
+
+def test_an_unconfined_user_job_that_fails_counts_as_having_touched_its_data(tmp_path: Path):
+    job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
+    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)), "--sandbox", "none")
+    assert not result.completed and result.touched_data  # it could have read context.json's locations
+
+
+@needs_landlock
+@pytest.mark.parametrize("read", [False, True])
+def test_a_stopped_job_is_charged_its_grant_only_once_it_reached_its_data(tmp_path: Path, read: bool):
+    context = write_context(tmp_path / "run", hostile("waits"), blocks(tmp_path), params={"read": read})
+    process = supervise(context)
+    started = tmp_path / "run" / "work" / "started"
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the job never started"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 1
+    result = JobResult.from_json((tmp_path / "run" / "result.json").read_text())
+    assert not result.completed and result.touched_data is read
+    assert result.message == f"stopped by signal {signal.SIGTERM}"
+
+
+@needs_landlock
+def test_a_confined_job_can_neither_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
+    files = blocks(tmp_path)
+    params = {"files": list(files.values()), "folders": [str(tmp_path / "data"), str(tmp_path)]}
+    result = result_of(write_context(tmp_path / "run", hostile("probes_its_blocks"), files, params=params))
+    assert result.completed, result.message
+    assert result.metrics["reached"] == [] and result.metrics["locations"] == [None, None]
+    assert result.metrics["brokered_bytes"] == Path(files["d1"]).stat().st_size
 
 
 @needs_landlock
@@ -139,7 +181,7 @@ def test_a_terminated_supervisor_takes_the_jobs_detached_processes_with_it(tmp_p
         time.sleep(0.05)
     daemon = int(pid_file.read_text())
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert process.wait(timeout=30) == 1  # its job failed: stopped
     assert _gone(daemon)
 
 
@@ -196,7 +238,7 @@ def account_for(block_files: dict[str, str], folder: Path):
         {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in block_files.items()},
         workdir=folder,
     )
-    return Account(ctx, folder)
+    return Account(ctx)
 
 
 @given(st.lists(st.floats(0.001, 0.6), max_size=8))
@@ -232,11 +274,11 @@ def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(acco
 @settings(max_examples=100, deadline=None)
 def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_blocks, line):
     account = account_for(account_blocks, Path(tempfile.mkdtemp()))
-    report, answer = account._answer(line)
-    assert (report is None) != (answer is None)
+    report, answer, fds = account._answer(line)
+    assert (report is None) != (answer is None) and fds == []
     if answer is not None:
         assert set(json.loads(answer)) <= {"ok", "error"}
-    assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks
+    assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks and account.first_access is None
 
 
 @needs_landlock

@@ -3,14 +3,16 @@
 Each block is one NumPy ``.npz`` file of per-record arrays of equal length: ``tokens``
 (n, L) int token ids (0 pads), ``sentiment`` (n,), ``category`` (n,), ``rating`` (n,),
 ``length`` (n,), plus the scalars ``vocab_size`` and ``n_categories`` (see
-:mod:`workloads.reviews`). Files are opened through :meth:`JobContext.block_path`, which
-raises :class:`~privsched.jobs.context.BlockAccessError` for any block outside the grant.
+:mod:`workloads.reviews`). Files are opened through :meth:`JobContext.open_block` (the
+supervisor's descriptors), which raises :class:`~privsched.jobs.context.BlockAccessError` for
+any block outside the grant.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -27,16 +29,21 @@ def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str,
     keys = list(ctx.block_keys if keys is None else keys)
     for key in keys:
         if key not in ctx.blocks:
-            ctx.block_path(key)  # raises: the context is the one gate to block data
-    return read_block_files([ctx.block_path(key) for key in keys])
+            ctx.open_block(key)  # raises: the context is the one gate to block data
+    streams = [ctx.open_block(key) for key in keys]
+    try:
+        return read_block_files(streams)
+    finally:
+        for stream in streams:
+            stream.close()
 
 
-def read_block_files(paths: Iterable[str | Path]) -> dict[str, np.ndarray]:
-    """Concatenate the records of block files; metadata scalars are combined with ``max``
-    (a vocabulary covering every block)."""
+def read_block_files(files: Iterable[str | Path | BinaryIO]) -> dict[str, np.ndarray]:
+    """Concatenate the records of block files (paths or open files); metadata scalars are
+    combined with ``max`` (a vocabulary covering every block)."""
     parts: list[dict[str, np.ndarray]] = []
-    for path in paths:
-        with np.load(path) as data:
+    for file in files:
+        with np.load(file) as data:
             parts.append({name: data[name] for name in data.files})
     if not parts:
         raise ValueError("no blocks to read")
