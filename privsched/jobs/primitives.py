@@ -121,6 +121,8 @@ class Account:
     #: When (Unix time) the job first reached its blocks' data, through a block or a
     #: primitive; set before any data is read or sent (None: it never did).
     first_access: float | None = None
+    #: What the primitives released, in order: each one's query, ε, δ and value.
+    releases: list[dict[str, Any]] = field(default_factory=list)
     _records: dict[str, np.ndarray] | None = None
 
     def __post_init__(self) -> None:
@@ -235,7 +237,9 @@ class Account:
         values = column(records, job.column) if job.column is not None else None
         self.spent, self.used_primitives = total, True  # charged before anything is released
         result = dp_statistic(job, mechanism, values, n)
-        return result if query == "histogram" else result["value"]
+        released = result if query == "histogram" else result["value"]
+        self.releases.append({"query": query, "column": job.column, "epsilon": epsilon, "delta": delta, "value": released})
+        return released
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._records is None:

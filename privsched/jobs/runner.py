@@ -76,6 +76,8 @@ class JobResult:
     metrics: dict[str, Any] = field(default_factory=dict)
     #: When (Unix time) the supervisor first gave the job its data (None: never, or unknown).
     first_access: float | None = None
+    #: What the job's privacy primitives released: each one's query, ε, δ and value.
+    releases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=_jsonable)
@@ -91,6 +93,7 @@ class JobResult:
             message=str(data.get("message", "")),
             metrics=dict(data.get("metrics") or {}),
             first_access=None if data.get("first_access") is None else float(data["first_access"]),
+            releases=list(data.get("releases") or []),
         )
 
 
@@ -355,8 +358,9 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
             ours.close()
         if stopped:
             touched = _touched(account, builtin, rules is not None)
+            message = f"stopped by signal {stopped[0]}"
             return JobResult(
-                ctx.pipeline_id, False, touched_data=touched, message=f"stopped by signal {stopped[0]}", first_access=account.first_access
+                ctx.pipeline_id, False, touched_data=touched, message=message, first_access=account.first_access, releases=account.releases
             )
         return _result(ctx, builtin, rules is not None, account, report, status[0])
     finally:
@@ -390,23 +394,26 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     once it reached its data (:func:`_touched`), nothing before, whatever it says."""
     grant = {key: b.grant.tolist() for key, b in ctx.blocks.items()}
     unconfined_note = {} if confined else {"sandbox": "none"}
-    touched, first = _touched(account, builtin, confined), account.first_access
+    touched, first, releases = _touched(account, builtin, confined), account.first_access, account.releases
     if not isinstance(report, dict):
         code = os.waitstatus_to_exitcode(status)
         note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return JobResult(ctx.pipeline_id, False, touched_data=touched, message=f"job {note} without writing its result", first_access=first)
+        message = f"job {note} without writing its result"
+        return JobResult(ctx.pipeline_id, False, touched_data=touched, message=message, first_access=first, releases=releases)
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
     if not report.get("completed"):
         message = str(report.get("message", ""))[:500]
-        return JobResult(ctx.pipeline_id, False, touched_data=touched, message=message, metrics=metrics, first_access=first)
+        return JobResult(
+            ctx.pipeline_id, False, touched_data=touched, message=message, metrics=metrics, first_access=first, releases=releases
+        )
     if builtin:
         spent = grant if report.get("spent") is None else {key: report["spent"] for key in ctx.blocks}
     elif confined and not account.read_blocks:
         spent = {key: account.spent.tolist() for key in ctx.blocks}
     else:
         spent = grant
-    return JobResult(ctx.pipeline_id, True, spent, True, "", metrics, first)
+    return JobResult(ctx.pipeline_id, True, spent, True, "", metrics, first, releases)
 
 
 def run_job(context_path: Path, mode: str = "landlock", network: bool = False, private_fds: tuple[int, ...] = ()) -> JobResult:

@@ -401,6 +401,14 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
     metrics = {
         "model": job.model,
+        # what build_model(**architecture) takes to rebuild the model that model.pt's state dict loads into
+        "architecture": {
+            "name": job.model,
+            "vocab_size": int(data.vocab_size),
+            "n_classes": int(data.n_classes),
+            "embed_dim": job.embed_dim,
+            "hidden": job.hidden,
+        },
         "grad_sample_mode": mode,
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
