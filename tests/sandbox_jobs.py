@@ -108,3 +108,9 @@ def probes_its_blocks(ctx: JobContext) -> None:
     with ctx.open_block(ctx.block_keys[0]) as stream:
         size = len(stream.read())
     ctx.report_metrics(reached=reached, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
+
+
+def reads_block_files(ctx: JobContext) -> None:
+    """Reads each file of its first block through the supervisor; reports their sizes by name."""
+    files = ctx.block_files(ctx.block_keys[0])
+    ctx.report_metrics(sizes={name: len(stream.read()) for name, stream in files.items()})

@@ -147,6 +147,18 @@ def test_a_stopped_job_is_charged_its_grant_only_once_it_reached_its_data(tmp_pa
 
 
 @needs_landlock
+def test_a_block_that_is_a_folder_reaches_the_job_as_one_descriptor_per_file(tmp_path: Path):
+    folder = tmp_path / "parts"
+    (folder / "2026").mkdir(parents=True)
+    (folder / "a.parquet").write_bytes(b"x" * 3)
+    (folder / "2026" / "b.parquet").write_bytes(b"y" * 5)
+    (folder / "link.parquet").symlink_to(folder / "a.parquet")  # not a file of the block
+    result = result_of(write_context(tmp_path / "run", hostile("reads_block_files"), {"d1": str(folder)}))
+    assert result.completed, result.message
+    assert result.metrics["sizes"] == {"2026/b.parquet": 5, "a.parquet": 3}
+
+
+@needs_landlock
 def test_a_confined_job_can_neither_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
     files = blocks(tmp_path)
     params = {"files": list(files.values()), "folders": [str(tmp_path / "data"), str(tmp_path)]}
