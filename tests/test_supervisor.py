@@ -143,7 +143,7 @@ def test_a_stopped_job_is_charged_its_grant_only_once_it_reached_its_data(tmp_pa
     assert process.wait(timeout=60) == 1
     result = JobResult.from_json((tmp_path / "run" / "result.json").read_text())
     assert not result.completed and result.touched_data is read
-    assert result.message == f"stopped by signal {signal.SIGTERM}"
+    assert result.message == f"the job was stopped (signal {signal.SIGTERM}) before it ended"
 
 
 @needs_landlock

@@ -358,7 +358,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
             ours.close()
         if stopped:
             touched = _touched(account, builtin, rules is not None)
-            message = f"stopped by signal {stopped[0]}"
+            message = f"the job was stopped (signal {stopped[0]}) before it ended"
             return JobResult(
                 ctx.pipeline_id, False, touched_data=touched, message=message, first_access=account.first_access, releases=account.releases
             )
