@@ -17,7 +17,7 @@ names its blocks by key only, and the supervisor passes it read-only descriptors
 files when it first asks) and, when the job's process ends, kills every process it left
 behind, detached or not. The supervisor alone writes the result (docs/design.md §4.4): a
 built-in job is charged what it measured; a user job its whole grant unless, confined, it
-spent only through primitives (then exactly their sum). A job that fails, is stopped
+never opened a block itself (then exactly what its primitives spent). A job that fails, is stopped
 (``SIGTERM``: cancelled, timed out) or ends without reporting *before its first data access*
 is charged nothing: the supervisor saw that access, if any, and the refund depends on no
 data. After it, a failure consumes the grant; so does any failure of a job run without a
