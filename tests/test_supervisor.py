@@ -123,6 +123,12 @@ def test_a_user_job_that_raises_after_opening_a_block_has_touched_its_data(tmp_p
     assert result.first_access is not None and result.first_access >= started
 
 
+@needs_landlock
+def test_a_confined_user_job_that_completes_without_reaching_its_data_is_charged_nothing(tmp_path: Path):
+    result = result_of(write_context(tmp_path / "run", hostile("records_start"), blocks(tmp_path)))
+    assert result.completed and result.spent == {"d1": [0.0, 0.0], "d2": [0.0, 0.0]} and result.first_access is None
+
+
 def test_an_unconfined_user_job_that_fails_counts_as_having_touched_its_data(tmp_path: Path):
     job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)), "--sandbox", "none")
