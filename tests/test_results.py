@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import privsched as ps
 from privsched.client import Client
@@ -201,3 +203,30 @@ def test_a_remote_download_of_a_missing_artifact_raises_the_servers_refusal(serv
     with served.remote("alice") as client, pytest.raises(RemoteError, match="no artifact") as caught:
         client.download(served.ids["model"], tmp_path, ["nothing.pt"])
     assert caught.value.status == 404 and not os.listdir(tmp_path)
+
+
+def test_an_artifact_over_the_size_limit_is_listed_but_not_served(tmp_path: Path):
+    from privsched.results import MAX_ARTIFACT
+
+    runs = RunDirs(tmp_path / "p.db")
+    runs.workdir(1).mkdir(parents=True)
+    with open(runs.workdir(1) / "huge.bin", "wb") as stream:
+        stream.truncate(MAX_ARTIFACT + 1)  # sparse: no disk used
+    assert [a.size for a in runs.artifacts(1)] == [MAX_ARTIFACT + 1]
+    with pytest.raises(BadInput, match="over the"):
+        runs.open_artifact(1, "huge.bin")
+
+
+@given(st.text(alphabet=st.sampled_from("ab./_-\\\x00~"), max_size=12) | st.text(max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_an_accepted_artifact_name_always_names_a_file_below_its_folder(name: str):
+    from privsched.results import check_artifact_name
+
+    try:
+        check_artifact_name(name)
+    except BadInput:
+        return
+    root = Path("/runs/p/1/work")
+    parts = name.split("/")
+    assert all(part and not part.startswith(".") for part in parts)
+    assert os.path.normpath(root / name).startswith(str(root) + "/")
