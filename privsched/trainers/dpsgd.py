@@ -410,6 +410,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
             "hidden": job.hidden,
         },
         "grad_sample_mode": mode,
+        "device": device.type,  # where it trained (cuda or cpu)
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
         "planned_steps": plan.steps,
@@ -421,6 +422,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     }
     ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), ctx.workdir / "model.pt")
+    # on the CPU: the state dict loads anywhere, with torch.load(..., weights_only=True)
+    torch.save({name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}, ctx.workdir / "model.pt")
     (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     ctx.report_metrics(**metrics)
