@@ -271,14 +271,14 @@ def test_primitives_charge_what_they_released_and_refuse_anything_beyond_the_gra
         except PermissionError:
             assert released + epsilon > GRANT[0] * (1 - 1e-12)
     assert account.spent[0] == pytest.approx(released, rel=1e-12, abs=1e-15)
-    assert account.spent[0] <= GRANT[0] and account.used_primitives == bool(released)
+    assert account.spent[0] <= GRANT[0] and bool(account.releases) == bool(released)
 
 
 def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(account_blocks):
     account = account_for(account_blocks, Path(tempfile.mkdtemp()))
     with pytest.raises(ValueError, match="'noise'"):
         account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "mechanism": "gaussian"})
-    assert not account.used_primitives and account.spent[0] == 0
+    assert not account.releases and account.spent[0] == 0
     account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "noise": "gaussian"})
     assert account.spent == pytest.approx([0.1, 1e-10])
 

@@ -116,7 +116,6 @@ class Account:
 
     ctx: JobContext
     spent: np.ndarray = field(init=False)
-    used_primitives: bool = False
     read_blocks: bool = False
     #: When (Unix time) the job first reached its blocks' data, through a block or a
     #: primitive; set before any data is read or sent (None: it never did).
@@ -235,7 +234,7 @@ class Account:
         from privsched.jobs.records import column
 
         values = column(records, job.column) if job.column is not None else None
-        self.spent, self.used_primitives = total, True  # charged before anything is released
+        self.spent = total  # charged before anything is released
         result = dp_statistic(job, mechanism, values, n)
         released = result if query == "histogram" else result["value"]
         self.releases.append({"query": query, "column": job.column, "epsilon": epsilon, "delta": delta, "value": released})
