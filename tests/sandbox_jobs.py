@@ -114,3 +114,12 @@ def reads_block_files(ctx: JobContext) -> None:
     """Reads each file of its first block through the supervisor; reports their sizes by name."""
     files = ctx.block_files(ctx.block_keys[0])
     ctx.report_metrics(sizes={name: len(stream.read()) for name, stream in files.items()})
+
+
+def reads_parquet(ctx: JobContext) -> None:
+    """Reads its first block, a Parquet file, from the supervisor's descriptor with pyarrow."""
+    import pyarrow.parquet as pq
+
+    with ctx.open_block(ctx.block_keys[0]) as stream:
+        table = pq.read_table(stream)
+    ctx.report_metrics(columns=table.column_names, rows=table.num_rows)

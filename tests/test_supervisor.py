@@ -165,6 +165,17 @@ def test_a_block_that_is_a_folder_reaches_the_job_as_one_descriptor_per_file(tmp
 
 
 @needs_landlock
+def test_a_confined_job_reads_a_parquet_block_from_its_descriptor(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"rating": [1.0, 2.0, 3.0]}), tmp_path / "b.parquet")
+    result = result_of(write_context(tmp_path / "run", hostile("reads_parquet"), {"d1": str(tmp_path / "b.parquet")}))
+    assert result.completed, result.message
+    assert (result.metrics["columns"], result.metrics["rows"]) == (["rating"], 3)
+
+
+@needs_landlock
 def test_a_confined_job_can_neither_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
     files = blocks(tmp_path)
     params = {"files": list(files.values()), "folders": [str(tmp_path / "data"), str(tmp_path)]}
