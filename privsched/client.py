@@ -12,9 +12,11 @@ follow their runs, and (for notebooks and tests) run a scheduler in-process.
     run = train.submit(lr=0.1)                                 # keyword arguments -> ctx.params
     client.run_until_idle(policy="dpf-n", n=100)               # or `privsched serve` elsewhere
     run.wait(); print(run.status, run.consumed)
+    print(run.metrics); run.download("out/")                   # what it released, its model
 
 Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.submit`,
-``status`` -> :meth:`Client.status`, ``serve`` -> :meth:`Client.serve`, ...).
+``status`` -> :meth:`Client.status`, ``result`` -> :meth:`Client.result`, ``download`` ->
+:meth:`Client.download`, ``serve`` -> :meth:`Client.serve`, ...).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeAlias
 
 from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from privsched.jobs.runner import JobResult
     from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
+    from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
     from privsched.service.serve import ServeOptions, ServeSummary
@@ -110,19 +113,9 @@ class Run(PipelineHandle):
         return self.info.message
 
     @property
-    def result(self) -> JobResult | None:
-        """What the job process reported (metrics included), once it has ended."""
-        from privsched.jobs.runner import JobResult
-
-        try:
-            return JobResult.from_json(self.client.runs.result(self.id).read_text())
-        except (OSError, ValueError, KeyError):
-            return None
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        result = self.result
-        return result.metrics if result is not None else {}
+    def job_result(self) -> JobResult | None:
+        """What the job's supervisor wrote of how it ended, once it has (None before)."""
+        return self.client.job_result(self.id)
 
 
 class PipelineFunction:
@@ -455,6 +448,48 @@ class Client(BudgetReads):
             raise
         self.runs.request_cancel(pipeline_id)
         return "cancelling"
+
+    def job_result(self, pipeline_id: int) -> JobResult | None:
+        """What the job's supervisor wrote of how it ended (None before it has, or when it
+        wrote nothing)."""
+        from privsched.jobs.runner import JobResult
+
+        try:
+            return JobResult.from_json(self.runs.result(pipeline_id).read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def result(self, pipeline_id: int) -> PipelineResult:
+        """What a pipeline released (its job's metrics and primitives' values), its charge per
+        block as ε at the dataset's δ_G, its state and reason, and its artifacts (listed once
+        it has ended). The local operator reads every pipeline's."""
+        from privsched.results import pipeline_result
+
+        info = self.status(pipeline_id)
+        artifacts = self.runs.artifacts(pipeline_id) if info.state.is_final() else []
+        return pipeline_result(info, self.dataset(info.dataset), self.job_result(pipeline_id), artifacts, info.message)
+
+    def open_artifact(self, pipeline_id: int, name: str) -> tuple[BinaryIO, int]:
+        """A file an ended pipeline's job left in its work folder, open for reading, and its
+        size (:meth:`~privsched.service.rundirs.RunDirs.open_artifact` says which are refused)."""
+        from privsched.errors import NotFound
+
+        if not self.status(pipeline_id).state.is_final():
+            raise NotFound(f"pipeline {pipeline_id} has not ended: its artifacts are not ready")
+        return self.runs.open_artifact(pipeline_id, name)
+
+    def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> builtins.list[Path]:
+        """Copy an ended pipeline's artifacts (all, or ``names``) into the folder ``out``,
+        each under its name there; returns the files written."""
+        from privsched.results import save_artifact
+
+        wanted = [a.name for a in self.result(pipeline_id).artifacts] if names is None else builtins.list(names)
+        written = []
+        for name in wanted:
+            stream, _ = self.open_artifact(pipeline_id, name)
+            with stream:
+                written.append(save_artifact(Path(out), name, iter(lambda: stream.read(1 << 20), b"")))
+        return written
 
     def log_path(self, pipeline_id: int) -> Path:
         self.ledger.get_pipeline(pipeline_id)

@@ -20,8 +20,8 @@ import os
 import ssl
 import time
 import types
-from pathlib import Path
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
@@ -32,6 +32,7 @@ from privsched.readouts import BudgetReads
 if TYPE_CHECKING:
     from privsched.data.importer import ImportReport
     from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, PipelineInfo
+    from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.waiting import WaitingReason
 
@@ -181,6 +182,21 @@ class RemoteClient(BudgetReads):
         """One API call: the decoded JSON answer, or :class:`RemoteError`. A dropped
         keep-alive connection is reopened and a request that is safe to repeat (reads, and
         submissions with an id) is sent again once."""
+        response, data = self._send(method, path, body, query, retry)
+        return self._answer(response, data)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        retry: bool | None = None,
+        *,
+        whole: bool = True,
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """Send one request and read its answer's status and headers, and its body when
+        ``whole`` (else the caller reads it, then calls :meth:`_done`); see :meth:`request`."""
         target = self._parts.path.rstrip("/") + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
@@ -196,15 +212,24 @@ class RemoteClient(BudgetReads):
                 conn = self._connection()
                 conn.request(method, target, body=payload, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                data = response.read() if whole or response.status >= 400 else b""
                 break
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 self.close()
                 if attempt == 0 and repeat and not isinstance(exc, (TimeoutError, ssl.SSLCertVerificationError)):
                     continue
                 raise RemoteError(f"cannot reach privsched server at {self.url}: {exc}") from None
+        if whole or response.status >= 400:
+            self._done(response)
+        return response, data
+
+    def _done(self, response: http.client.HTTPResponse) -> None:
+        """Close the connection after an answer whose server closes it."""
         if response.will_close:
             self.close()
+
+    def _answer(self, response: http.client.HTTPResponse, data: bytes) -> Any:
+        """An answer's decoded JSON, or :class:`RemoteError` for a refusal."""
         try:
             answer = json.loads(data) if data else None
         except ValueError:
@@ -399,6 +424,36 @@ class RemoteClient(BudgetReads):
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})
         return answer["text"].encode(), bool(answer["ended"])
+
+    def result(self, pipeline_id: int) -> PipelineResult:
+        """What a pipeline released, its charge, state, reason and artifacts (its submitter,
+        admins and, for a built-in job, its dataset's readers may read it)."""
+        from privsched.results import PipelineResult
+
+        return PipelineResult.from_dict(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/result"))
+
+    def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> builtins.list[Path]:
+        """Copy an ended pipeline's artifacts (all, or ``names``) into the folder ``out``,
+        streamed; returns the files written."""
+        from privsched.results import check_artifact_name, save_artifact
+
+        wanted = [a.name for a in self.result(pipeline_id).artifacts] if names is None else builtins.list(names)
+        written = []
+        for name in wanted:
+            check_artifact_name(name)  # a name from the server, too, stays below ``out``
+            response, data = self._send("GET", f"/v1/pipelines/{int(pipeline_id)}/artifacts/{quote(name)}", whole=False)
+            if response.status >= 400:
+                self._answer(response, data)  # raises the server's refusal
+            try:
+                written.append(save_artifact(Path(out), name, iter(lambda: response.read(1 << 20), b"")))
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                self.close()
+                raise RemoteError(f"the download of {name!r} broke off: {exc}") from None
+            except BaseException:  # refused (too large): the rest of the answer is never read
+                self.close()
+                raise
+            self._done(response)
+        return written
 
     def logs(self, pipeline_id: int) -> str:
         text, offset = [], 0

@@ -19,7 +19,7 @@ def counted_sleep_then_spend(ctx: JobContext) -> None:
         runs.write("run\n")
     time.sleep(float(ctx.params.get("seconds", 1.0)))
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
 
 
@@ -32,7 +32,7 @@ def counted_wait_then_spend(ctx: JobContext) -> None:
     while not Path(ctx.workdir, "go").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
 
 

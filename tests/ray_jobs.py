@@ -26,7 +26,7 @@ def reports_gpus(ctx: JobContext) -> None:
     started = time.time()
     _trace(ctx, "started")
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     print(f"pipeline {ctx.pipeline_id} sees GPUs {visible!r}", flush=True)
     time.sleep(float(ctx.params.get("seconds", 0)))
@@ -36,7 +36,7 @@ def reports_gpus(ctx: JobContext) -> None:
 
 def prints_then_hangs(ctx: JobContext) -> None:
     """Reads its first block, writes its process id next to the pipeline, says so, and hangs."""
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     Path(ctx.workdir, "job.pid").write_text(str(os.getpid()))
     print(f"pipeline {ctx.pipeline_id} is reading", flush=True)
     time.sleep(3600)

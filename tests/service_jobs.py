@@ -15,7 +15,7 @@ from privsched.jobs.context import JobContext
 def spend_half(ctx: JobContext) -> None:
     """Reads every granted block, then reports half of its budget as spent."""
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
     ctx.report_metrics(blocks=len(ctx.block_keys))
 
@@ -23,7 +23,7 @@ def spend_half(ctx: JobContext) -> None:
 def no_report(ctx: JobContext) -> None:
     """Reads its data and returns without reporting: charged its whole grant."""
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
 
 
 def sleep_then_spend(ctx: JobContext) -> None:
@@ -33,15 +33,8 @@ def sleep_then_spend(ctx: JobContext) -> None:
 
 
 def raises_after_reading(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     raise RuntimeError("the model diverged")
-
-
-def reads_directly_then_raises(ctx: JobContext) -> None:
-    """Takes a granted block's location without ``block_path`` (as code that opens the file
-    itself does), then fails."""
-    location = ctx.blocks[ctx.block_keys[0]].location
-    raise RuntimeError(f"failed after reading {location}")
 
 
 def raises_before_reading(ctx: JobContext) -> None:
@@ -49,17 +42,17 @@ def raises_before_reading(ctx: JobContext) -> None:
 
 
 def hangs(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     time.sleep(3600)
 
 
 def exits_without_result(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     os._exit(0)
 
 
 def reads_foreign_block(ctx: JobContext) -> None:
-    ctx.block_path("not-granted")
+    ctx.open_block("not-granted")
 
 
 def writes_environment(ctx: JobContext) -> None:

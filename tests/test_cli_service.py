@@ -116,7 +116,7 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait()
-    assert waited.returncode == 0 and waited.stdout.strip() == "pipeline 1 completed"
+    assert waited.returncode == 0 and waited.stdout == "pipeline 1 completed\nartifact env.txt (7 bytes)\n"  # and what it left
     assert cli("logs", "1", "--follow").stdout == "hello from pipeline 1\n"  # ended: follow stops at once
     with Ledger(tmp_path / "p.db") as ledger:
         assert ledger.lease_holder() is None  # a stopped scheduler hands its lease back

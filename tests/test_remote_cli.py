@@ -102,7 +102,7 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     first = run_cli("submit", write(tmp_path, "a", "[b0, b1]", 0.6), env=remote)
     assert (first.returncode, first.stdout) == (0, "1\n"), first.stderr
     done = run_cli("submit", write(tmp_path, "b", "[b2]", 0.3), "--wait", env=remote)
-    assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\nmetric blocks: 1\n"), done.stderr  # and what it released
     wait_until(lambda: ps.connect(served.db).status(1).state == "completed")
     assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left: never
     commands = [

@@ -38,6 +38,8 @@ SHARED_METHODS = (
     "cancel",
     "log_chunk",
     "logs",
+    "result",
+    "download",
     "scheduler",
     "audit",
 )

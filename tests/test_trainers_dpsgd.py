@@ -251,7 +251,9 @@ def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small
         "stopped",
         "accuracy_epsilon",
         "spent",
-    }  # depend on the plan and the grant, not on the data
+        "architecture",  # the model's name and shape: the job's and the blocks' declared metadata
+        "device",
+    }  # depend on the plan, the grant and the placement, not on the data
     assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
     # 200 records: no record count is released except the noisy held-out size (and the noisy
     # accuracy, a proportion clamped to [0, 1], which reads 1.0 when its noise is large)

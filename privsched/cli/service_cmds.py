@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, new_table, one_blas_thread, say, show
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, new_table, one_blas_thread, readable_result, say, show
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -120,6 +120,7 @@ def status(
         reason = client.reasons(info.dataset, pipeline_id=pipeline_id).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
         by, caused = _caused_by(client.events(pipeline_id=pipeline_id))
+        released = readable_result(client, pipeline_id) if info.state.is_final() else None
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = new_table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
@@ -147,6 +148,8 @@ def status(
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     show(table)
+    for line in [] if released is None else released.output_lines():  # its state and charge are in the table
+        say(line)
 
 
 @app.command()

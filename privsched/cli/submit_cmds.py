@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, errors, fail, one_blas_thread, say
+from privsched.cli.common import DEFAULT_DB, DbOption, errors, fail, one_blas_thread, readable_result, say
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -40,7 +40,8 @@ def submit(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
+    """Submit a pipeline and print its id (with --wait: its outcome and what it released; exit
+    1 unless it completed)."""
     from privsched.cli.remote_option import open_client, server_url
 
     # The specification's models are the first pydantic models this process builds, and
@@ -72,6 +73,9 @@ def submit(
         if client.scheduler() is None:
             print(printable(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}"), file=sys.stderr)
         info = run.wait().info
+        released = readable_result(client, run.id)
     say(_outcome(info))
+    for line in [] if released is None else released.output_lines():
+        say(line)
     if info.state != "completed":
         raise typer.Exit(1)

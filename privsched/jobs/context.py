@@ -1,19 +1,22 @@
 """What a granted job sees: its granted blocks (and no others), its grant, the mechanism it
 was charged, its device.
 
-A :class:`JobContext` travels to the job's process (local or on a cluster) as JSON; the job
-reads data only through :meth:`JobContext.block_path` and reports what it actually spent
-with :meth:`JobContext.report_spent`. The executor turns the context's final state into a
+A :class:`JobContext` travels to the job's supervisor (local or on a cluster) as JSON; the
+job's own copy holds its blocks' keys and grants but not their locations: it reads data only
+through :meth:`JobContext.open_block` (or :meth:`JobContext.block_files`), which its
+supervisor answers with open, read-only descriptors (:mod:`privsched.jobs.primitives`), and it
+reports what it actually spent with :meth:`JobContext.report_spent`. The executor turns the context's final state into a
 :class:`JobResult` that the scheduler settles in the ledger (docs/design.md §4.4).
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -29,16 +32,35 @@ class BlockAccessError(Forbidden):
 @dataclass
 class BlockGrant:
     key: str
-    location: str | None
+    location: str | None  # where the supervisor finds the block's data (None in the job's own context)
     grant: np.ndarray  # (K,) budget granted on this block
+
+
+def block_file_paths(location: str) -> dict[str, Path]:
+    """The files of a block, by name within it: a block that is one file is ``{"": file}``; a
+    folder is each regular file below it, by its relative path (``/``-separated), in order.
+    A missing location raises ``FileNotFoundError``."""
+    root = Path(location)
+    if not root.is_dir():
+        if not root.exists():
+            raise FileNotFoundError("the block's data is missing")
+        return {"": root}
+    files = {}
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            path = Path(folder, name)
+            if path.is_file() and not path.is_symlink():
+                files[path.relative_to(root).as_posix()] = path
+    return files
 
 
 @dataclass
 class JobContext:
     """Everything a job may read and call (docs/design.md §6.2).
 
-    A job reads its pipeline's identity, its granted blocks' data through
-    :meth:`block_path` (any other block raises :class:`BlockAccessError`), its grant
+    A job reads its pipeline's identity, its granted blocks' data through :meth:`open_block`
+    or :meth:`block_files` (any other block raises :class:`BlockAccessError`), its grant
     (:attr:`budget`), the mechanism the ledger charged (:attr:`plan`) and the (ε, δ) it was
     planned with, its longest run, its device, its working folder and its parameters; it calls
     :meth:`report_spent` with what it actually spent (at most its grant) and
@@ -50,7 +72,7 @@ class JobContext:
     dataset: str  # the dataset's name
     accounting: Accounting  # how budgets are counted (basic or RDP orders)
     delta: float  # the δ the pipeline was planned with, else the dataset's δ_G: reports (ε, δ) of an RDP curve
-    blocks: dict[str, BlockGrant]  # the granted blocks: key -> location and grant
+    blocks: dict[str, BlockGrant]  # the granted blocks: key -> grant (and location, the supervisor's copy only)
     device: str = "cpu"  # "cuda" when the job was placed on a GPU
     workdir: Path = field(default_factory=lambda: Path("."))  # the job's own writable work folder
     params: dict[str, Any] = field(default_factory=dict)  # the job's parameters (a built-in job's: its kind too)
@@ -60,7 +82,7 @@ class JobContext:
     spent: np.ndarray | None = None  # set by report_spent
     metrics: dict[str, Any] = field(default_factory=dict)  # set by report_metrics
     touched_data: bool = False  # set once the job asked for a block's data
-    #: The supervisor's channel (privacy primitives, mediated block reads); None outside one.
+    #: The supervisor's channel (privacy primitives, brokered block reads); None outside one.
     channel: Any = field(default=None, repr=False, compare=False)
 
     @property
@@ -73,31 +95,49 @@ class JobContext:
         of its per-block grants (a job's data touches all its blocks, so each is charged)."""
         return np.min(np.stack([b.grant for b in self.blocks.values()]), axis=0)
 
-    def block_path(self, key: str) -> Path:
-        """Path of a granted block's data; any other block raises :class:`BlockAccessError`."""
+    def open_block(self, key: str) -> BinaryIO:
+        """A granted block's data, open for reading (``numpy.load`` and
+        ``pyarrow.parquet.read_table`` take it); a block of several files raises ``ValueError``
+        (read it with :meth:`block_files`), any other block :class:`BlockAccessError`."""
+        files = self.block_files(key)
+        if list(files) != [""]:
+            for stream in files.values():
+                stream.close()
+            raise ValueError(f"block {key!r} holds {len(files)} files: read them with block_files")
+        return files[""]
+
+    def block_files(self, key: str) -> dict[str, BinaryIO]:
+        """A granted block's files, open for reading, by name within the block (``""`` for a
+        block that is one file). Under a supervisor the files come as descriptors it opened,
+        read-only, and the job is charged as having read its data from then on; called
+        in-process (no supervisor), the files are opened here."""
         if key not in self.blocks:
             raise BlockAccessError(f"pipeline {self.pipeline_id} was not granted block {key!r}")
+        self.touched_data = True
+        if self.channel is not None:
+            return self.channel.open_block(key)
         location = self.blocks[key].location
         if location is None:
             raise BlockAccessError(f"block {key!r} has no data location")
-        self.touched_data = True
-        if self.channel is not None and self.channel.mediates_blocks:
-            return self.channel.fetch_block(key)
-        return Path(location)
+        return {name: path.open("rb") for name, path in block_file_paths(location).items()}
 
     def read(self, columns: Sequence[str] | None = None, as_: str = "arrow", keys: Iterable[str] | None = None) -> Any:
         """The records of the granted blocks (``keys``: only these), every column or only
         ``columns``, as an Arrow table (``as_="arrow"``), NumPy arrays by column name
         (``"numpy"``) or a pandas DataFrame (``"pandas"``). Each block is opened through
-        :meth:`block_path`, the one gate to block data."""
+        :meth:`open_block`, the one gate to block data."""
         from privsched.jobs.records import read_table, table_as
 
         wanted = list(self.block_keys if keys is None else keys)
         for key in wanted:
             if key not in self.blocks:
-                self.block_path(key)  # raises before any block is opened
-        sources = [self.block_path(key) for key in wanted]
-        return table_as(read_table(sources, columns), as_)
+                self.open_block(key)  # raises before any block is opened
+        streams = [self.open_block(key) for key in wanted]
+        try:
+            return table_as(read_table(streams, columns), as_)
+        finally:
+            for stream in streams:
+                stream.close()
 
     def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
         """A DP release computed and charged by the supervisor (:mod:`privsched.jobs.primitives`)."""

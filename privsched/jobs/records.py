@@ -6,8 +6,8 @@ types) or a NumPy ``.npz`` file of per-record arrays of equal length, such as
 ``category`` (n,), ``rating`` (n,), ``length`` (n,), plus the scalars ``vocab_size`` and
 ``n_categories``. The format is told by the file's first bytes. Every reader takes a path or
 an open binary file object (seekable), so that blocks reach a job either way; files are
-opened through :meth:`JobContext.block_path`, which raises
-:class:`~privsched.jobs.context.BlockAccessError` for any block outside the grant.
+opened through :meth:`JobContext.open_block` (under a supervisor, descriptors it opened),
+which raises :class:`~privsched.jobs.context.BlockAccessError` for any block outside the grant.
 pyarrow is imported only when a Parquet block or an Arrow table is read.
 """
 
@@ -39,8 +39,13 @@ def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str,
     keys = list(ctx.block_keys if keys is None else keys)
     for key in keys:
         if key not in ctx.blocks:
-            ctx.block_path(key)  # raises: the context is the one gate to block data
-    return read_block_files([ctx.block_path(key) for key in keys])
+            ctx.open_block(key)  # raises: the context is the one gate to block data
+    streams = [ctx.open_block(key) for key in keys]
+    try:
+        return read_block_files(streams)
+    finally:
+        for stream in streams:
+            stream.close()
 
 
 def is_parquet(source: BlockSource) -> bool:

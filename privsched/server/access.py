@@ -55,6 +55,18 @@ def require_owner(user: User, info: PipelineInfo, submission: Submission | None)
         raise Forbidden(f"pipeline {info.id} belongs to {submitter or info.owner}, not to {user.name}")
 
 
+def require_result_reader(user: User, info: PipelineInfo, submission: Submission | None) -> None:
+    """Who may read what a pipeline released (its result, its artifacts), the caller having
+    reached the pipeline through its dataset (so being one of the dataset's readers): admins,
+    its submitter, and, for a declarative job (a built-in kind: everything it releases is DP
+    and was charged), every reader of the dataset. A code job's outputs reach only its
+    submitter and admins (docs/privacy.md)."""
+    if user.is_admin or info.job.get("kind"):
+        return
+    if submission is None or submission.submitter != user.name:
+        raise Forbidden(f"pipeline {info.id} ran code: only its submitter and admins may read what it released")
+
+
 def readable_dataset(client: Client, identities: Identities, user: User, name: str) -> DatasetInfo:
     """A dataset the user's team may use: 404 if there is none, 403 if it is not theirs."""
     try:

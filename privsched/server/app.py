@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from functools import partial
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -58,6 +58,7 @@ from privsched.server.models import (
     PipelineOut,
     QuotaIn,
     QuotaOut,
+    ResultOut,
     SchedulerOut,
     SubmitIn,
     TokenOut,
@@ -311,6 +312,29 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         wakeup.changed(client.path, [pipeline_id])  # requests waiting on its state look again
         return reply(CancelOut(id=pipeline_id, outcome=outcome))
 
+    @app.get("/v1/pipelines/{pipeline_id}/result", response_model=ResultOut, tags=["pipelines"])
+    def result(pipeline_id: int, caller: Caller) -> Response:
+        """What a pipeline released: its job's metrics and primitives' values, its charge per
+        block as ε at the dataset's δ_G, its state and reason, its artifacts. Read by its
+        submitter, admins and, for a built-in job, its dataset's readers."""
+        with connections.reads() as reads:
+            return reply(reads.views.result(pipeline_id, caller))
+
+    @app.get(
+        "/v1/pipelines/{pipeline_id}/artifacts/{name:path}",
+        tags=["pipelines"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+    )
+    def artifact(pipeline_id: int, name: str, caller: Caller) -> Response:
+        """A file the ended pipeline's job left in its work folder, streamed (at most
+        :data:`~privsched.results.MAX_ARTIFACT` bytes; a name is a path below that folder,
+        never through a link). Read by whoever may read the pipeline's result."""
+        with connections.reads() as reads:
+            reads.views.result_reader(pipeline_id, caller)
+            stream, size = reads.client.open_artifact(pipeline_id, name)
+        return StreamingResponse(_chunks(stream, size), media_type="application/octet-stream", headers={"Content-Length": str(size)})
+
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
     def events(pipeline_id: int, caller: Caller) -> Response:
         """A pipeline's events, oldest first, each with who caused it. A failure's message
@@ -372,6 +396,18 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(next(UserOut(**vars(u)) for u in identities.users() if u.name == name))
 
     return app
+
+
+def _chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``stream`` (the length the answer announced), in chunks;
+    the stream is closed at the end."""
+    with stream:
+        while size > 0:
+            chunk = stream.read(min(size, 1 << 20))
+            if not chunk:
+                return
+            size -= len(chunk)
+            yield chunk
 
 
 def _errors(app: FastAPI) -> None:

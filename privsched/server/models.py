@@ -207,6 +207,29 @@ class PipelineOut(Model):
         return PipelineInfo(**fields)
 
 
+class ArtifactOut(Model):
+    name: str  # its path in the job's work folder
+    size: int  # bytes
+
+
+class ResultOut(Model):
+    """What a pipeline released (:class:`privsched.results.PipelineResult`)."""
+
+    id: int
+    name: str
+    dataset: str
+    state: str
+    reason: str | None
+    job: str  # a built-in job's kind, or "function"
+    delta: float  # the dataset's δ_G, at which each ε is read
+    epsilon: float | None  # the largest ε charged on a block (None until it ended)
+    charged: dict[str, float] | None  # ε charged per block
+    metrics: dict[str, Any]
+    releases: list[dict[str, Any]]  # each privacy primitive's query, ε, δ and value
+    first_access: float | None  # when its job first reached its data
+    artifacts: list[ArtifactOut]
+
+
 class EventOut(Model):
     """One event of the ledger's log (docs/ledger.md): a budget movement or a state change,
     and who caused it."""

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from privsched.client import Client
 from privsched.ledger import LedgerError, PipelineInfo
-from privsched.ledger.identities import Identities, User
+from privsched.ledger.identities import Identities, Submission, User
 from privsched.server import access
 from privsched.server.access import NotFound
-from privsched.server.models import DatasetOut, PipelineOut
+from privsched.server.models import DatasetOut, PipelineOut, ResultOut
 
 
 class Views:
@@ -36,3 +36,20 @@ class Views:
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
         submission = self.identities.submissions([info.id]).get(info.id)
         return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
+
+    def result_reader(self, pipeline_id: int, caller: User) -> tuple[PipelineInfo, Submission | None]:
+        """A pipeline whose outputs the caller may read (:func:`access.require_result_reader`),
+        and who submitted it."""
+        info = self.pipeline(pipeline_id, caller)
+        submission = self.identities.submissions([info.id]).get(info.id)
+        access.require_result_reader(caller, info, submission)
+        return info, submission
+
+    def result(self, pipeline_id: int, caller: User) -> ResultOut:
+        """What a pipeline released, for a caller who may read it: its reason as its
+        submitter or an admin reads it, else as :func:`access.visible_message` shows it."""
+        info, submission = self.result_reader(pipeline_id, caller)
+        own = caller.is_admin or (submission is not None and submission.submitter == caller.name)
+        result = self.client.result(pipeline_id)
+        reason = result.reason if own else access.visible_message(info, caller)
+        return ResultOut.model_validate({**result.to_dict(), "reason": reason})

@@ -401,7 +401,16 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
     metrics = {
         "model": job.model,
+        # what build_model(**architecture) takes to rebuild the model that model.pt's state dict loads into
+        "architecture": {
+            "name": job.model,
+            "vocab_size": int(data.vocab_size),
+            "n_classes": int(data.n_classes),
+            "embed_dim": job.embed_dim,
+            "hidden": job.hidden,
+        },
         "grad_sample_mode": mode,
+        "device": device.type,  # where it trained (cuda or cpu)
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
         "planned_steps": plan.steps,
@@ -413,6 +422,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     }
     ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), ctx.workdir / "model.pt")
+    # on the CPU: the state dict loads anywhere, with torch.load(..., weights_only=True)
+    torch.save({name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}, ctx.workdir / "model.pt")
     (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     ctx.report_metrics(**metrics)
