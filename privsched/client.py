@@ -535,13 +535,15 @@ class Client(BudgetReads):
 
         return Identities(self.path)
 
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        """Create a user of the HTTP API and return its bearer token (shown only this once)."""
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        """Create a user of the HTTP API and return its bearer token (shown only this once);
+        ``code``: a submitter that may submit code jobs (``function:``)."""
         with self._identities() as identities:
-            return identities.add_user(name, role, team)
+            return identities.add_user(name, role, team, code=code)
 
     def users(self) -> builtins.list[dict[str, Any]]:
-        """Every user: name, role, team, created_at and revoked_at (None while valid)."""
+        """Every user: name, role, team, created_at, revoked_at (None while valid) and code
+        (whether it may submit code jobs)."""
         with self._identities() as identities:
             return [vars(user) for user in identities.users()]
 
@@ -549,6 +551,12 @@ class Client(BudgetReads):
         """Revoke a user's token: every request with it is refused from now on."""
         with self._identities() as identities:
             identities.revoke(name)
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        """Allow a submitter to submit code jobs, or deny it again (recorded in the user
+        changes); returns the user afterwards."""
+        with self._identities() as identities:
+            return vars(identities.set_code(name, allowed))
 
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold (allocated plus consumed) on each block of ``dataset``

@@ -365,11 +365,14 @@ class RemoteClient(BudgetReads):
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 
     # -- users --------------------------------------------------------------------------------
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team, "code": code})["token"]
 
     def users(self) -> builtins.list[dict[str, Any]]:
         return self.request("GET", "/v1/users")
 
     def revoke_user(self, name: str) -> None:
         self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        return self.request("POST", f"/v1/users/{quote(name, safe='')}/code", {"allowed": allowed})

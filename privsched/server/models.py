@@ -256,6 +256,11 @@ class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
     team: str | None = None
+    code: bool = Field(False, description="A submitter that may submit code jobs (function:); admins always may.")
+
+
+class CodeIn(Model):
+    allowed: bool = Field(description="Whether the submitter may submit code jobs (function:) from now on.")
 
 
 class UserOut(Model):
@@ -264,6 +269,7 @@ class UserOut(Model):
     team: str | None
     created_at: float
     revoked_at: float | None
+    code: bool = Field(False, description="Whether the user may submit code jobs (function:); admins always may.")
 
 
 class TokenOut(Model):

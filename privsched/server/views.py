@@ -35,4 +35,4 @@ class Views:
 
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
         submission = self.identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
+        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller, submission))
