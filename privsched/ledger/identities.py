@@ -174,7 +174,7 @@ class Identities:
         return token
 
     def users(self) -> list[User]:
-        return [User(*row[:5], bool(row[5])) for row in self._rows(f"SELECT {_USER_COLUMNS} FROM users ORDER BY name")]
+        return [_user(row) for row in self._rows(f"SELECT {_USER_COLUMNS} FROM users ORDER BY name")]
 
     def revoke(self, name: str, now: float | None = None, *, actor: str | None = None) -> None:
         """Revoke a user's token for good (the user stays listed, with when)."""
@@ -196,7 +196,7 @@ class Identities:
         found = self._rows(f"SELECT {_USER_COLUMNS} FROM users WHERE token_hash = ?", [token_hash(token)])
         if not found or found[0][4] is not None:
             return None
-        return User(*found[0][:5], bool(found[0][5]))
+        return _user(found[0])
 
     # --------------------------------------------------------------- dataset teams
     def restrict(self, dataset_id: int, teams: list[str]) -> None:
@@ -260,6 +260,12 @@ class Identities:
             )
 
         return record
+
+
+def _user(row: tuple) -> User:
+    """A :class:`User` from a row of :data:`_USER_COLUMNS`."""
+    name, role, team, created_at, revoked_at, code = row
+    return User(name, role, team, created_at, revoked_at, bool(code))
 
 
 # Writes, each run by :meth:`Identities._write` as one transaction on its connection ``db``.
