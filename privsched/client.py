@@ -279,9 +279,12 @@ class Client(BudgetReads):
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
         """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
-        from privsched.service.submissions import build_request
+        from privsched.service.submissions import build_request, checked_code
 
-        parsed = [self._spec(s) for s in specs]
+        given = [self._spec(s) for s in specs]
+        protected = self._protected() if any(spec.job.function for spec in given) else []
+        checked: dict[str, str | None] = {}
+        parsed = [checked_code(spec, protected, checked) for spec in given]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
         requests = []
@@ -294,12 +297,18 @@ class Client(BudgetReads):
             requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
         return requests
 
+    def _protected(self) -> builtins.list[str]:
+        """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""
+        from privsched.service.preflight import protected_paths
+
+        return protected_paths(self.path, self.runs.root, [b.location for b in self.ledger.list_blocks()])
+
     def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
         from privsched.service.dryrun import dry_run
-        from privsched.service.submissions import build_request
+        from privsched.service.submissions import build_request, checked_code
 
-        parsed = self._spec(spec)
+        parsed = checked_code(self._spec(spec), self._protected())
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
         request = build_request(parsed, dataset, blocks, self.pool(), owner)
