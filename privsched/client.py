@@ -278,23 +278,29 @@ class Client(BudgetReads):
         return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
-        """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
+        """The ledger claims of ``specs`` (demands computed, compute checked, code jobs
+        checked by their preflight once everything else passed), not yet recorded."""
         from privsched.service.submissions import build_request, checked_code
 
-        given = [self._spec(s) for s in specs]
-        protected = self._protected() if any(spec.job.function for spec in given) else []
-        checked: dict[str, str | None] = {}
-        parsed = [checked_code(spec, protected, checked) for spec in given]
+        parsed = [self._spec(s) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
-        requests = []
         pool = self.pool()
+
+        def request(spec: PipelineSpec) -> PipelineRequest:
+            return build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner)
+
+        requests = []
         for spec in parsed:
             if spec.dataset not in datasets:
                 datasets[spec.dataset] = self.ledger.get_dataset(spec.dataset)
             if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
-            requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
+            requests.append(request(spec))
+        if any(spec.job.function for spec in parsed):  # the costly check last
+            protected = self._protected()
+            checked: dict[str, str | None] = {}
+            requests = [request(checked_code(spec, protected, checked)) if spec.job.function else r for spec, r in zip(parsed, requests)]
         return requests
 
     def _protected(self) -> builtins.list[str]:
@@ -303,16 +309,39 @@ class Client(BudgetReads):
 
         return protected_paths(self.path, self.runs.root, [b.location for b in self.ledger.list_blocks()])
 
-    def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+    def dry_run(self, spec: SpecLike, *, owner: str | None = None, team: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it would be granted: fits now,
+        waits (and why) or can never fit, weighing ``team``'s quota (the submitter's team, if
+        any); writes nothing (:mod:`privsched.service.dryrun`)."""
         from privsched.service.dryrun import dry_run
         from privsched.service.submissions import build_request, checked_code
 
-        parsed = checked_code(self._spec(spec), self._protected())
+        parsed = self._spec(spec)
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
-        request = build_request(parsed, dataset, blocks, self.pool(), owner)
-        return dry_run(request, dataset, blocks, parsed.delta)
+        compute = self.pool().refusal(parsed.resources)
+        build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
+        request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
+        quota = None if team is None else self._quota(dataset, blocks, team)
+        return dry_run(request, dataset, blocks, quota=quota, compute=compute)
+
+    def _quota(self, dataset: DatasetInfo, blocks: builtins.list[BlockInfo], team: str) -> Any:
+        """``team``'s :class:`~privsched.service.dryrun.Quota` on ``dataset``, or None without one."""
+        from privsched.ledger.connection import open_database
+        from privsched.ledger.quotas import QuotaCheck
+        from privsched.service.dryrun import Quota
+
+        keys = {b.id: b.key for b in blocks}
+        db = open_database(self.path, create=False)  # its own connection, as reasons() takes
+        try:
+            check = QuotaCheck.load(db)
+            if check is None or (dataset.id, team) not in check.shares:
+                return None
+            held = {keys[b]: v for b, v in check.held(dataset.id, team).items() if b in keys}
+            consumed = {keys[b]: v for b, v in check.consumed(dataset.id, team).items() if b in keys}
+            return Quota(team, check.shares[(dataset.id, team)], held, consumed)  # type: ignore[arg-type]
+        finally:
+            db.close()
 
     def pipeline(
         self,

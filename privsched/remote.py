@@ -294,7 +294,8 @@ class RemoteClient(BudgetReads):
         return RemoteRun(self, answer["id"])
 
     def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        """What submitting ``spec`` would claim and whether it would be granted (fits now,
+        waits or can never fit, under the caller's team quota); writes nothing."""
         from privsched.service.dryrun import BlockFit, DryRun
 
         answer = self._send_spec("/v1/pipelines/dry-run", spec, owner, {})

@@ -208,13 +208,14 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:
-        """The demand a submission would be charged and whether it fits each block now; writes nothing."""
+        """The demand a submission would be charged, whether it fits each block now, and the
+        verdict: fits now, waits (and why) or can never fit, under the caller's team quota; writes nothing."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
         access.require_code_rights(caller, spec.job)
         with connections.reads() as reads:
             access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
-            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name))))
+            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name, team=caller.team))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
     def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:

@@ -323,9 +323,11 @@ class DryRunOut(Model):
     dataset: str
     demand: list[float]
     labels: list[str]
-    epsilon: float
-    delta: float
+    epsilon: float = Field(description="The ε the demand guarantees at delta, as a pipeline's status reads it.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's δ under basic accounting.")
     blocks: list[BlockFitOut]
+    verdict: Literal["fits now", "waits", "can never fit"]
+    reason: str | None = Field(None, description="Why it waits or can never fit.")
 
 
 class ErrorOut(Model):
