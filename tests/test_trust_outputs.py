@@ -5,6 +5,7 @@ what privsched itself decided reaches every reader (docs/privacy.md, "Who may ru
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -162,3 +163,16 @@ def test_user_add_with_code_lets_a_local_submitter_run_code_and_user_list_says_s
     assert invoke("user", "deny-code", "carl", db=db).stdout == "user carl may no longer submit code jobs\n"
     with Identities(db) as identities:
         assert [u.may_run_code for u in identities.users()] == [False, False]
+
+
+def test_the_readme_privacy_and_sandbox_docs_state_the_trust_model_in_the_same_words():
+    from tests.conftest import REPO
+
+    def paragraph(name: str) -> str:
+        found = re.search(r"\*\*Who may run what\.\*\*.*?\n\n", (REPO / name).read_text(), re.S)
+        assert found is not None, name
+        return found.group(0)
+
+    stated = {paragraph(name) for name in ("README.md", "docs/privacy.md", "docs/sandbox.md")}
+    assert len(stated) == 1
+    assert "reach only their submitter and admins" in next(iter(stated))
