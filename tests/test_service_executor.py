@@ -82,9 +82,9 @@ def test_every_job_that_started_and_failed_counts_as_having_touched_data(tmp_pat
         launch_for(tmp_path / "d", "reads_directly_then_raises", pipeline_id=4),
     )
     assert (results[1].completed, results[1].touched_data) == (False, True)
-    assert results[1].message == "RuntimeError: the model diverged"
+    assert results[1].message == "the job raised RuntimeError: the model diverged"
     assert (results[2].completed, results[2].touched_data) == (False, True)
-    assert results[3].message.startswith("BlockAccessError") and results[3].touched_data
+    assert results[3].message.startswith("the job raised BlockAccessError") and results[3].touched_data
     assert (results[4].completed, results[4].touched_data) == (False, True)
     assert "Traceback" in (tmp_path / "a" / "job.log").read_text()
 

@@ -111,7 +111,7 @@ def test_a_failed_user_job_has_touched_its_data_whatever_it_says(tmp_path: Path)
     job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
     assert not result.completed and result.touched_data
-    assert result.message.startswith("ValueError")
+    assert result.message.startswith("the job raised ValueError")
 
 
 @needs_landlock
@@ -252,4 +252,4 @@ def test_tcp_stays_open_only_when_the_pipeline_asks_and_the_operator_allows(tmp_
         context = write_context(tmp_path / "run", job, blocks(tmp_path), params={"port": server.getsockname()[1]})
         result = result_of(context, *(["--network"] if allowed else []))
     assert result.completed is connects
-    assert connects or result.message.startswith("PermissionError")
+    assert connects or result.message.startswith("the job raised PermissionError")

@@ -182,7 +182,9 @@ class EventOut(Model):
     source: str | None
     target: str | None
     amount: list[float] | None
-    reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
+    reason: str | None = Field(
+        description="Why (a release's reason; a failure's message, withheld where the job wrote it and the caller may not read its text)."
+    )
     actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before actors were).")
 
     @classmethod
