@@ -138,6 +138,20 @@ def test_code_rights_granted_and_revoked_by_an_admin_are_recorded_with_who_chang
     assert changes == [("added as submitter of team blue", None), ("code allowed", "admin"), ("code denied", "admin")]
 
 
+def test_an_admin_grants_code_rights_through_the_remote_command_line(server: Server, monkeypatch: pytest.MonkeyPatch):
+    with Identities(server.db) as identities:
+        token = identities.add_user("dora", "submitter", "blue")
+    monkeypatch.setenv("PRIVSCHED_SERVER", server.url)
+    monkeypatch.setenv("PRIVSCHED_TOKEN", server.tokens["alice"])
+    refused = invoke("user", "allow-code", "dora")
+    assert refused.code == 1 and refused.stderr.startswith("error: only an admin may grant or revoke code rights")
+    monkeypatch.setenv("PRIVSCHED_TOKEN", server.tokens["admin"])
+    assert invoke("user", "allow-code", "dora").stdout == "user dora may submit code jobs\n"
+    assert ps.connect(server.url, token=token).submit(code_spec("mine", "spend_half", "b0")).status == "pending"
+    with Identities(server.db) as identities:
+        assert identities.changes("dora")[-1].actor == "admin"
+
+
 def test_viewers_and_admins_cannot_be_given_code_rights_and_nothing_changes(tmp_path: Path):
     db = tmp_path / "p.db"
     with ps.connect(db) as client:
