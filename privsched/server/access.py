@@ -91,12 +91,6 @@ def can_read_job_text(user: User, info: PipelineInfo, submission: Submission | N
     return user.is_admin or (is_code_job(info) and is_submitter(user, submission))
 
 
-def require_outputs(user: User, info: PipelineInfo, submission: Submission | None) -> None:
-    """403 unless :func:`can_read_outputs`."""
-    if not can_read_outputs(user, info, submission):
-        raise Forbidden(f"pipeline {info.id} runs its submitter's code: its outputs are for its submitter and admins only")
-
-
 def require_job_text(user: User, info: PipelineInfo, submission: Submission | None) -> None:
     """403 unless :func:`can_read_job_text`."""
     if not can_read_job_text(user, info, submission):
