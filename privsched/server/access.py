@@ -7,8 +7,8 @@ and blocks, unlocking budget), managing users, auditing, and reading job logs.
 
 What a job released or wrote has an owner (docs/privacy.md, "Who may run what"): a
 *declarative* job's (built-in statistics and DP-SGD) outputs are DP and charged, so every
-reader of its dataset may read them, while its log and its own failure message are raw
-privsched code over raw data, for admins only; a *code* job's (``function:``) metrics,
+reader of its dataset may read them, while its log and its own failure message, written by
+privsched's code as it read raw data, are for admins only; a *code* job's (``function:``) metrics,
 messages and logs reach only its submitter, who wrote the trusted code, and admins. What
 privsched itself decided about a pipeline (never grantable, timed out, cancelled, not
 started, ...) is read from public budgets and clocks, and every reader sees it.
@@ -23,9 +23,9 @@ from privsched.ledger.identities import Identities, Submission, User, check_name
 from privsched.spec import JobSpec
 
 #: What a reader who may not read a job's own words sees in place of its failure message.
-WITHHELD = "the job raised an error: its message is shown to its submitter and admins only"
+WITHHELD = "the job failed with an error of its own, shown to its submitter and admins only"
 #: The same, for a declarative job, whose own messages only admins read.
-WITHHELD_BUILTIN = "the built-in job raised an error: its message is shown to admins only"
+WITHHELD_BUILTIN = "the built-in job failed with an error of its own, shown to admins only (it may quote data)"
 
 
 #: A refused request; ``status`` is its HTTP status code (docs/design.md §6.3).
