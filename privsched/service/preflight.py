@@ -116,7 +116,9 @@ def code_problem(job: dict[str, Any], protected: list[str], limit: float = IMPOR
 
 def _passed_key(job: dict[str, Any], protected: list[str]) -> tuple:
     """What a passed check depends on: the job's entry and folders, the protected paths, the
-    sandbox mode, and the size and modification time of every file of the job's code."""
+    sandbox mode, and the size and modification time of every file of the job's code. A
+    package the code imports from elsewhere that changes later is not seen: the job's run
+    then fails as it would have without the check."""
     from privsched.jobs.runner import _code_roots
     from privsched.jobs.sandbox import sandbox_mode
 
