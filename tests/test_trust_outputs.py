@@ -16,7 +16,8 @@ import privsched as ps
 from privsched.ledger import Ledger
 from privsched.ledger.identities import Identities
 from privsched.remote import RemoteError
-from privsched.server.access import WITHHELD
+from privsched.jobs.runner import JOB_RAISED
+from privsched.server.access import WITHHELD, WITHHELD_BUILTIN
 from tests.cli_inprocess import invoke
 from tests.conftest import dump_database
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
@@ -94,6 +95,18 @@ def test_what_privsched_decided_about_a_pipeline_reaches_its_submitter_and_every
     for user in ("alice", "vera", "bob"):
         message = ps.connect(server.url, token=server.tokens[user]).status(hopeless.id).message
         assert message is not None and message.startswith("can never be granted"), (user, message)
+
+
+def test_a_built_in_jobs_own_failure_message_and_log_reach_admins_only(server: Server):
+    count = {**spec("count", "reviews", ["b3"], 0.1), "job": {"kind": "statistic", "params": {"query": "count"}}}
+    pipeline = server.call("POST", "/v1/pipelines", {"spec": count}, user="alice")[1]["id"]
+    said = JOB_RAISED + "IndexError: token 70001 is out of range"
+    with Ledger(server.db) as ledger:
+        ledger.fail(pipeline, said, actor="scheduler")
+    for user, shown in (("admin", said), ("alice", WITHHELD_BUILTIN), ("vera", WITHHELD_BUILTIN)):
+        assert server.call("GET", f"/v1/pipelines/{pipeline}", user=user)[1]["message"] == shown, user
+    assert server.call("GET", f"/v1/pipelines/{pipeline}/logs", user="alice")[0] == 403
+    assert server.call("GET", f"/v1/pipelines/{pipeline}/logs", user="admin")[0] == 200
 
 
 def test_a_submitter_without_code_rights_gets_403_and_one_line_for_a_code_job_and_nothing_is_written(
