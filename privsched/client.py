@@ -328,32 +328,70 @@ class Client(BudgetReads):
         return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
-        """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
-        from privsched.service.submissions import build_request
+        """The ledger claims of ``specs`` (demands computed, compute checked, code jobs
+        checked by their preflight once everything else passed), not yet recorded."""
+        from privsched.service.submissions import build_request, checked_code
 
         parsed = [self._declared_bounds(self._spec(s)) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
-        requests = []
         pool = self.pool()
+
+        def request(spec: PipelineSpec) -> PipelineRequest:
+            return build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner)
+
+        requests = []
         for spec in parsed:
             if spec.dataset not in datasets:
                 datasets[spec.dataset] = self.ledger.get_dataset(spec.dataset)
             if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
-            requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
+            requests.append(request(spec))
+        if any(spec.job.function for spec in parsed):  # the costly check last
+            protected = self._protected()
+            checked: dict[str, str | None] = {}
+            requests = [request(checked_code(spec, protected, checked)) if spec.job.function else r for spec, r in zip(parsed, requests)]
         return requests
 
-    def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+    def _protected(self) -> builtins.list[str]:
+        """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""
+        from privsched.service.preflight import protected_paths
+
+        return protected_paths(self.path, self.runs.root, [b.location for b in self.ledger.list_blocks()])
+
+    def dry_run(self, spec: SpecLike, *, owner: str | None = None, team: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it would be granted: fits now,
+        waits (and why) or can never fit, weighing ``team``'s quota (the submitter's team, if
+        any); writes nothing (:mod:`privsched.service.dryrun`)."""
         from privsched.service.dryrun import dry_run
-        from privsched.service.submissions import build_request
+        from privsched.service.submissions import build_request, checked_code
 
         parsed = self._declared_bounds(self._spec(spec))
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
-        request = build_request(parsed, dataset, blocks, self.pool(), owner)
-        return dry_run(request, dataset, blocks)
+        compute = self.pool().refusal(parsed.resources)
+        build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
+        request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
+        quota = None if team is None else self._quota(dataset, blocks, team)
+        return dry_run(request, dataset, blocks, quota=quota, compute=compute)
+
+    def _quota(self, dataset: DatasetInfo, blocks: builtins.list[BlockInfo], team: str) -> Any:
+        """``team``'s :class:`~privsched.service.dryrun.Quota` on ``dataset``, or None without one."""
+        from privsched.ledger.connection import open_database
+        from privsched.ledger.quotas import QuotaCheck
+        from privsched.service.dryrun import Quota
+
+        keys = {b.id: b.key for b in blocks}
+        db = open_database(self.path, create=False)  # its own connection, as reasons() takes
+        try:
+            check = QuotaCheck.load(db)
+            if check is None or (dataset.id, team) not in check.shares:
+                return None
+            held = {keys[b]: v for b, v in check.held(dataset.id, team).items() if b in keys}
+            consumed = {keys[b]: v for b, v in check.consumed(dataset.id, team).items() if b in keys}
+            return Quota(team, check.shares[(dataset.id, team)], held, consumed)  # type: ignore[arg-type]
+        finally:
+            db.close()
 
     def pipeline(
         self,
@@ -627,13 +665,15 @@ class Client(BudgetReads):
 
         return Identities(self.path)
 
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        """Create a user of the HTTP API and return its bearer token (shown only this once)."""
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        """Create a user of the HTTP API and return its bearer token (shown only this once);
+        ``code``: a submitter that may submit code jobs (``function:``)."""
         with self._identities() as identities:
-            return identities.add_user(name, role, team)
+            return identities.add_user(name, role, team, code=code)
 
     def users(self) -> builtins.list[dict[str, Any]]:
-        """Every user: name, role, team, created_at and revoked_at (None while valid)."""
+        """Every user: name, role, team, created_at, revoked_at (None while valid) and code
+        (whether it may submit code jobs)."""
         with self._identities() as identities:
             return [vars(user) for user in identities.users()]
 
@@ -641,6 +681,12 @@ class Client(BudgetReads):
         """Revoke a user's token: every request with it is refused from now on."""
         with self._identities() as identities:
             identities.revoke(name)
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        """Allow a submitter to submit code jobs, or deny it again (recorded in the user
+        changes); returns the user afterwards."""
+        with self._identities() as identities:
+            return vars(identities.set_code(name, allowed))
 
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold (allocated plus consumed) on each block of ``dataset``

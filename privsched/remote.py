@@ -386,7 +386,8 @@ class RemoteClient(BudgetReads):
         return RemoteRun(self, answer["id"])
 
     def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        """What submitting ``spec`` would claim and whether it would be granted (fits now,
+        waits or can never fit, under the caller's team quota); writes nothing."""
         from privsched.service.dryrun import BlockFit, DryRun
 
         answer = self._send_spec("/v1/pipelines/dry-run", spec, owner, {})
@@ -487,11 +488,14 @@ class RemoteClient(BudgetReads):
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 
     # -- users --------------------------------------------------------------------------------
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team, "code": code})["token"]
 
     def users(self) -> builtins.list[dict[str, Any]]:
         return self.request("GET", "/v1/users")
 
     def revoke_user(self, name: str) -> None:
         self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        return self.request("POST", f"/v1/users/{quote(name, safe='')}/code", {"allowed": allowed})

@@ -60,3 +60,22 @@ def writes_environment(ctx: JobContext) -> None:
     Path(ctx.workdir, "env.txt").write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r} {ctx.device}\n")
     print(f"hello from pipeline {ctx.pipeline_id}", flush=True)
     ctx.report_spent(ctx.budget * 0)
+
+
+#: What the marker jobs write into everything they release or say (tests/test_trust_outputs.py).
+MARKER = "MARKER-7f3a9c"
+
+
+def speaks_marker_then_raises(ctx: JobContext) -> None:
+    """Reads its data, then puts the marker in its metrics, its log and its exception."""
+    ctx.block_path(ctx.block_keys[0])
+    ctx.report_metrics(note=MARKER)
+    print(MARKER, flush=True)
+    raise RuntimeError(MARKER)
+
+
+def speaks_marker_then_completes(ctx: JobContext) -> None:
+    """Reads its data, puts the marker in its metrics and its log, and spends half its grant."""
+    print(MARKER, flush=True)
+    ctx.report_metrics(note=MARKER)
+    spend_half(ctx)

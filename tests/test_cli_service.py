@@ -93,7 +93,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0
     status = cli("status", "3")
-    assert "failed (RuntimeError: the model diverged)" in status.stdout and "placement" in status.stdout
+    assert "failed (the job raised RuntimeError: the model diverged)" in status.stdout and "placement" in status.stdout
     assert "Traceback" in cli("logs", "3").stdout
     listed = cli("list", "--state", "completed").stdout
     assert "half" in listed and "whole" in listed and "crash" not in listed

@@ -18,6 +18,7 @@ import pytest
 from privsched import connect
 from privsched.client import Client
 from privsched.jobs.sandbox import Confinement, abi_version, exposed, sandbox_mode
+from privsched.ledger import LedgerError
 from privsched.service.rundirs import RunDirs
 from privsched.service.serve import ServiceError
 
@@ -41,14 +42,14 @@ def client(tmp_path: Path) -> Client:
     client.close()
 
 
-def run(client: Client, function: str, blocks: tuple[str, ...] = ("b0",), **params):
+def run(client: Client, function: str, blocks: tuple[str, ...] = ("b0",), pythonpath: tuple[str, ...] = (str(REPO),), **params):
     """Submit one user job, serve until idle, and return its final record."""
     spec = {
         "name": function,
         "dataset": "reviews",
         "blocks": list(blocks),
         "epsilon": GRANT,
-        "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": [str(REPO)], "params": params},
+        "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": list(pythonpath), "params": params},
     }
     pipeline = client.submit(spec)
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
@@ -218,5 +219,7 @@ def test_a_ledger_inside_the_source_checkout_stays_out_of_reach_and_jobs_still_r
     )
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
     assert client.status(count.id).state == "completed", client.status(count.id).message
-    info = run(client, "reads_file", blocks=("b1",), path=str(client.path))
+    with pytest.raises(LedgerError, match="holds"):  # a pythonpath holding the ledger is refused at submit
+        run(client, "reads_file", blocks=("b1",), path=str(client.path))
+    info = run(client, "reads_file", blocks=("b1",), pythonpath=(), path=str(client.path))  # found on the import path
     assert info.state == "failed" and "Permission" in (info.message or "")

@@ -87,9 +87,9 @@ def test_a_job_that_failed_counts_as_having_touched_data_only_after_it_reached_i
         launch_for(tmp_path / "c", "reads_foreign_block", pipeline_id=3),
     )
     assert (results[1].completed, results[1].touched_data) == (False, True)
-    assert results[1].message == "RuntimeError: the model diverged" and results[1].first_access is not None
+    assert results[1].message == "the job raised RuntimeError: the model diverged" and results[1].first_access is not None
     assert (results[2].completed, results[2].touched_data, results[2].first_access) == (False, False, None)
-    assert results[3].message.startswith("BlockAccessError") and not results[3].touched_data
+    assert results[3].message.startswith("the job raised BlockAccessError") and not results[3].touched_data
     assert "Traceback" in (tmp_path / "a" / "job.log").read_text()
 
 

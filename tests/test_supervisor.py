@@ -111,7 +111,7 @@ def test_a_user_job_that_raises_before_reaching_its_data_is_charged_nothing(tmp_
     job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
     assert not result.completed and not result.touched_data and result.first_access is None
-    assert result.message.startswith("ValueError")
+    assert result.message.startswith("the job raised ValueError")
 
 
 @needs_landlock
@@ -323,4 +323,4 @@ def test_tcp_stays_open_only_when_the_pipeline_asks_and_the_operator_allows(tmp_
         context = write_context(tmp_path / "run", job, blocks(tmp_path), params={"port": server.getsockname()[1]})
         result = result_of(context, *(["--network"] if allowed else []))
     assert result.completed is connects
-    assert connects or result.message.startswith("PermissionError")
+    assert connects or result.message.startswith("the job raised PermissionError")

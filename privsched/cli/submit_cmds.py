@@ -37,7 +37,10 @@ def submit(
     submission_id: Annotated[
         Optional[str], typer.Option("--id", help="Submission id (with --server): submitting it again returns the same pipeline.")
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Show the demand and whether it fits now (exit 0), waits (3) or can never fit (4); write nothing."),
+    ] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Submit a pipeline and print its id (with --wait: its outcome and what it released; exit
@@ -57,8 +60,11 @@ def submit(
         fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with open_client(db) as client, errors():
         if dry_run:
-            for line in client.dry_run(pipeline, owner=owner).lines():
+            plan = client.dry_run(pipeline, owner=owner)
+            for line in plan.lines():
                 say(line)
+            if plan.exit_code:
+                raise typer.Exit(plan.exit_code)
             return
         if submission_id is None:
             run: PipelineHandle = client.submit(pipeline, owner=owner)

@@ -1,10 +1,12 @@
-"""User and quota commands: ``user add``, ``user list``, ``user revoke`` and ``quota set``
-(on the local database, or through ``--server`` with an admin's token): each is the client
-method ``add_user``, ``users``, ``revoke_user`` or ``set_quota``."""
+"""User and quota commands: ``user add``, ``user list``, ``user revoke``, ``user allow-code``,
+``user deny-code`` and ``quota set`` (on the local database, or through ``--server`` with an
+admin's token): each is the client method ``add_user``, ``users``, ``revoke_user``,
+``set_code_rights`` or ``set_quota``."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -23,12 +25,13 @@ def user_add(
     name: Annotated[str, typer.Argument(help="User name.")],
     role: Annotated[str, typer.Option(help="admin, submitter or viewer.")],
     team: Annotated[Optional[str], typer.Option(help="The user's team (datasets may be limited to teams).")] = None,
+    code: Annotated[bool, typer.Option("--code", help="A submitter that may submit code jobs (function:); admins always may.")] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Create a user and print its bearer token (shown only this once; only its hash is kept)."""
     skip_teardown()
     with open_client(db) as client, errors():
-        token = client.add_user(name, role, team)
+        token = client.add_user(name, role, team, code=code)
     say(token)
 
 
@@ -38,11 +41,18 @@ def user_list(db: DbOption = DEFAULT_DB) -> None:
     skip_teardown()
     with open_client(db) as client, errors():
         users = client.users()
-    table = new_table("name", "role", "team", "created", "revoked")
+    table = new_table("name", "role", "team", "code", "created", "revoked")
     for user in users:
         revoked = user["revoked_at"]
+        code = "yes" if user["role"] == "admin" or user.get("code") else "no"
         add_row(
-            table, user["name"], user["role"], user["team"] or "-", _when(user["created_at"]), "-" if revoked is None else _when(revoked)
+            table,
+            user["name"],
+            user["role"],
+            user["team"] or "-",
+            code,
+            _when(user["created_at"]),
+            "-" if revoked is None else _when(revoked),
         )
     show(table)
 
@@ -57,6 +67,31 @@ def user_revoke(
     with open_client(db) as client, errors():
         client.revoke_user(name)
     say(f"user {name} revoked")
+
+
+@user_app.command("allow-code")
+def user_allow_code(
+    name: Annotated[str, typer.Argument(help="A submitter's name.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Let a submitter submit code jobs (function:), whose own code reads the data."""
+    _set_code(name, True, db)
+
+
+@user_app.command("deny-code")
+def user_deny_code(
+    name: Annotated[str, typer.Argument(help="A submitter's name.")],
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Take a submitter's right to submit code jobs away (its pipelines already submitted stay)."""
+    _set_code(name, False, db)
+
+
+def _set_code(name: str, allowed: bool, db: Path) -> None:
+    skip_teardown()
+    with open_client(db) as client, errors():
+        client.set_code_rights(name, allowed)
+    say(f"user {name} {'may' if allowed else 'may no longer'} submit code jobs")
 
 
 def _when(timestamp: float) -> str:

@@ -2,7 +2,7 @@
 
 Every value here is read from the ledger (budgets, states, timestamps) or from the run folder
 the scheduler itself wrote (the log tail); nothing comes from a job's own report except the
-metrics the job released, which are DP by construction (docs/privacy.md).
+metrics the job released, which only the readers :mod:`privsched.server.access` names see.
 """
 
 from __future__ import annotations
@@ -151,13 +151,14 @@ def _curve(vector: np.ndarray, accounting: Accounting) -> list[dict[str, Any]]:
 
 
 def pipeline_page(
-    client: Client, info: PipelineInfo, message: str | None, trusted_reader: bool, reason: WaitingReason | None = None
+    client: Client, info: PipelineInfo, message: str | None, *, outputs: bool, job_text: bool, reason: WaitingReason | None = None
 ) -> dict[str, Any]:
     """One pipeline: its row, why it waits (``reason``, pending or granted), spec (job and
-    resources), charged demand against each block's capacity, consumed budget, and what its job released. A built-in job releases only DP
-    metrics (docs/privacy.md); a user job is untrusted code whose metrics, like its log, only
-    a ``trusted_reader`` (an admin) sees here. ``metrics`` and ``log_tail`` are None when
-    withheld."""
+    resources), charged demand against each block's capacity, consumed budget, and what its
+    job released and wrote, as far as the reader may see them (docs/privacy.md): its metrics
+    when ``outputs`` (:func:`privsched.server.access.can_read_outputs`), its log when
+    ``job_text`` (:func:`~privsched.server.access.can_read_job_text`). ``metrics`` and
+    ``log_tail`` are None when withheld."""
     pipeline_id = info.id
     dataset = next(d for d in client.datasets() if d.name == info.dataset)
     blocks = {block.key: block for block in client.blocks(info.dataset)}
@@ -181,8 +182,8 @@ def pipeline_page(
         "resources": info.resources,
         "mechanism": info.mechanism,
         "demands": demands,
-        "metrics": client.run(pipeline_id).metrics if trusted_reader or "kind" in info.job else None,
-        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:] if trusted_reader else None,
+        "metrics": client.run(pipeline_id).metrics if outputs else None,
+        "log_tail": client.logs(pipeline_id)[-LOG_TAIL:] if job_text else None,
     }
 
 

@@ -59,6 +59,10 @@ from privsched.jobs.sandbox import (
 )
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+#: How a failure message the job wrote itself (its exception) begins, and no message
+#: privsched decides does: readers tell the job's own words from privsched's by it
+#: (:func:`privsched.server.access.visible_message`).
+JOB_RAISED = "the job raised "
 #: The built-in jobs, loaded like a user's job: they live with the trainers, above this package.
 BUILTIN_JOB = "privsched.trainers.builtin:run_builtin"
 
@@ -403,7 +407,7 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
     if not report.get("completed"):
-        message = str(report.get("message", ""))[:500]
+        message = JOB_RAISED + str(report.get("message", ""))[:500]
         return JobResult(
             ctx.pipeline_id, False, touched_data=touched, message=message, metrics=metrics, first_access=first, releases=releases
         )

@@ -29,7 +29,7 @@ from privsched.data.tables import FORMATS, parse_declarations
 from privsched.errors import BadInput
 from privsched.server.dashboard import dashboard_router
 from privsched.ledger.errors import one_line
-from privsched.ledger.identities import DuplicateSubmission, Identities, User
+from privsched.ledger.identities import DuplicateSubmission, Identities, Submission, User
 from privsched.server import access
 from privsched.server.access import ApiError
 from privsched.server.batching import SubmitBatcher
@@ -48,6 +48,7 @@ from privsched.server.models import (
     BlockOut,
     BlocksIn,
     CancelOut,
+    CodeIn,
     DatasetIn,
     DatasetOut,
     ImportOut,
@@ -229,6 +230,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         (on the event loop they would hold up every request; benchmarks/README.md)."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.require_code_rights(caller, spec.job)
         with connections.reads() as reads:
             access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
             if body.id is not None:
@@ -246,16 +248,19 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         with connections.reads() as reads:
             info = reads.client.status(pipeline_id)
         # The writer recorded the caller's team with the pipeline (Identities.claim): no read for it.
-        return reply(PipelineOut.of(info, caller.team, access.visible_message(info, caller)), 201)
+        submission = Submission(pipeline_id, caller.name, caller.team, body.id)
+        return reply(PipelineOut.of(info, caller.team, access.visible_message(info, caller, submission)), 201)
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:
-        """The demand a submission would be charged and whether it fits each block now; writes nothing."""
+        """The demand a submission would be charged, whether it fits each block now, and the
+        verdict: fits now, waits (and why) or can never fit, under the caller's team quota; writes nothing."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.require_code_rights(caller, spec.job)
         with connections.reads() as reads:
             access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
-            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name))))
+            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name, team=caller.team))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
     def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:
@@ -264,7 +269,11 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
         infos = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
         teams = identities.submissions([p.id for p in infos])
-        return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller)) for p in infos])
+        out = []
+        for p in infos:
+            submission = teams.get(p.id)
+            out.append(PipelineOut.of(p, submission.team if submission else None, access.visible_message(p, caller, submission)))
+        return reply(out)
 
     @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
     async def status(
@@ -338,16 +347,17 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
     def events(pipeline_id: int, caller: Caller) -> Response:
         """A pipeline's events, oldest first, each with who caused it. A failure's message
-        is shown to admins only (the job that ended may have written it)."""
-        views.pipeline(pipeline_id, caller)
-        return reply([EventOut.of(e, caller.is_admin or e.kind != "fail") for e in client.events(pipeline_id=pipeline_id)])
+        that the job wrote itself is shown as its message is (:func:`access.visible_message`)."""
+        info = views.pipeline(pipeline_id, caller)
+        job_text = access.can_read_job_text(caller, info, identities.submissions([pipeline_id]).get(pipeline_id))
+        return reply([EventOut.of(e, job_text or not access.written_by_job(e.reason)) for e in client.events(pipeline_id=pipeline_id)])
 
     @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
     def logs(pipeline_id: int, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
-        """A job's output from byte ``offset`` on. Admins only: a job is untrusted code and
-        its output may hold raw data, which no submitter may read."""
-        access.require_admin(caller, "read job logs")
-        views.pipeline(pipeline_id, caller)
+        """A job's output from byte ``offset`` on: a code job's to its submitter and admins, a
+        declarative job's to admins (its output may quote raw data; :func:`access.can_read_job_text`)."""
+        info = views.pipeline(pipeline_id, caller)
+        access.require_job_text(caller, info, identities.submissions([pipeline_id]).get(pipeline_id))
         chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
         return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk), ended=ended and len(chunk) < LOG_CHUNK))
 
@@ -387,13 +397,20 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.post("/v1/users", response_model=TokenOut, status_code=201, tags=["users"])
     def add_user(body: UserIn, caller: Caller) -> Response:
         access.require_admin(caller, "add users")
-        return reply(TokenOut(name=body.name, token=identities.add_user(body.name, body.role, body.team)), 201)
+        token = identities.add_user(body.name, body.role, body.team, code=body.code, actor=caller.name)
+        return reply(TokenOut(name=body.name, token=token), 201)
 
     @app.post("/v1/users/{name}/revoke", response_model=UserOut, tags=["users"])
     def revoke_user(name: str, caller: Caller) -> Response:
         access.require_admin(caller, "revoke users")
-        identities.revoke(name)
+        identities.revoke(name, actor=caller.name)
         return reply(next(UserOut(**vars(u)) for u in identities.users() if u.name == name))
+
+    @app.post("/v1/users/{name}/code", response_model=UserOut, tags=["users"])
+    def set_code_rights(name: str, body: CodeIn, caller: Caller) -> Response:
+        """Allow a submitter to submit code jobs (``function:``), or deny it again."""
+        access.require_admin(caller, "grant or revoke code rights")
+        return reply(UserOut(**vars(identities.set_code(name, body.allowed, actor=caller.name))))
 
     return app
 

@@ -1,6 +1,7 @@
 """The dashboard over HTTP: the page and its assets (public: they hold no data), the JSON
 views the page polls and ``/metrics``, each showing only the datasets the caller's team may
-read (admins: all). Job logs, and messages a job may have written, are for admins only."""
+read (admins: all). What a job released or wrote reaches whom :mod:`privsched.server.access`
+says: a code job's metrics, log and own messages its submitter and admins only."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from fastapi.responses import HTMLResponse, Response
 
 from privsched.client import Client
 from privsched.dashboard import metrics, views
-from privsched.ledger import LedgerError
+from privsched.ledger import LedgerError, PipelineInfo
 from privsched.ledger.identities import Identities, User
 from privsched.server import access
 
@@ -39,8 +40,13 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
     def readable(caller: User) -> views.Readable:
         return lambda dataset: identities.may_read(caller, dataset.id)
 
-    def message(caller: User):
-        return lambda info: access.visible_message(info, caller)
+    def message(caller: User) -> Callable[[PipelineInfo], str | None]:
+        def visible(info: PipelineInfo) -> str | None:
+            if not access.written_by_job(info.message):  # privsched's own words: every reader's
+                return info.message
+            return access.visible_message(info, caller, identities.submissions([info.id]).get(info.id))
+
+        return visible
 
     @router.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
@@ -79,7 +85,15 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
             raise access.NotFound(f"unknown pipeline {pipeline_id}") from None
         access.readable_dataset(client, identities, caller, info.dataset)
         reason = client.reasons(info.dataset, policy).get(pipeline_id) if info.state in ("pending", "granted") else None
-        return views.pipeline_page(client, info, access.visible_message(info, caller), trusted_reader=caller.is_admin, reason=reason)
+        submission = identities.submissions([pipeline_id]).get(pipeline_id)
+        return views.pipeline_page(
+            client,
+            info,
+            access.visible_message(info, caller, submission),
+            outputs=access.can_read_outputs(caller, info, submission),
+            job_text=access.can_read_job_text(caller, info, submission),
+            reason=reason,
+        )
 
     @router.get("/v1/dashboard/audit", tags=["dashboard"], summary="A fresh audit of the ledger and its chain head")
     def audit(caller: User = signed_in) -> dict[str, Any]:

@@ -243,7 +243,9 @@ class EventOut(Model):
     source: str | None
     target: str | None
     amount: list[float] | None
-    reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
+    reason: str | None = Field(
+        description="Why (a release's reason; a failure's message, withheld where the job wrote it and the caller may not read its text)."
+    )
     actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before actors were).")
 
     @classmethod
@@ -317,6 +319,11 @@ class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
     team: str | None = None
+    code: bool = Field(False, description="A submitter that may submit code jobs (function:); admins always may.")
+
+
+class CodeIn(Model):
+    allowed: bool = Field(description="Whether the submitter may submit code jobs (function:) from now on.")
 
 
 class UserOut(Model):
@@ -325,6 +332,7 @@ class UserOut(Model):
     team: str | None
     created_at: float
     revoked_at: float | None
+    code: bool = Field(False, description="Whether the user may submit code jobs (function:); admins always may.")
 
 
 class TokenOut(Model):
@@ -378,9 +386,11 @@ class DryRunOut(Model):
     dataset: str
     demand: list[float]
     labels: list[str]
-    epsilon: float
-    delta: float
+    epsilon: float = Field(description="The ε the demand guarantees at delta, as a pipeline's status reads it.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's δ under basic accounting.")
     blocks: list[BlockFitOut]
+    verdict: Literal["fits now", "waits", "can never fit"]
+    reason: str | None = Field(None, description="Why it waits or can never fit.")
 
 
 class ErrorOut(Model):

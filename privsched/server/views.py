@@ -35,7 +35,7 @@ class Views:
 
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
         submission = self.identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
+        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller, submission))
 
     def result_reader(self, pipeline_id: int, caller: User) -> tuple[PipelineInfo, Submission | None]:
         """A pipeline whose outputs the caller may read (:func:`access.require_result_reader`),
@@ -46,10 +46,10 @@ class Views:
         return info, submission
 
     def result(self, pipeline_id: int, caller: User) -> ResultOut:
-        """What a pipeline released, for a caller who may read it: its reason as its
-        submitter or an admin reads it, else as :func:`access.visible_message` shows it."""
+        """What a pipeline released, for a caller who may read it, with its reason as
+        :func:`access.visible_message` shows it to the caller."""
         info, submission = self.result_reader(pipeline_id, caller)
-        own = caller.is_admin or (submission is not None and submission.submitter == caller.name)
         result = self.client.result(pipeline_id)
-        reason = result.reason if own else access.visible_message(info, caller)
+        reason = access.visible_message(info, caller, submission)
         return ResultOut.model_validate({**result.to_dict(), "reason": reason})
+

@@ -163,9 +163,9 @@ async function showPipeline(id) {
       (p.demands[0] ? p.demands[0].curve : []).map((c, i) => [c.dimension, num(c.value), num(p.demands[0].capacity[i].value)])),
     el("h3", { text: "Job" }), el("pre", { text: JSON.stringify(p.job, null, 2) }),
     el("h3", { text: "Released metrics" }),
-    el("pre", { id: "metrics", text: p.metrics === null ? "(a user job's metrics are shown to admins only)" : JSON.stringify(p.metrics, null, 2) }),
+    el("pre", { id: "metrics", text: p.metrics === null ? "(a code job's metrics are shown to its submitter and admins only)" : JSON.stringify(p.metrics, null, 2) }),
     el("h3", { text: "Log (end)" }),
-    el("pre", { id: "log", text: p.log_tail === null ? "(job logs are shown to admins only)" : p.log_tail }),
+    el("pre", { id: "log", text: p.log_tail === null ? "(this job's log is not shown to you: a code job's goes to its submitter and admins, a built-in job's to admins)" : p.log_tail }),
   ]);
 }
 
