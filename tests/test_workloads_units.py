@@ -66,3 +66,12 @@ def test_user_time_with_one_row_a_day_grants_what_event_grants_and_user_grants_f
 def test_bad_unit_parameters_are_refused(params, message):
     with pytest.raises(ValueError, match=message):
         workloads.generate("macro-rdp", days=2, pipelines_per_day=5, **params)
+
+
+@pytest.mark.parametrize("unit", ["user", "user-time"])
+def test_grants_do_not_depend_on_the_number_of_user_partitions(unit):
+    granted = set()
+    for partitions in (1, 3):
+        w = workloads.generate("macro-rdp", seed=6, days=4, pipelines_per_day=60, unit=unit, partitions=partitions)
+        granted.add(run(unit, w.instance, resolve_policy("dpf-n", n=50)).granted)
+    assert len(granted) == 1
