@@ -7,6 +7,7 @@ import pytest
 
 import workloads
 from privsched.simulation.api import resolve_policy, run
+from tests.test_sim_generated import assert_generated_equals_validated
 
 
 def _asked(instance) -> list[set[str]]:
@@ -75,3 +76,11 @@ def test_grants_do_not_depend_on_the_number_of_user_partitions(unit):
         w = workloads.generate("macro-rdp", seed=6, days=4, pipelines_per_day=60, unit=unit, partitions=partitions)
         granted.add(run(unit, w.instance, resolve_policy("dpf-n", n=50)).granted)
     assert len(granted) == 1
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order is the largest alpha")
+@pytest.mark.parametrize("unit", ["user", "user-time"])
+def test_a_unit_layout_compiles_to_the_arrays_of_its_validated_trace(unit):
+    assert_generated_equals_validated(
+        workloads.generate("macro-rdp", seed=4, days=5, pipelines_per_day=60, unit=unit, partitions=2, rows_per_user=2)
+    )

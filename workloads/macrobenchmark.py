@@ -19,7 +19,9 @@ charged its training, calibrated to (0.9 ε, δ) (the subsampled Gaussian of its
 RDP, Mironov et al. 2019), composed with its 0.1 ε-DP held-out accuracy release.
 Time is in seconds; a block period is one day by default.
 
-Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md):
+Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md). The
+layouts follow PrivateKube's artifact, whose raw blocks are (day × user bucket), 100 buckets
+by a hash of the reviewer id (``evaluation/macrobenchmark/dataset.py``):
 - ``event``: one block per day, ``day{d}``; a pipeline asks for the last k of them.
 - ``user-time``: ``partitions`` user partitions × days, block ``u{p}-day{d}`` holding the rows
   of the people of partition p on day d (their guarantee is per person and day); a pipeline
@@ -31,10 +33,11 @@ Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md
 Every pipeline asks every partition alike, so the grants do not depend on ``partitions``:
 it only shows the layout. At person level a statistic's sensitivity is the contribution
 bound K (``rows_per_user``, rows a person has per day under ``user-time``): its error
-K/(ε n) reaches the target on K times the data, so a pipeline reads ``ceil(K·base / ε)``
+K/(ε n) reaches the target on K times the data, so a mouse reads ``ceil(K·target / ε)``
 days (PrivateKube's artifact selects, per unit, the fewest blocks reaching the target at
 the unit's sensitivity: ``evaluation/macrobenchmark/models.py``, 20 rows a user-day there).
-Under ``user`` the days read do not change the blocks asked (all of them).
+An elephant reads the days it reads at event level: what user-level DP-SGD needs in data is
+not modelled. Under ``user`` the days read do not change the blocks asked (all of them).
 """
 
 from __future__ import annotations
