@@ -15,7 +15,7 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import person_sensitivity
 from privsched.budgets.mechanisms import EpsilonDelta, Gaussian, demand_vector
 from privsched.statistics.queries import StatisticJob, statistic_mechanism
-from privsched.statistics.release import dp_statistic
+from privsched.statistics.release import _exact, dp_statistic
 
 #: Significance of the goodness-of-fit tests: a correct sampler fails one in a million runs.
 ALPHA = 1e-6
@@ -114,3 +114,18 @@ def test_a_gaussian_charged_at_a_records_sensitivity_is_not_released_for_a_perso
 def test_a_contribution_bound_that_is_not_a_whole_number_from_one_is_refused(k):
     with pytest.raises(ValueError, match="max_rows_per_user must"):
         person_sensitivity(1.0, k)
+
+
+values = st.lists(st.one_of(st.floats(-1e3, 1e3), st.just(math.nan), st.just(math.inf)), max_size=30)
+
+
+@settings(max_examples=200, deadline=None)
+@given(jobs, values, st.integers(1, 8), st.data())
+def test_adding_a_persons_rows_moves_each_exact_part_by_at_most_its_sensitivity(job, others, k, data):
+    person = data.draw(st.lists(st.one_of(st.floats(-1e7, 1e7), st.just(math.nan)), min_size=1, max_size=k))
+    without, with_person = np.array(others, dtype=float), np.array(others + person, dtype=float)
+    for name, sensitivity in job.parts(max_rows_per_user=k):
+        before, _ = _exact(job, name, without, len(others))
+        after, _ = _exact(job, name, with_person, len(others) + len(person))
+        change = np.abs(after - before)
+        assert change.sum() <= sensitivity * (1 + 1e-9)  # L1, and so L2
