@@ -84,3 +84,18 @@ def test_a_unit_layout_compiles_to_the_arrays_of_its_validated_trace(unit):
     assert_generated_equals_validated(
         workloads.generate("macro-rdp", seed=4, days=5, pipelines_per_day=60, unit=unit, partitions=2, rows_per_user=2)
     )
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"unit": "user-time", "days": 1000, "partitions": 1000}, "user-time blocks, more than the limit"),
+        ({"unit": "user", "days": 100, "pipelines_per_day": 9000, "partitions": 1000}, "blocks in all, more than the limit"),
+        ({"unit": "user", "partitions": 1001}, "partitions"),
+        ({"unit": "user-time", "rows_per_user": 0}, "rows_per_user"),
+        ({"partitions": 4}, "apply to the user and user-time units only"),
+    ],
+)
+def test_a_unit_layout_too_large_or_out_of_range_is_refused_before_it_is_built(params, message):
+    with pytest.raises(ValueError, match=message):
+        workloads.generate("macro-rdp", **{"days": 2, "pipelines_per_day": 5, **params})

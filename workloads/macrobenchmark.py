@@ -69,6 +69,8 @@ ELEPHANT_EPSILONS = (0.5, 1.0, 5.0)
 ELEPHANT_DELTA = 1e-9
 MAX_BLOCKS = 500
 UNITS = ("event", "user-time", "user")
+#: Most user partitions, and most (pipeline, block) pairs a unit's layout may list.
+MAX_PARTITIONS, MAX_EDGES = 1000, 50_000_000
 
 #: DP-SGD plans: (model, the built-in zoo model its job trains, blocks needed at ε = 1,
 #: Poisson sampling rate, epochs). A small BERT stands as the zoo's text model.
@@ -133,15 +135,16 @@ def macrobenchmark(
     timeout_periods: float = 5.0,
     duration: float | None = None,
     unit: str = "event",
-    partitions: Annotated[int, Between(1, 1000)] = 4,
-    rows_per_user: Annotated[int, Between(1, MAX_BLOCKS)] = 1,
+    partitions: Annotated[int | None, Between(1, MAX_PARTITIONS)] = None,
+    rows_per_user: Annotated[int | None, Between(1, MAX_BLOCKS)] = None,
 ) -> GeneratedTrace:
     """Daily data and a mix of DP statistics (mice) and DP-SGD models (elephants), on the
     blocks of ``unit`` (``event``, ``user-time`` or ``user``: the module's docstring)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
-    if unit == "event" and (partitions, rows_per_user) != (4, 1):
+    if unit == "event" and (partitions, rows_per_user) != (None, None):
         raise ValueError("partitions and rows_per_user apply to the user and user-time units only")
+    partitions, rows_per_user = partitions or 4, rows_per_user or 1
     if not 0 < block_period <= MAX_TIME:
         raise ValueError(f"block_period must be positive and at most {MAX_TIME:g} seconds, got {block_period!r}")
     block_period = float(block_period)
@@ -153,6 +156,8 @@ def macrobenchmark(
     rng = np.random.default_rng(seed)
     horizon = days * block_period if duration is None else duration
     times = poisson_arrivals(rng, pipelines_per_day / block_period, horizon)
+    if unit == "user":
+        _check_edges(len(times) * partitions)
     demands: dict[str, int] = {}  # a demand description (as JSON) -> its index
     drawn: dict[tuple, int] = {}  # what a pipeline drew (its kind, model and ε) -> its demand's index
     demand, last, elephant = np.zeros(len(times), dtype=np.intp), np.zeros(len(times), dtype=np.int64), np.zeros(len(times), dtype=np.intp)
@@ -205,10 +210,18 @@ def unit_layout(
         start = np.arange(len(arrival) + 1, dtype=np.int64) * partitions
         return ids, np.zeros(partitions), (start, index)
     # user-time: block d·P + p is partition p of day d; the last k days existing at arrival
-    ids = [f"u{p}-day{d}" for d in range(days) for p in range(partitions)]
+    if days * partitions > MAX_WORKLOAD_BLOCKS:
+        raise ValueError(f"the workload would have {days * partitions} user-time blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
     existing = np.minimum(np.floor(arrival / block_period).astype(np.int64) + 1, days)
     first_day = existing - np.minimum(last, existing)
     counts = (existing - first_day) * partitions
+    _check_edges(int(counts.sum()))
+    ids = [f"u{p}-day{d}" for d in range(days) for p in range(partitions)]
     start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     index = np.repeat(first_day * partitions - start[:-1], counts) + np.arange(int(start[-1]))
     return ids, np.repeat(np.arange(days) * block_period, partitions), (start, index.astype(np.int64))
+
+
+def _check_edges(edges: int) -> None:
+    if edges > MAX_EDGES:
+        raise ValueError(f"the pipelines would ask for {edges} blocks in all, more than the limit of {MAX_EDGES}")
