@@ -13,7 +13,7 @@ from scipy import stats
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import person_sensitivity
-from privsched.budgets.mechanisms import EpsilonDelta, Gaussian, demand_vector
+from privsched.budgets.mechanisms import EpsilonDelta, Gaussian, Laplace, demand_vector
 from privsched.statistics.queries import StatisticJob, statistic_mechanism
 from privsched.statistics.release import _exact, dp_statistic
 
@@ -103,9 +103,13 @@ def test_the_fit_would_tell_another_laplace_scale(count_noise_five_rows, scale):
     assert _discrete_laplace_fit(count_noise_five_rows, scale) < ALPHA
 
 
-def test_a_gaussian_charged_at_a_records_sensitivity_is_not_released_for_a_person_with_five_rows():
-    job = StatisticJob(query="count", noise="gaussian")
-    mechanism = statistic_mechanism(job, 1.0, 1e-6, Accounting.rdp())
+@pytest.mark.parametrize(
+    ("noise", "mechanism"),
+    [("gaussian", Gaussian(sigma=4.0, sensitivity=1.0)), ("laplace", Laplace(scale=2.0, sensitivity=1.0))],
+)
+def test_noise_charged_at_a_records_sensitivity_is_not_released_for_a_person_with_five_rows(noise, mechanism):
+    job = StatisticJob(query="count", noise=noise)
+    assert math.isfinite(dp_statistic(job, mechanism, None, 100)["value"])  # at one record's sensitivity it is released
     with pytest.raises(ValueError, match="loses more privacy than it was charged"):
         dp_statistic(job, mechanism, None, 100, max_rows_per_user=5)
 
