@@ -30,13 +30,14 @@ by a hash of the reviewer id (``evaluation/macrobenchmark/dataset.py``):
   (the block grows; its budget is the person's budget for ever), all present from the
   start; a pipeline asks for every user block, whatever days it reads, since any person may
   have rows in them.
-Every pipeline asks every partition alike, so the grants do not depend on ``partitions``:
-it only shows the layout. At person level a statistic's sensitivity is the contribution
-bound K (``rows_per_user``, rows a person has per day under ``user-time``): its error
-K/(ε n) reaches the target on K times the data, so a mouse reads ``ceil(K·target / ε)``
-days (PrivateKube's artifact selects, per unit, the fewest blocks reaching the target at
-the unit's sensitivity: ``evaluation/macrobenchmark/models.py``, 20 rows a user-day there).
-An elephant reads the days it reads at event level: what user-level DP-SGD needs in data is
+Every pipeline asks every partition alike, so the grants do not depend on ``partitions``
+(4 unless given): it only shows the layout. At person level a statistic's sensitivity is
+the contribution bound K (``rows_per_user``, 1 unless given; rows a person has per day
+under ``user-time``): its error K/(ε n) reaches the target on K times the data, so a mouse
+reads ``ceil(K·target / ε)`` days (PrivateKube's artifact selects, per unit, the fewest
+blocks reaching the target at the unit's sensitivity: ``evaluation/macrobenchmark/models.py``,
+20 rows a user-day there). An elephant reads the days it reads at event level: what
+user-level DP-SGD needs in data is
 not modelled. Under ``user`` the days read do not change the blocks asked (all of them).
 """
 
