@@ -37,8 +37,8 @@ under ``user-time``): its error K/(ε n) reaches the target on K times the data,
 reads ``ceil(K·target / ε)`` days (PrivateKube's artifact selects, per unit, the fewest
 blocks reaching the target at the unit's sensitivity: ``evaluation/macrobenchmark/models.py``,
 20 rows a user-day there). An elephant reads the days it reads at event level: what
-user-level DP-SGD needs in data is
-not modelled. Under ``user`` the days read do not change the blocks asked (all of them).
+user-level DP-SGD needs in data is not modelled. Under ``user`` the days read do not change
+the blocks asked (all of them).
 """
 
 from __future__ import annotations
