@@ -13,6 +13,8 @@ names the bound that was crossed:
   and δ ≥ ``MIN_DELTA`` (no subnormal δ);
 - a DP-SGD plan has at most ``MAX_STEPS`` noisy steps, so that the noise calibration
   (Opacus' ``get_noise_multiplier``, a doubling then a bisection) ends;
+- a person's contribution bound K (rows a person has in any read) is a whole number in
+  [1, ``MAX_ROWS_PER_USER``], so that K times a record's sensitivity stays finite;
 - booleans are not numbers, and integers are compared exactly (a 400-digit integer is
   refused, never converted to an infinite float).
 """
@@ -31,6 +33,8 @@ MIN_DELTA = 1e-300
 MIN_NOISE, MAX_NOISE = 1e-6, 1e12
 MIN_SENSITIVITY, MAX_SENSITIVITY = 1e-9, 1e6
 MIN_SAMPLE_RATE = 1e-9
+#: Largest contribution bound K: rows one person may have in one read.
+MAX_ROWS_PER_USER = 10**6
 MAX_STEPS = 10**7
 #: Largest value of any single entry of a demand vector or curve.
 MAX_DEMAND = 1e12
@@ -77,3 +81,16 @@ def check_delta(value: Any, what: str = "") -> float:
     if delta >= 1 or 0 < delta < MIN_DELTA:
         raise ValueError(f"{what + ' ' if what else ''}must be 0 or in [{MIN_DELTA:g}, 1), got {shown(value)}")
     return float(delta)
+
+
+def person_sensitivity(record_sensitivity: float, max_rows_per_user: Any) -> float:
+    """The sensitivity of a sum of per-record contributions when one person, with at most K
+    rows (``max_rows_per_user``), is added or removed: K·Δ, in L1 and in L2 alike, Δ being a
+    record's (each of the K rows moves the sum by at most Δ, triangle inequality; a histogram
+    moves by at most K in L1, and in L2 by at most K, when all K rows share a bin). This is
+    group privacy made exact by bounding contributions (Dwork & Roth 2014, Thm 2.2, for the
+    group of a person's K rows; Wilson et al., "Differentially Private SQL with Bounded User
+    Contribution", PoPETs 2020, §3). Raises ``ValueError`` for a K that is not a whole
+    number in [1, ``MAX_ROWS_PER_USER``]."""
+    rows = check_number(max_rows_per_user, "max_rows_per_user", 1, MAX_ROWS_PER_USER, integer=True)
+    return rows * float(record_sensitivity)

@@ -51,13 +51,19 @@ def noise_of(part: Mechanism, sensitivity: float, integer: bool = False) -> tupl
 
 
 def charged_loss(part: Mechanism, sensitivity: float, integer: bool = False) -> float:
-    """The loss a part was charged in OpenDP's measure: ε for Laplace noise (max divergence),
-    ρ = Δ²/(2σ²) for a Gaussian charged by its RDP curve α·ρ (zero-concentrated divergence);
-    an (ε, δ) Gaussian under basic accounting is checked at its calibrated σ, ρ of that σ
-    (and its δ by :func:`check_exact_delta`)."""
+    """The loss a part was charged in OpenDP's measure: ε for Laplace noise (max divergence;
+    Δ_c/b for a Laplace charged at its own sensitivity Δ_c), ρ = Δ_c²/(2σ²) for a Gaussian
+    charged by its RDP curve α·ρ (zero-concentrated divergence); an (ε, δ) Gaussian under
+    basic accounting is checked at its calibrated σ, ρ of that σ at Δ (and its δ by
+    :func:`check_exact_delta`). A mechanism charged at a smaller sensitivity than the
+    release's Δ (a record's, for a person's K rows) is thus refused by the privacy map."""
+    if isinstance(part, Laplace):
+        return part.sensitivity / part.scale
+    if isinstance(part, Gaussian):
+        return part.sensitivity**2 / (2 * part.sigma**2)
     kind, scale = noise_of(part, sensitivity, integer)
     if kind == "laplace":
-        return part.epsilon if isinstance(part, EpsilonDelta) else sensitivity / scale
+        return part.epsilon
     return sensitivity**2 / (2 * scale**2)
 
 
@@ -89,14 +95,17 @@ def _exact(job: StatisticJob, name: str, values: np.ndarray | None, n: int) -> t
     return counts, True
 
 
-def dp_statistic(job: StatisticJob, mechanism: Mechanism, values: np.ndarray | None, n: int) -> dict:
-    """Release the job's statistic of ``values`` (``n`` records) with the charged noise.
+def dp_statistic(job: StatisticJob, mechanism: Mechanism, values: np.ndarray | None, n: int, max_rows_per_user: int = 1) -> dict:
+    """Release the job's statistic of ``values`` (``n`` records) with the charged noise, at
+    the sensitivity of a person with at most ``max_rows_per_user`` rows among them (the
+    dataset's contribution bound K, enforced on the rows before they reach here; 1 at event
+    level): a count with K = 5 gets Laplace noise of scale 5/ε.
 
     Every part's noise is checked against its charge with OpenDP's privacy map before any
     part is released (:func:`~privsched.statistics.noise.within_charge`). Returns ``{"value": ...}``
     (a list of bin counts and ``"edges"`` for a histogram)."""
     parts = mechanism.parts if isinstance(mechanism, Composed) else [mechanism]
-    specs = job.parts()
+    specs = job.parts(max_rows_per_user)
     if len(parts) != len(specs):
         raise ValueError(f"a {job.query} releases {len(specs)} quantities, the mechanism covers {len(parts)}")
     plans = []
