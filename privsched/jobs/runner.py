@@ -274,6 +274,7 @@ def _run_child(
     and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked in its supervisor until it was ready
         for fd in private_fds:
             os.close(fd)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -350,6 +351,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
 
         previous = signal.signal(signal.SIGTERM, _stop_on_signal)
         try:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a stop that came early is taken now
             report = account.serve(ours, ended)
             if not status:
                 status.append(os.waitpid(pid, 0)[1])
@@ -441,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", choices=SANDBOX_MODES, default=None)
     parser.add_argument("--network", action="store_true", help="let a job that asks for it keep TCP access")
     parser.add_argument("--result-fd", type=int, default=None, help="a pipe to send the result to as well")
+    # A stop (SIGTERM) waits until the supervisor is ready to end its job and say so: one that
+    # comes before then would kill it without a result, and its job would be charged as if it
+    # had read its data (see supervise).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     args = parser.parse_args(argv)
     mode = sandbox_mode(args.sandbox)
     private = () if args.result_fd is None else (args.result_fd,)

@@ -69,12 +69,12 @@ def read_result(launch: Launch, exit_note: str) -> JobResult:
     return result
 
 
-def failure(launch: Launch, message: str) -> JobResult:
+def failure(launch: Launch, message: str, sent: JobResult | None = None) -> JobResult:
     """A job stopped from outside (timeout, cancel): failed with ``message``; its data
-    untouched only when its supervisor's result file says so (its supervisor saw every data
-    access), else assumed touched."""
+    untouched only when its supervisor's result says so (its supervisor saw every data
+    access): ``sent`` through the result pipe, else its result file; else assumed touched."""
     try:
-        written = JobResult.from_json(launch.result.read_text())
+        written = sent if sent is not None else JobResult.from_json(launch.result.read_text())
         touched = written.pipeline_id != launch.pipeline_id or written.touched_data
     except (OSError, ValueError, KeyError, TypeError):
         touched = True

@@ -389,7 +389,7 @@ class RayExecutor(Executor):
         if result is not None:
             write_atomic(launch.result, result.to_json())
         if job.stop_reason is not None:
-            return failure(launch, job.stop_reason)  # charged unless its supervisor wrote that it never reached its data
+            return failure(launch, job.stop_reason, result)  # charged unless its supervisor wrote that it never reached its data
         if result is not None:
             return result
         status = str(getattr(info.status, "value", info.status))
