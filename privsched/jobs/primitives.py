@@ -2,7 +2,8 @@
 
 A user job is untrusted, so what it reports spending is not believed (docs/design.md §4.4). Its
 spend is believed only when privsched computed the release itself: the job calls
-``ctx.dp_count``, ``ctx.dp_sum``, ``ctx.dp_mean`` or ``ctx.dp_histogram``; the request
+``ctx.dp_count``, ``ctx.dp_sum``, ``ctx.dp_mean``, ``ctx.dp_histogram`` or ``ctx.dp_sgd`` (whose
+training plan, not its training, is computed and charged here); the request
 travels over a socket pair to the supervisor (:mod:`privsched.jobs.runner`), which reads the
 granted blocks, charges the mechanism against what is left of the grant *before* releasing
 anything, refuses a release beyond the grant, and answers with the noisy value only. A job
@@ -141,6 +142,8 @@ class Account:
             return str(self._copy_block(str(request["key"])))
         if op in QUERIES:
             return self._statistic(op, request)
+        if op == "dpsgd_plan":
+            return self._dpsgd_plan(request)
         raise ValueError(f"unknown primitive {op!r}")
 
     def _copy_block(self, key: str) -> Path:
@@ -189,6 +192,33 @@ class Account:
         self.spent, self.used_primitives = total, True  # charged before anything is released
         result = dp_statistic(job, mechanism, values, n)
         return result if query == "histogram" else result["value"]
+
+    def _dpsgd_plan(self, request: dict) -> dict:
+        """A DP-SGD training plan for ``ctx.dp_sgd`` (:mod:`privsched.budgets.training_plan`),
+        computed and charged here from what is left of the grant *before* the job gets the
+        records to train on: the charge rests on the plan, never on the job's report. The
+        answer is the plan (q, σ, steps, its charge) and copies of the granted blocks, which
+        do not count as the job reading its blocks itself (the plan paid for the training)."""
+        from privsched.budgets.training_plan import plan_training
+
+        epsilon = request.get("epsilon")
+        plan = plan_training(
+            float(request["sample_rate"]),
+            float(request["epochs"]),
+            None if epsilon is None else float(epsilon),
+            self.ctx.delta,
+            self.ctx.budget - self.spent,
+            self.ctx.accounting,
+            self.ctx.epsilon,
+        )
+        total = self.spent + plan.charge
+        if not np.all(total <= self.ctx.budget):
+            raise PermissionError("the DP-SGD plan would exceed the pipeline's grant")
+        self.spent, self.used_primitives = total, True  # charged before any record reaches the job
+        read_before = self.read_blocks
+        copies = [str(self._copy_block(key)) for key, block in self.ctx.blocks.items() if block.location]
+        self.read_blocks = read_before  # copies for a charged plan
+        return {**plan.to_dict(), "blocks": copies}
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._records is None:

@@ -26,6 +26,7 @@ no exact record count or un-noised metric.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import secrets
@@ -357,7 +358,14 @@ class Trainer:
 
 
 def private_trainer(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device, batch_size: int | None = None
+    model: nn.Module,
+    train: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    mode: str,
+    device: torch.device,
+    batch_size: int | None = None,
+    loss: nn.Module | None = None,
 ) -> Trainer:
     """A DP-SGD trainer with explicit noise σ in clipping ``mode`` (see :data:`OPACUS_MODES`).
 
@@ -366,16 +374,20 @@ def private_trainer(
     record is exactly ``(σ, q, steps taken)``. The optimizer adds noise N(0, σ²C²) to the
     clipped sum and divides by the expected batch size ``batch_size`` (a job passes its
     public one, :func:`expected_batch_size`; None: :func:`batch_size_of`). Raises
-    ``ValueError`` for an unknown mode, or "ghost" on a model with a non-linear trainable layer."""
+    ``ValueError`` for an unknown mode, or "ghost" on a model with a non-linear trainable layer.
+    ``loss``: a torch loss with a ``reduction`` (default :func:`loss_of` the labels)."""
     batch_size = batch_size_of(job, train, batch_size)
     if mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {mode!r} (expected one of {', '.join(GRAD_SAMPLE_MODES)})")
     if mode in OPACUS_MODES:
-        return opacus_trainer(model, train, job, sigma, mode, device, batch_size)
+        return opacus_trainer(model, train, job, sigma, mode, device, batch_size, loss)
     model.to(device)
-    clipping = GhostClipping(model, job.max_grad_norm, loss_of(train, "sum"))
+    criterion = loss if loss is not None else loss_of(train)
+    summed = copy.copy(criterion)
+    summed.reduction = "sum"
+    clipping = GhostClipping(model, job.max_grad_norm, summed)
     optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
-    return Trainer(model, model, optimizer, loss_of(train), batches, device, mode, accountant, clipping)
+    return Trainer(model, model, optimizer, criterion, batches, device, mode, accountant, clipping)
 
 
 def private_parts(
@@ -404,7 +416,14 @@ def private_parts(
 
 
 def opacus_trainer(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device, batch_size: int
+    model: nn.Module,
+    train: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    mode: str,
+    device: torch.device,
+    batch_size: int,
+    loss: nn.Module | None = None,
 ) -> Trainer:
     """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
     matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
@@ -417,7 +436,7 @@ def opacus_trainer(
     extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
     module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
     optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
-    criterion: Any = loss_of(train)
+    criterion: Any = loss if loss is not None else loss_of(train)
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")
     return Trainer(model, module, optimizer, criterion, batches, device, mode, accountant)
