@@ -22,8 +22,8 @@ from torch.utils.data import TensorDataset
 
 from privsched.jobs.context import JobContext
 from privsched.jobs.records import read_block_files
-from privsched.trainers.dpsgd import declarations, default_mode, fit, private_trainer
-from privsched.trainers.plans import parse_job
+from privsched.trainers.dpsgd import Trainer, declarations, default_mode, fit, private_trainer
+from privsched.trainers.plans import DPSGDJob, parse_job
 from privsched.trainers.tabular import encode, resolve_schema
 
 
@@ -70,8 +70,7 @@ def dp_sgd(
         inputs, labels = encode(records, schema)  # type: ignore[arg-type]
         data = TensorDataset(torch.from_numpy(inputs), torch.from_numpy(labels))
     divisor = job.expected_batch_size or max(1, round(sample_rate * rows))
-    mode = grad_sample_mode or default_mode(model)
-    trainer = private_trainer(model, data, job, plan["noise_multiplier"], mode, torch.device(ctx.device), divisor, loss)
+    trainer = plan_trainer(model, data, job, plan["noise_multiplier"], torch.device(ctx.device), divisor, loss, grad_sample_mode)
     fit(trainer, plan["steps"])
     if trainer.history != [(plan["noise_multiplier"], sample_rate, plan["steps"])]:
         raise RuntimeError("the training's accountant did not record the charged plan")
@@ -81,3 +80,19 @@ def dp_sgd(
         dp_sgd={**{k: plan[k] for k in ("sample_rate", "noise_multiplier", "steps")}, "charge": np.asarray(plan["charge"]).tolist()}
     )
     return model
+
+
+def plan_trainer(
+    model: nn.Module,
+    data: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    device: torch.device,
+    divisor: int,
+    loss: nn.Module | None = None,
+    grad_sample_mode: str | None = None,
+) -> Trainer:
+    """The trainer of a charged plan: the built-in trainer (:func:`private_trainer`) on the
+    job's own model and loss, in single-pass ghost clipping where every trainable layer is
+    linear, Opacus' ghost clipping elsewhere (unless the job names a mode)."""
+    return private_trainer(model, data, job, sigma, grad_sample_mode or default_mode(model), device, divisor, loss)
