@@ -28,6 +28,7 @@ the time of DP-SGD goes; a third times the secure and the one-draw noise alone (
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
@@ -203,6 +204,20 @@ def opacus_hooks(model: torch.nn.Module, train: TensorDataset, job: DPSGDJob, de
     return Trainer(model, module, optimizer, torch.nn.CrossEntropyLoss(), loader, device)  # type: ignore[arg-type]
 
 
+def data_parallel(fresh, train: TensorDataset, job: DPSGDJob, steps: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Median seconds of an epoch of DP-SGD on one gloo process and on ``args.workers``, at
+    the same global batch (timed between barriers after a warm-up epoch, without the
+    processes' start)."""
+    from privsched.trainers.distributed import train_distributed
+
+    out = {}
+    for workers in (1, args.workers):
+        runs = [train_distributed(fresh(), train, job, 1.0, steps, args.batch, workers, warmup=steps) for _ in range(args.repeats)]
+        seconds = [ranks[0]["seconds"] for ranks in runs]
+        out[f"DP-SGD on {workers} gloo process(es)"] = {"wall": statistics.median(seconds), "cpu": float("nan")}
+    return out
+
+
 def table(args: argparse.Namespace) -> None:
     """Seconds per epoch of the tabular MLP: non-private, the built-in DP-SGD job's trainer,
     Opacus' ``make_private`` defaults, and ``ctx.dp_sgd``'s trainer on a model the job
@@ -236,6 +251,8 @@ def table(args: argparse.Namespace) -> None:
         "ctx.dp_sgd": plan_trainer(users_own(), train, job, 1.0, device, args.batch),
     }
     times = dict(zip(trainers, epoch_seconds(list(trainers.values()), steps, args.repeats)))
+    if args.workers > 1:
+        times.update(data_parallel(fresh, train, job, steps, args))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     params = sum(p.numel() for p in trainers["non-private"].model.parameters())
     print(
@@ -246,7 +263,8 @@ def table(args: argparse.Namespace) -> None:
     print("|---|---:|---:|---:|---:|")
     base, ours = times["non-private"], times["built-in DP-SGD"]
     for label, t in times.items():
-        ratios = f"{t['wall'] / base['wall']:.2f}× | {t['cpu'] / base['cpu']:.2f}× | {t['wall'] / ours['wall']:.2f}×"
+        cpu = "—" if math.isnan(t["cpu"]) else f"{t['cpu'] / base['cpu']:.2f}×"
+        ratios = f"{t['wall'] / base['wall']:.2f}× | {cpu} | {t['wall'] / ours['wall']:.2f}×"
         print(f"| {label} | {t['wall']:.3f} | {ratios} |")
 
 
@@ -263,6 +281,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (a fifth held out)")
     parser.add_argument("--batch", type=int, default=1000, help="the table's expected batch size")
     parser.add_argument("--hidden", default="128,128", help="the table's MLP hidden widths")
+    parser.add_argument("--workers", type=int, default=1, help="also time data-parallel DP-SGD on this many gloo processes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.table:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,7 @@ def _worker(
     rank: int,
     world: int,
     rendezvous: str,
+    warmup: int,
     model: nn.Module,
     train: TensorDataset,
     job: DPSGDJob,
@@ -82,23 +84,31 @@ def _worker(
         trainer = private_trainer(model, part, job, sigma, "ghost", torch.device("cpu"), batch)
         trainer.optimizer.__class__ = DistributedGhostOptimizer
         trainer.optimizer.rank = rank  # type: ignore[attr-defined]
+        fit(trainer, warmup)
+        dist.barrier()
+        start = time.perf_counter()
         fit(trainer, steps)
+        dist.barrier()
+        seconds = time.perf_counter() - start
         grads = [p.grad.clone() for p in model.parameters()]
-        torch.save({"state": model.state_dict(), "grads": grads, "history": trainer.history}, Path(out) / f"rank{rank}.pt")
+        result = {"state": model.state_dict(), "grads": grads, "history": trainer.history, "seconds": seconds}
+        torch.save(result, Path(out) / f"rank{rank}.pt")
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
 def train_distributed(
-    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, steps: int, batch: int, workers: int
+    model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, steps: int, batch: int, workers: int, warmup: int = 0
 ) -> list[dict[str, Any]]:
     """Train an all-linear ``model`` for ``steps`` DP-SGD steps on ``workers`` gloo
-    processes (module docstring); returns each process's final state dict, last gradients
-    and accountant history, in rank order (the first's history is the charge)."""
+    processes (module docstring); returns each process's final state dict, last gradients,
+    accountant history and training seconds (between barriers: all processes together), in
+    rank order (the first's history is the charge). ``warmup`` steps (benchmarks only) go
+    before the timed ones and are counted in the history too."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as folder:
         rendezvous = str(Path(folder) / "rendezvous")
-        mp.spawn(_worker, args=(workers, rendezvous, model, train, job, sigma, steps, batch, folder), nprocs=workers, join=True)
+        mp.spawn(_worker, args=(workers, rendezvous, warmup, model, train, job, sigma, steps, batch, folder), nprocs=workers, join=True)
         return [torch.load(Path(folder) / f"rank{rank}.pt") for rank in range(workers)]
