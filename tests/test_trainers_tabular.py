@@ -245,3 +245,34 @@ def test_a_text_job_needs_a_declared_vocabulary_before_its_data_is_read(tmp_path
     assert "vocab_size" in (input_problem(job, {"b": "b.npz"}, tmp_path) or "")
     job["params"]["vocab_size"] = 10
     assert input_problem(job, {"b": "b.npz"}, tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"model": {"layers": [{"type": "linear", "out": 4}, {"type": "BatchNorm1d"}]}}, "batch norm"),
+        ({"classes": ["yes"]}, "two distinct classes"),
+    ],
+)
+def test_the_command_line_refuses_a_bad_tabular_job_at_submit_with_one_line_and_writes_nothing(tmp_path, dump_db, change, message):
+    from tests.cli_inprocess import invoke
+
+    db = tmp_path / "ledger.db"
+    invoke("init", db=db)
+    invoke("dataset", "create", "events", "--epsilon", "10", "--delta", "1e-7", db=db)
+    invoke("blocks", "add", "events", "d1", db=db)
+    before = dump_db(db)
+    spec = tmp_path / "p.json"
+    job = {"kind": "dpsgd", "params": {**{k: v for k, v in CLICKS.items() if k != "kind"}, **change}}
+    spec.write_text(json.dumps({"name": "p", "dataset": "events", "blocks": ["d1"], "epsilon": 1.0, "delta": 1e-8, "job": job}))
+    refused = invoke("submit", spec, db=db)
+    assert refused.code == 1 and message in refused.stderr and refused.stderr.count("\n") == 1
+    assert dump_db(db) == before
+
+
+def test_opacus_module_validator_refuses_a_model_with_batch_norm_in_one_line():
+    from privsched.trainers.networks import check_private
+
+    with pytest.raises(ValueError) as info:
+        check_private(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)))
+    assert "Opacus cannot train this model privately" in str(info.value) and "\n" not in str(info.value)
