@@ -276,3 +276,24 @@ def test_opacus_module_validator_refuses_a_model_with_batch_norm_in_one_line():
     with pytest.raises(ValueError) as info:
         check_private(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4)))
     assert "Opacus cannot train this model privately" in str(info.value) and "\n" not in str(info.value)
+
+
+HOSTILE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.lists(st.one_of(st.integers(), st.floats(allow_nan=True), st.text(max_size=3)), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.one_of(st.integers(), st.lists(st.floats(allow_nan=True), max_size=3)), max_size=2),
+)
+
+
+@given(
+    st.dictionaries(st.sampled_from(["features", "label", "bounds", "categories", "classes", "task", "hidden", "model", "text"]), HOSTILE)
+)
+def test_any_tabular_parameters_parse_or_are_refused_with_one_line(params):
+    try:
+        parse_job({**CLICKS, **params})
+    except ValueError as exc:
+        assert "\n" not in str(exc)
