@@ -1,7 +1,11 @@
 """DP-SGD training on Opacus (Abadi et al. 2016; Yousefpour et al. 2021), within a grant.
 
-A granted job trains a zoo model on its granted blocks with Poisson sampling at rate q,
-per-sample clipping to C and Gaussian noise of standard deviation σC per step. Clipping
+A granted job trains a zoo model on a text column, or a model on a table's declared
+features (:mod:`privsched.trainers.tabular`; ``logreg``, ``mlp`` or a layer list,
+:mod:`privsched.trainers.networks`), on its granted blocks with Poisson sampling at rate q
+(64-bit draws, an inclusion probability never above q: :class:`PoissonBatches`), per-sample
+clipping to C and Gaussian noise of standard deviation σC per step, divided by a public
+expected batch size (:func:`expected_batch_size`). Clipping
 runs in one of three modes (``grad_sample_mode``): "ghost", single-pass ghost clipping
 for models whose trainable layers are all linear (:mod:`privsched.trainers.clipping`,
 the default for them); "opacus-ghost", Opacus' two-pass fast gradient clipping (the default for the other
