@@ -160,7 +160,7 @@ def train_heldout(
 def secure_generator(device: torch.device | str = "cpu") -> torch.Generator:
     """A torch generator on ``device`` seeded with 64 bits from the OS (``secrets``), never
     from a user seed: the source of DP-SGD's noise (on the model's device, where Opacus
-    draws it) and of Poisson sampling (on the CPU, where the records are)."""
+    draws it). Poisson sampling draws from :func:`os_entropy_rng`."""
     return torch.Generator(device=device).manual_seed(secrets.randbits(64))
 
 
