@@ -45,11 +45,6 @@ class TableSchema:
         return [len(values) + 1 for values in self.categorical.values()]
 
     @property
-    def n_inputs(self) -> int:
-        """Width of the encoded features (numeric values, then one-hot categories)."""
-        return len(self.numeric) + sum(self.category_sizes)
-
-    @property
     def n_outputs(self) -> int:
         return 1 if self.classes is None else len(self.classes)
 
