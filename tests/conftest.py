@@ -55,3 +55,14 @@ def dump_database(path: Path) -> list[str]:
 def dump_db() -> Callable[[Path], list[str]]:
     """``dump_db(path)``: a database's content as SQL lines (see :func:`dump_database`)."""
     return dump_database
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Jobs run with one torch thread per CPU they were placed on (one by default)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

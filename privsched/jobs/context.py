@@ -11,6 +11,7 @@ reports what it actually spent with :meth:`JobContext.report_spent`. The executo
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -23,6 +24,11 @@ import numpy as np
 from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.mechanisms import Mechanism, mechanism_json, parse_mechanism
 from privsched.errors import Forbidden
+
+
+#: The training behind :meth:`JobContext.dp_sgd`, loaded by its import path like a built-in
+#: job (it lives with the trainers, above this package).
+DP_SGD = "privsched.trainers.code_training:dp_sgd"
 
 
 class BlockAccessError(Forbidden):
@@ -162,6 +168,17 @@ class JobContext:
     ) -> dict:
         """Noisy counts of ``column`` in ``bins`` equal bins over ``bounds`` (``value``, ``edges``)."""
         return self._primitive("histogram", epsilon, delta, column=column, bounds=list(bounds), bins=bins, noise=noise)
+
+    def dp_sgd(self, model: Any, features: list[str] | None = None, label: str | None = None, **training: Any) -> Any:
+        """Train ``model`` (a torch module) with DP-SGD on the granted blocks' ``features``
+        and ``label`` (or ``data=``, a dataset of (input, label) pairs) and return it, saved
+        as the pipeline's ``model.pt``. The supervisor plans and charges the training first
+        (q, σ, steps from ``epsilon``, default the whole grant: :mod:`privsched.budgets.training_plan`);
+        the job then trains with that plan. Keywords: :func:`privsched.trainers.code_training.dp_sgd`."""
+        if self.channel is None:
+            raise RuntimeError("privacy primitives are available only to a job run by privsched's runner")
+        module, _, name = DP_SGD.partition(":")
+        return getattr(importlib.import_module(module), name)(self, model, features, label, **training)
 
     def report_spent(self, spent: np.ndarray | list[float]) -> None:
         """Record the budget actually spent on each granted block.

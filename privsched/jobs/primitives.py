@@ -2,7 +2,8 @@
 
 A user job is untrusted, so what it reports spending is not believed (docs/design.md §4.4). Its
 spend is believed only when privsched computed the release itself: the job calls
-``ctx.dp_count``, ``ctx.dp_sum``, ``ctx.dp_mean`` or ``ctx.dp_histogram``; the request
+``ctx.dp_count``, ``ctx.dp_sum``, ``ctx.dp_mean``, ``ctx.dp_histogram`` or ``ctx.dp_sgd`` (whose
+training plan, not its training, is computed and charged here); the request
 travels over a socket pair to the supervisor (:mod:`privsched.jobs.runner`), which reads the
 granted blocks, charges the mechanism against what is left of the grant *before* releasing
 anything, refuses a release beyond the grant, and answers with the noisy value only. A job
@@ -97,6 +98,17 @@ class Channel:
             raise ConnectionError("the job supervisor sent a block's files without their descriptors")
         return {str(name): os.fdopen(fd, "rb") for name, fd in zip(names, fds)}
 
+    def dpsgd_plan(self, request: dict) -> tuple[dict, list[BinaryIO]]:
+        """A charged DP-SGD plan (:meth:`Account._dpsgd_plan`) and the granted blocks' files,
+        open for reading."""
+        plan = self.call({"op": "dpsgd_plan", **request})
+        fds, self._fds = self._fds, []
+        if len(fds) != plan.get("files"):
+            for fd in fds:
+                os.close(fd)
+            raise ConnectionError("the job supervisor sent a plan without its blocks' descriptors")
+        return plan, [os.fdopen(fd, "rb") for fd in fds]
+
     def finish(self, report: dict) -> None:
         self._sock.sendall(json.dumps({"op": "done", **report}, default=_jsonable).encode() + b"\n")
         self._sock.shutdown(socket.SHUT_WR)
@@ -171,6 +183,9 @@ class Account:
             if request.get("op") == "open":
                 names, fds = self.open_block(str(request["key"]))
                 answer: dict = {"ok": names}
+            elif request.get("op") == "dpsgd_plan":
+                plan, fds = self._dpsgd_plan(request)
+                answer = {"ok": plan}
             else:
                 answer = {"ok": self.handle(request)}
         except (ValueError, TypeError, KeyError, OSError) as exc:
@@ -239,6 +254,43 @@ class Account:
         released = result if query == "histogram" else result["value"]
         self.releases.append({"query": query, "column": job.column, "epsilon": epsilon, "delta": delta, "value": released})
         return released
+
+    def _dpsgd_plan(self, request: dict) -> tuple[dict, list[int]]:
+        """A DP-SGD training plan for ``ctx.dp_sgd`` (:mod:`privsched.budgets.training_plan`),
+        computed and charged here from what is left of the grant *before* the job gets the
+        records to train on: the charge rests on the plan, never on the job's report. The
+        answer is the plan (q, σ, steps, its charge) with a read-only descriptor for each file
+        of the granted blocks, which do not count as the job reading its blocks itself (the
+        plan paid for the training)."""
+        from privsched.budgets.training_plan import plan_training
+
+        epsilon = request.get("epsilon")
+        plan = plan_training(
+            float(request["sample_rate"]),
+            float(request["epochs"]),
+            None if epsilon is None else float(epsilon),
+            self.ctx.delta,
+            self.ctx.budget - self.spent,
+            self.ctx.accounting,
+            self.ctx.epsilon,
+        )
+        total = self.spent + plan.charge
+        if not np.all(total <= self.ctx.budget):
+            raise PermissionError("the DP-SGD plan would exceed the pipeline's grant")
+        paths = [path for block in self.ctx.blocks.values() if block.location for path in block_file_paths(block.location).values()]
+        if len(paths) > MAX_BLOCK_FILES:
+            raise ValueError(f"the granted blocks hold more than {MAX_BLOCK_FILES} files")
+        fds: list[int] = []
+        try:
+            for path in paths:
+                fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.spent = total  # charged before any record reaches the job
+        self._reach_data()
+        return {**plan.to_dict(), "files": len(fds)}, fds
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._records is None:

@@ -241,7 +241,9 @@ def needed_columns(job: dict) -> list[str]:
     if job.get("kind") == "statistic":
         return [params["column"]] if params.get("column") else []
     if job.get("kind") == "dpsgd":
-        return ["tokens", str(params.get("target", "sentiment"))]
+        from privsched.trainers.plans import parse_job
+
+        return parse_job({"kind": "dpsgd", **params}).columns  # type: ignore[union-attr]
     return []
 
 
@@ -271,6 +273,12 @@ def input_problem(job: dict, locations: dict[str, str | None], workdir: Path) ->
             if name not in columns:
                 held = ", ".join(sorted(columns)) or "none"
                 return f"block {key!r} has no column {name!r} (it holds {held})"
+        if job.get("kind") == "dpsgd":
+            from privsched.trainers.plans import parse_job, undeclared
+
+            problem = undeclared(parse_job({"kind": "dpsgd", **(job.get("params") or {})}), record_dtypes(path))  # type: ignore[arg-type]
+            if problem is not None:
+                return f"block {key!r}: {problem}"
     return None
 
 
@@ -281,19 +289,40 @@ def record_columns(path: Path) -> set[str]:
         import pyarrow.parquet as pq
 
         return set(pq.read_schema(path).names)
-    columns = set()
+    return {name for name, (shape, _) in array_headers(path).items() if name not in METADATA and len(shape) >= 1}
+
+
+def record_dtypes(path: Path) -> dict[str, str]:
+    """The kind (NumPy's ``dtype.kind``) of every column of a block file, from a Parquet
+    file's footer or an ``.npz`` file's array headers (its declared scalars included)."""
+    if is_parquet(path):
+        import pyarrow.parquet as pq
+
+        return {field.name: _arrow_kind(field.type) for field in pq.read_schema(path)}
+    return {name: dtype.kind for name, (_, dtype) in array_headers(path).items()}
+
+
+def _arrow_kind(arrow_type: Any) -> str:
+    """The NumPy kind an Arrow column reads as (``O`` for strings and other objects)."""
+    try:
+        return np.dtype(arrow_type.to_pandas_dtype()).kind
+    except (NotImplementedError, TypeError):
+        return "O"
+
+
+def array_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The shape and type of every array in a ``.npz`` file, read from its headers only."""
+    headers = {}
     with zipfile.ZipFile(path) as archive:
         for entry in archive.namelist():
-            name = entry.removesuffix(".npy")
-            if name in METADATA or not entry.endswith(".npy"):
+            if not entry.endswith(".npy"):
                 continue
             with archive.open(entry) as member:
                 version = np.lib.format.read_magic(member)
                 read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-                shape, _, _ = read_header(member)
-            if len(shape) >= 1:
-                columns.add(name)
-    return columns
+                shape, _, dtype = read_header(member)
+            headers[entry.removesuffix(".npy")] = (shape, dtype)
+    return headers
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from privsched.budgets.capacity import validate_epsilon_delta
 from privsched.budgets.mechanisms import Mechanism
 from privsched.jobs.context import JobContext
 from privsched.statistics.queries import statistic_mechanism
+from privsched.trainers.layers import LayerModel
 from privsched.trainers.plans import (
     DPSGDJob,
     calibrate_noise,
@@ -39,9 +40,28 @@ def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounti
     validate_epsilon_delta(epsilon, delta)
     spec = parse_job(job)
     if isinstance(spec, DPSGDJob):
+        check_layers(spec)
         sigma = calibrate_noise(spec.sample_rate, spec.steps, training_epsilon(epsilon), delta)
         return dpsgd_mechanism(spec, sigma, epsilon, delta, accounting)
     return statistic_mechanism(spec, epsilon, delta, accounting)
+
+
+def check_layers(job: DPSGDJob) -> None:
+    """Build a layer-list model at submit, where its sizes are known from the job alone, so
+    that a model that cannot be built or made private (Opacus' ``ModuleValidator``) is
+    refused with one line (torch is imported for layer lists only). A tabular model whose
+    features the dataset declares is checked when its job starts."""
+    if not isinstance(job.model, LayerModel):
+        return
+    from privsched.trainers.dpsgd import shape_only
+
+    try:
+        data = shape_only(job)
+    except ValueError:
+        return  # sized by the dataset's declarations: built when the job starts
+    from privsched.trainers.dpsgd import initial_model
+
+    initial_model(job, data)
 
 
 def run_builtin(ctx: JobContext) -> None:
