@@ -130,10 +130,15 @@ def test_the_supervisor_charges_a_plan_before_it_hands_over_any_block_and_refuse
     ctx = JobContext(
         1, "job", "events", accounting, DELTA, {k: BlockGrant(k, v, np.array([1.0, 2 * DELTA])) for k, v in blocks.items()}, epsilon=1.0
     )
-    account = Account(ctx, tmp_path / "copies")
-    answer = account.handle({"op": "dpsgd_plan", "epsilon": 0.6, "sample_rate": 0.1, "epochs": 1})
-    assert account.spent[0] == answer["charge"][0] <= 0.6 and account.used_primitives and not account.read_blocks
-    assert len(answer["blocks"]) == 2 and all(Path(p).is_file() for p in answer["blocks"])
+    account = Account(ctx)
+    answer, fds = account._dpsgd_plan({"epsilon": 0.6, "sample_rate": 0.1, "epochs": 1})
+    try:
+        assert account.spent[0] == answer["charge"][0] <= 0.6 and not account.read_blocks
+        assert answer["files"] == len(fds) == 2 and account.first_access is not None
+        assert sorted(os.fstat(fd).st_size for fd in fds) == sorted(Path(p).stat().st_size for p in blocks.values())
+    finally:
+        for fd in fds:
+            os.close(fd)
     with pytest.raises(ValueError, match="more than what is left"):
-        account.handle({"op": "dpsgd_plan", "epsilon": 0.6, "sample_rate": 0.1, "epochs": 1})
+        account._dpsgd_plan({"epsilon": 0.6, "sample_rate": 0.1, "epochs": 1})
     assert account.spent[0] == answer["charge"][0]
