@@ -31,7 +31,7 @@ def encode(row: Sequence[object]) -> bytes:
         elif isinstance(value, float):
             out += b"F" + struct.pack(">d", value)
         else:
-            tag, data = (b"S", value.encode("utf-8")) if isinstance(value, str) else (b"B", bytes(value))  # type: ignore[arg-type]
+            tag, data = (b"S", value.encode("utf-8")) if isinstance(value, str) else (b"B", bytes(value))
             out += tag + struct.pack(">Q", len(data)) + data
     return bytes(out)
 
