@@ -17,6 +17,7 @@ import builtins
 import http.client
 import json
 import os
+import select
 import ssl
 import time
 import types
@@ -138,6 +139,19 @@ def _json_values(value: Any) -> bool:
     return True
 
 
+def _closed_by_server(conn: http.client.HTTPConnection) -> bool:
+    """Whether the server has closed an idle keep-alive connection (as it does after its
+    keep-alive timeout): its socket reads as ready while no answer is due. A request sent on
+    it would be lost, so a new connection is opened (urllib3 checks the same before reuse)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class RemoteClient(BudgetReads):
     """The methods of :class:`privsched.client.Client`, served by a privsched server."""
 
@@ -168,6 +182,8 @@ class RemoteClient(BudgetReads):
 
     # -- transport ------------------------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is not None and _closed_by_server(self._conn):
+            self.close()
         if self._conn is None:
             host, port = self._parts.hostname or "", self._parts.port
             if self._context is not None:
@@ -179,8 +195,9 @@ class RemoteClient(BudgetReads):
     def request(
         self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None, *, retry: bool | None = None
     ) -> Any:
-        """One API call: the decoded JSON answer, or :class:`RemoteError`. A dropped
-        keep-alive connection is reopened and a request that is safe to repeat (reads, and
+        """One API call: the decoded JSON answer, or :class:`RemoteError`. A keep-alive
+        connection the server closed while idle is replaced before sending; one dropped
+        during the call is reopened and a request that is safe to repeat (reads, and
         submissions with an id) is sent again once."""
         response, data = self._send(method, path, body, query, retry)
         return self._answer(response, data)

@@ -1,5 +1,6 @@
 """Fixtures shared by the test suite: a database path, the CLI in a subprocess, and a
-content dump of a database for before/after comparisons."""
+content dump of a database for before/after comparisons; and the Hypothesis profile every
+property test runs under (:mod:`tests.support.profiles`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.support import profiles
+
+profiles.load()
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from privsched.jobs.context import JobContext
+from tests.support.waiting import wait_for
 
 
 def _trace(ctx: JobContext, event: str) -> None:
@@ -21,14 +22,17 @@ def _trace(ctx: JobContext, event: str) -> None:
 
 
 def reports_gpus(ctx: JobContext) -> None:
-    """Reads its blocks, says which GPUs it sees, holds them ``seconds``, spends half its grant
-    and records the GPUs and its running interval in its metrics."""
+    """Reads its blocks, says which GPUs it sees, holds them ``seconds`` (with ``hold``: until
+    a file named ``release`` appears in its work folder), spends half its grant and records
+    the GPUs and its running interval in its metrics."""
     started = time.time()
     _trace(ctx, "started")
     for key in ctx.block_keys:
         ctx.open_block(key)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     print(f"pipeline {ctx.pipeline_id} sees GPUs {visible!r}", flush=True)
+    if ctx.params.get("hold"):
+        wait_for(Path(ctx.workdir, "release").exists, f"pipeline {ctx.pipeline_id} was released")
     time.sleep(float(ctx.params.get("seconds", 0)))
     ctx.report_metrics(gpus=visible, started=started, ended=time.time())
     ctx.report_spent(ctx.budget / 2)

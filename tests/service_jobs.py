@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from privsched.jobs.context import JobContext
+from tests.support.waiting import wait_for
 
 
 def spend_half(ctx: JobContext) -> None:
@@ -29,6 +30,12 @@ def no_report(ctx: JobContext) -> None:
 def sleep_then_spend(ctx: JobContext) -> None:
     """Sleeps ``ctx.params['seconds']``, then spends half its budget."""
     time.sleep(float(ctx.params.get("seconds", 1.0)))
+    spend_half(ctx)
+
+
+def waits_for_go_then_spends(ctx: JobContext) -> None:
+    """Waits until a file named ``go`` appears in its work folder, then spends half its budget."""
+    wait_for(Path(ctx.workdir, "go").exists, f"pipeline {ctx.pipeline_id} was told to go")
     spend_half(ctx)
 
 

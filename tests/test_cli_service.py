@@ -7,15 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from privsched import connect
 from privsched.ledger import Ledger
+from privsched.service.rundirs import RunDirs
 from tests.conftest import REPO, dump_database
 from tests.support.blockdata import block_files
+from tests.support.waiting import wait_for
 
 
 def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "", params: str = "{}") -> Path:
@@ -125,7 +126,7 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
 def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     for i in range(3):
-        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2, params="{seconds: 2}").resolve())
+        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "waits_for_go_then_spends", f"[b{i}]", 0.2).resolve())
         assert submitted.returncode == 0, submitted.stderr
     first = subprocess.Popen(
         [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
@@ -134,12 +135,13 @@ def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    while list(states(db).values()) != ["running"] * 3:
-        time.sleep(0.1)
+    wait_for(lambda: list(states(db).values()) == ["running"] * 3, "the first scheduler runs all three jobs")
     second = cli("serve", "--until-idle")
     assert second.returncode != 0 and "another scheduler is already serving" in second.stderr
     first.send_signal(signal.SIGKILL)
     first.wait()
+    for pipeline_id in (1, 2, 3):  # the jobs outlive their scheduler: let them end
+        (RunDirs(db).workdir(pipeline_id) / "go").touch()
     cli("submit", write_pipeline(tmp_path, "later", "spend_half", "[b3]", 0.2))  # arrives while no scheduler runs
     restarted = cli("serve", "--until-idle", "--tick", "200ms", "--cpus", "4")
     assert restarted.returncode == 0, restarted.stderr

@@ -112,8 +112,8 @@ def test_dpf_granted_jobs_run_on_exactly_their_gpus_and_the_ledger_stays_consist
     with serving(db, ray_address, "dpf-n", n=4) as check, connect(db) as client:
         runs = client.submit_many(
             [
-                user_job("one-a", GPU_JOB, gpus=1, seconds=3),
-                user_job("one-b", GPU_JOB, gpus=1, seconds=3),
+                user_job("one-a", GPU_JOB, gpus=1, hold=True, trace=True),
+                user_job("one-b", GPU_JOB, gpus=1, hold=True, trace=True),
                 user_job("both", GPU_JOB, gpus=2),
                 {
                     "name": "count",
@@ -133,8 +133,12 @@ def test_dpf_granted_jobs_run_on_exactly_their_gpus_and_the_ledger_stays_consist
                 },
             ]
         )
-        wait_until(ended(client, *(r.id for r in runs)), check)
         one_a, one_b, both, count, sgd = runs
+        holders = [client.runs.workdir(r.id) for r in (one_a, one_b)]
+        wait_until(lambda: all((folder / "trace").exists() for folder in holders), check)  # each holds its GPU till released
+        for folder in holders:
+            (folder / "release").touch()
+        wait_until(ended(client, *(r.id for r in runs)), check)
         assert [r.status for r in runs] == ["completed"] * 5, [r.message for r in runs]
         assert {one_a.metrics["gpus"], one_b.metrics["gpus"]} == {"0", "1"}
         assert one_a.metrics["started"] < one_b.metrics["ended"] and one_b.metrics["started"] < one_a.metrics["ended"]

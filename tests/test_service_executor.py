@@ -16,6 +16,7 @@ from privsched.service.executors import make_executor
 from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Placement
+from tests.support.waiting import PATIENCE, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 GRANT = [1.0, 1e-9]
@@ -59,10 +60,13 @@ def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResul
     for launch in launches:
         executor.start(launch)
     results: dict[int, JobResult] = {}
-    while executor.running():
+
+    def ended() -> bool:
         for result in executor.poll(time.time()):
             results[result.pipeline_id] = result
-        time.sleep(0.05)
+        return not executor.running()
+
+    wait_for(ended, "every job the executor started has ended")
     return results
 
 
@@ -105,6 +109,7 @@ MAX_RUNTIME = 10.0
 
 
 def test_a_job_past_its_max_runtime_is_killed_and_failed(tmp_path: Path):
+    assert PATIENCE < 3600  # so run_to_end fails if the job is left to sleep its hour
     result = run_to_end(LocalExecutor(), launch_for(tmp_path, "hangs", max_runtime=MAX_RUNTIME))[1]
     assert not result.completed and result.touched_data
     assert "max_runtime of 10 s" in result.message  # killed, not left to sleep its hour

@@ -28,6 +28,7 @@ from privsched.jobs.records import load_blocks
 from privsched.budgets.bounds import MIN_SAMPLE_RATE
 from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches, inclusion_threshold, release_accuracy
 from privsched.trainers.models import build_model, ghost_clipping_applies
+from tests.support.devices import DEVICES
 from workloads.reviews import write_blocks
 
 DELTA = 1e-6
@@ -149,7 +150,7 @@ def test_ghost_clipping_takes_noise_only_steps_on_empty_poisson_batches(small_bl
     assert ctx.spent == pytest.approx(demand_vector(plan_mechanism(job, 1.0, DELTA, Accounting.rdp()), Accounting.rdp()))
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["ghost", "opacus-ghost", "hooks"])
 def test_a_job_trains_with_secure_noise_on_the_device_it_is_placed_on(small_blocks, tmp_path, device, mode):
     # The noise generator lives on the model's device: a CPU generator fails on a GPU.
