@@ -20,6 +20,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.mechanisms import Mechanism, mechanism_json, parse_mechanism
 from privsched.errors import Forbidden
+from privsched.jobs.contribution import Contribution
 
 
 class BlockAccessError(Forbidden):
@@ -57,6 +58,9 @@ class JobContext:
     plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
     epsilon: float | None = None  # the ε the pipeline was planned with (None: it declared a mechanism)
     max_runtime: float | None = None  # seconds the job may run before it is stopped (None: no limit)
+    unit: str = "record"  # the dataset's unit of privacy (docs/privacy.md "Units")
+    user_column: str | None = None  # the column naming the person (user units)
+    max_rows_per_user: int = 1  # K: rows of one person any read of a block returns (user units)
     spent: np.ndarray | None = None  # set by report_spent
     metrics: dict[str, Any] = field(default_factory=dict)  # set by report_metrics
     touched_data: bool = False  # set once the job asked for a block's data
@@ -72,6 +76,13 @@ class JobContext:
         """The budget the job may spend on *every* block it reads: the element-wise minimum
         of its per-block grants (a job's data touches all its blocks, so each is charged)."""
         return np.min(np.stack([b.grant for b in self.blocks.values()]), axis=0)
+
+    @property
+    def contribution(self) -> Contribution | None:
+        """The bound every read of a block applies: K rows per person (None for records)."""
+        if self.unit == "record" or self.user_column is None:
+            return None
+        return Contribution(self.user_column, self.max_rows_per_user)
 
     def block_path(self, key: str) -> Path:
         """Path of a granted block's data; any other block raises :class:`BlockAccessError`."""
@@ -97,7 +108,7 @@ class JobContext:
             if key not in self.blocks:
                 self.block_path(key)  # raises before any block is opened
         sources = [self.block_path(key) for key in wanted]
-        return table_as(read_table(sources, columns), as_)
+        return table_as(read_table(sources, columns, self.contribution), as_)
 
     def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
         """A DP release computed and charged by the supervisor (:mod:`privsched.jobs.primitives`)."""
@@ -156,6 +167,9 @@ class JobContext:
             "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
             "epsilon": self.epsilon,
             "max_runtime": self.max_runtime,
+            "unit": self.unit,
+            "user_column": self.user_column,
+            "max_rows_per_user": self.max_rows_per_user,
         }
 
     @classmethod
@@ -174,4 +188,7 @@ class JobContext:
             plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),
             epsilon=data.get("epsilon"),
             max_runtime=data.get("max_runtime"),
+            unit=data.get("unit", "record"),
+            user_column=data.get("user_column"),
+            max_rows_per_user=data.get("max_rows_per_user", 1),
         )

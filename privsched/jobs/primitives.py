@@ -151,10 +151,18 @@ class Account:
         if not source.exists():
             return source  # nothing to copy: the job gets the path, and fails to open it
         target = self.copies / str(list(self.ctx.blocks).index(key)) / source.name
+        if self.ctx.contribution is not None:
+            target = target.with_suffix(".parquet")
         if target.exists():
             return target
         target.parent.mkdir(mode=0o700, parents=True)
-        if source.is_dir():
+        if self.ctx.contribution is not None:  # a person's block: the job gets at most K rows of each
+            import pyarrow.parquet as pq
+
+            from privsched.jobs.records import parquet_block
+
+            pq.write_table(parquet_block(source, bound=self.ctx.contribution), str(target))
+        elif source.is_dir():
             shutil.copytree(source, target)
         else:
             shutil.copyfile(source, target)
@@ -194,5 +202,5 @@ class Account:
         if self._records is None:
             from privsched.jobs.records import read_block_files
 
-            self._records = read_block_files([b.location for b in self.ctx.blocks.values() if b.location])
+            self._records = read_block_files([b.location for b in self.ctx.blocks.values() if b.location], bound=self.ctx.contribution)
         return self._records

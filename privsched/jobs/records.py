@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from privsched.jobs.context import JobContext
+from privsched.jobs.contribution import Contribution, bound_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -40,12 +41,15 @@ def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str,
     for key in keys:
         if key not in ctx.blocks:
             ctx.block_path(key)  # raises: the context is the one gate to block data
-    return read_block_files([ctx.block_path(key) for key in keys])
+    return read_block_files([ctx.block_path(key) for key in keys], bound=ctx.contribution)
 
 
 def is_parquet(source: BlockSource) -> bool:
-    """Whether a block file (path or binary file object) is Parquet (it starts with ``PAR1``)."""
+    """Whether a block file (path or binary file object) is Parquet (it starts with ``PAR1``);
+    a folder is a user block of Parquet segments (:mod:`privsched.data.people`)."""
     if isinstance(source, (str, Path)):
+        if Path(source).is_dir():
+            return True
         with open(source, "rb") as handle:
             return handle.read(4) == PARQUET_MAGIC
     position = source.tell()
@@ -58,17 +62,41 @@ def _source(source: BlockSource) -> BlockSource:
     return str(source) if isinstance(source, Path) else source
 
 
-def read_block_files(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def parquet_block(source: BlockSource, columns: Sequence[str] | None = None, bound: Contribution | None = None) -> pa.Table:
+    """One Parquet block: a file, or a user block's folder of segments (read in name order);
+    with ``bound``, at most K rows per person (:func:`~privsched.jobs.contribution.bound_rows`,
+    on every column, before ``columns`` are selected)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = None if columns is None or bound is not None else list(columns)
+    if isinstance(source, (str, Path)) and Path(source).is_dir():
+        segments = sorted(Path(source).glob("*.parquet"))
+        if not segments:
+            raise ValueError(f"user block {source} holds no segment")
+        table = pa.concat_tables([pq.read_table(str(p), columns=wanted) for p in segments])
+    else:
+        table = pq.read_table(_source(source), columns=wanted)
+    if bound is not None:
+        table = bound_rows(table, bound)
+        if columns is not None:
+            table = table.select(list(columns))
+    return table
+
+
+def read_block_files(
+    sources: Iterable[BlockSource], columns: Sequence[str] | None = None, bound: Contribution | None = None
+) -> dict[str, np.ndarray]:
     """Concatenate the records of block files (paths or binary file objects), every column or
-    only ``columns``; metadata scalars of ``.npz`` blocks are combined with ``max`` (a
-    vocabulary covering every block)."""
+    only ``columns``, at most K rows per person in each block with ``bound``; metadata
+    scalars of ``.npz`` blocks are combined with ``max`` (a vocabulary covering every block)."""
     parts: list[dict[str, np.ndarray]] = []
     for source in sources:
         if is_parquet(source):
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(_source(source), columns=None if columns is None else list(columns))
+            table = parquet_block(source, columns, bound)
             parts.append({name: table.column(name).to_numpy() for name in table.column_names})
+        elif bound is not None:
+            raise ValueError("a block of a user-unit dataset must be Parquet (imported by privsched)")
         else:
             with np.load(_source(source)) as data:
                 names = data.files if columns is None else [n for n in data.files if n in columns or n in METADATA]
@@ -90,21 +118,22 @@ def read_block_files(sources: Iterable[BlockSource], columns: Sequence[str] | No
     return records
 
 
-def read_table(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> pa.Table:
-    """The records of block files as one Arrow table (Parquet blocks read as they are; an
-    ``.npz`` block's per-record arrays as columns, a 2-D array as fixed-size lists; its
-    metadata scalars left out)."""
+def read_table(sources: Iterable[BlockSource], columns: Sequence[str] | None = None, bound: Contribution | None = None) -> pa.Table:
+    """The records of block files as one Arrow table (Parquet blocks read as they are, at most
+    K rows per person in each with ``bound``; an ``.npz`` block's per-record arrays as
+    columns, a 2-D array as fixed-size lists; its metadata scalars left out)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     tables = []
     for source in sources:
         if is_parquet(source):
             try:
-                tables.append(pq.read_table(_source(source), columns=None if columns is None else list(columns)))
+                tables.append(parquet_block(source, columns, bound))
             except (pa.ArrowInvalid, KeyError) as exc:
                 raise ValueError(f"cannot read the columns asked for ({exc})") from None
             continue
+        if bound is not None:
+            raise ValueError("a block of a user-unit dataset must be Parquet (imported by privsched)")
         records = read_block_files([source], columns)
         arrays = {name: _arrow_array(values) for name, values in records.items() if name not in METADATA}
         tables.append(pa.table(arrays))
