@@ -12,9 +12,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from privsched.ledger.schema import SCHEMA_VERSION
 from privsched import connect
 from privsched.data.store import default_store
+from privsched.ledger.schema import SCHEMA_VERSION
 from tests.cli_inprocess import invoke
 from tests.support.tables import event_rows, write_csv, write_jsonl, write_parquet
 

@@ -74,7 +74,8 @@ def parquet_block(source: BlockSource, columns: Sequence[str] | None = None, bou
         segments = sorted(Path(source).glob("*.parquet"))
         if not segments:
             raise ValueError(f"user block {source} holds no segment")
-        table = pa.concat_tables([pq.read_table(str(p), columns=wanted) for p in segments])
+        parts = [pq.read_table(str(p), columns=wanted) for p in segments]
+        table = pa.concat_tables([part.select(parts[0].column_names) for part in parts])  # one column order
     else:
         table = pq.read_table(_source(source), columns=wanted)
     if bound is not None:
