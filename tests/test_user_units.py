@@ -198,7 +198,8 @@ def test_a_read_keeps_the_k_rows_of_smallest_row_hash_whatever_the_row_order(db:
         assert sorted(map(row_digest, expected)) == sorted(row_digest(r) for r in table.to_pylist() if r["uid"] == uid)
 
 
-def test_a_jobs_context_carries_the_unit_and_bounds_ctx_read(db: Path, tmp_path: Path):
+def granted_context(db: Path, tmp_path: Path):
+    """A job's context granted the one user block of ``people`` (4 people, 5 rows each)."""
     import numpy as np
 
     from privsched.jobs.context import BlockGrant, JobContext
@@ -207,7 +208,7 @@ def test_a_jobs_context_carries_the_unit_and_bounds_ctx_read(db: Path, tmp_path:
         client.import_blocks("people", write_csv(tmp_path / "a.csv", person_rows(4, 5)), partitions=1)
         info = client.dataset("people")
         (block,) = client.blocks("people")
-    ctx = JobContext(
+    return JobContext(
         pipeline_id=1,
         name="p",
         dataset="people",
@@ -218,9 +219,25 @@ def test_a_jobs_context_carries_the_unit_and_bounds_ctx_read(db: Path, tmp_path:
         user_column=info.user_column,
         max_rows_per_user=info.max_rows_per_user,
     )
-    again = JobContext.from_json(ctx.to_json())
+
+
+def test_a_jobs_context_carries_the_unit_and_bounds_ctx_read(db: Path, tmp_path: Path):
+    from privsched.jobs.context import JobContext
+
+    again = JobContext.from_json(granted_context(db, tmp_path).to_json())
     assert again.contribution == Contribution("uid", 2)
     assert Counter(again.read(columns=["uid"]).column("uid").to_pylist()) == {f"p{u}": 2 for u in range(4)}
+
+
+def test_the_supervisors_block_copies_and_primitives_hold_at_most_k_rows_of_a_person(db: Path, tmp_path: Path):
+    from privsched.jobs.primitives import Account
+
+    ctx = granted_context(db, tmp_path)
+    (copies := tmp_path / "copies").mkdir()
+    account = Account(ctx, copies)
+    copied = pq.read_table(account.handle({"op": "block", "key": ctx.block_keys[0]}))
+    assert Counter(copied.column("uid").to_pylist()) == {f"p{u}": 2 for u in range(4)}
+    assert len(account._load()["uid"]) == 8  # what dp_count and the other primitives count
 
 
 def test_an_npz_block_cannot_be_read_under_a_contribution_bound(tmp_path: Path):
@@ -229,3 +246,17 @@ def test_an_npz_block_cannot_be_read_under_a_contribution_bound(tmp_path: Path):
     np.savez(tmp_path / "b.npz", uid=np.arange(3), amount=np.ones(3))
     with pytest.raises(ValueError, match="must be Parquet"):
         read_table([tmp_path / "b.npz"], bound=Contribution("uid", 1))
+
+
+@pytest.mark.slow
+def test_a_built_in_count_over_a_user_dataset_counts_at_most_k_rows_of_a_person(run_cli, db: Path, tmp_path: Path):
+    with connect(db) as client:  # 40 people with 5 rows each, K = 2: 80 rows may be counted, not 200
+        client.import_blocks("people", write_csv(tmp_path / "a.csv", person_rows(40, 5)), partitions=2, unlocked=1.0)
+    spec = tmp_path / "count.yaml"
+    spec.write_text("name: count\ndataset: people\nblocks: [u0, u1]\nepsilon: 5.0\njob: {kind: statistic, params: {query: count}}\n")
+    env = {"PRIVSCHED_DB": str(db)}
+    assert run_cli("submit", spec, env=env).returncode == 0
+    served = run_cli("serve", "--until-idle", "--tick", "200ms", "--cpus", "1", "--gpus", "0", env=env)
+    assert served.returncode == 0 and "pipeline 1 completed" in served.stdout + served.stderr, served.stderr
+    metrics = json.loads((tmp_path / "runs" / "p" / "1" / "work" / "metrics.json").read_text())
+    assert abs(metrics["value"] - 80) < 20  # Laplace noise of scale at most 2/5: 20 away has probability < e^-50

@@ -27,7 +27,6 @@ from privsched.text import fill_template, printable
 if TYPE_CHECKING:
     from privsched.client import Client
     from privsched.readouts import Readout
-    from privsched.ledger.models import DatasetInfo
     from privsched.remote import RemoteClient
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.", no_args_is_help=True)
@@ -117,14 +116,7 @@ def dataset_create(
             user_column=user_column,
             max_rows_per_user=max_rows_per_user,
         )
-    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}, unit {unit_text(info)}")
-
-
-def unit_text(info: DatasetInfo) -> str:
-    """A dataset's unit of privacy in words: ``record``, or ``user (uid, K=5)``."""
-    if info.unit == "record":
-        return "record"
-    return f"{info.unit} ({info.user_column}, K={info.max_rows_per_user})"
+    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}, unit {info.unit_text()}")
 
 
 def _parse_alphas(text: str | None) -> list[float] | None:
@@ -152,7 +144,7 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
             info.accounting.name,
             f"{info.epsilon:g}",
             f"{info.delta:g}",
-            unit_text(info),
+            info.unit_text(),
             conversion,
             orders,
             _when(info.created_at),
@@ -310,7 +302,7 @@ def budget_show(
     for entry in balances:
         info = entry.dataset
         rdp = info.accounting.is_rdp
-        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g} per {unit_text(info)}"
+        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g} per {info.unit_text()}"
         shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
         table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=title, caption=caption)

@@ -46,6 +46,10 @@ class DatasetInfo:
     user_column: str | None = None  # the column naming the person (user units)
     max_rows_per_user: int = 1  # K: rows of one person any read returns (user units; 1 for records)
 
+    def unit_text(self) -> str:
+        """The unit of privacy in words: ``record``, or ``user (uid, K=5)``."""
+        return self.unit if self.unit == "record" else f"{self.unit} ({self.user_column}, K={self.max_rows_per_user})"
+
 
 #: A dataset's units of privacy (docs/privacy.md "Units"), fixed at its creation.
 UNITS = ("record", "user", "user-time")
