@@ -260,3 +260,12 @@ def test_a_built_in_count_over_a_user_dataset_counts_at_most_k_rows_of_a_person(
     assert served.returncode == 0 and "pipeline 1 completed" in served.stdout + served.stderr, served.stderr
     metrics = json.loads((tmp_path / "runs" / "p" / "1" / "work" / "metrics.json").read_text())
     assert abs(metrics["value"] - 80) < 20  # Laplace noise of scale at most 2/5: 20 away has probability < e^-50
+
+
+def test_a_later_import_through_another_store_still_grows_the_persons_block(db: Path, tmp_path: Path):
+    with connect(db) as client:
+        client.import_blocks("people", write_csv(tmp_path / "a.csv", person_rows(1, 2)), partitions=1)
+        client.import_blocks("people", write_csv(tmp_path / "b.csv", person_rows(1, 1, day="2026-10-02")), store=tmp_path / "other")
+        (block,) = client.blocks("people")
+        assert client.audit().ok
+    assert len(list(Path(block.location).glob("*.parquet"))) == 2 and block.rows == 3

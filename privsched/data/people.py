@@ -126,15 +126,18 @@ def register(
     unlocked: float,
     actor: str | None,
 ) -> list[BlockInfo]:
-    """Append each key's staged segment (path, SHA-256, rows) to its block's folder and record
-    all of them in one ledger transaction; on any refusal the segments written are removed
+    """Append each key's staged segment (path, SHA-256, rows) to its block's folder (where the
+    block already is, whichever store this import uses) and record all of them in one ledger
+    transaction; on any refusal the segments written are removed
     (and the folders this import made)."""
     written: list[Path] = []
     made: list[Path] = []
+    registered = {b.key: b.location for b in ledger.list_blocks(info.name)}
     try:
         segments = []
         for key, (path, sha256, rows) in sorted(staged.items()):
-            folder = folder_of(store, info, key)
+            known = registered.get(key)
+            folder = Path(known) if known is not None else folder_of(store, info, key)
             if not folder.exists():
                 folder.mkdir(mode=0o700, parents=True)
                 made.append(folder)
