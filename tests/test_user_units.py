@@ -267,3 +267,17 @@ def test_a_later_import_through_another_store_still_grows_the_persons_block(db: 
         (block,) = client.blocks("people")
         assert client.audit().ok
     assert len(list(Path(block.location).glob("*.parquet"))) == 2 and block.rows == 3
+
+
+def test_audit_names_a_user_block_whose_segment_list_was_changed(db: Path, tmp_path: Path):
+    with connect(db) as client:
+        client.import_blocks("people", write_csv(tmp_path / "a.csv", person_rows(2, 2)), partitions=1)
+        client.import_blocks("people", write_csv(tmp_path / "b.csv", person_rows(2, 1, day="2026-10-02")))
+        assert client.audit().ok
+    with sqlite3.connect(db) as conn:
+        conn.execute("DELETE FROM block_segments WHERE name LIKE '000001-%'")
+    with connect(db) as client:
+        report = client.audit()
+    assert not report.ok
+    assert any("segments' rows do not add up" in v for v in report.violations)
+    assert any("does not hold exactly its registered segments" in v for v in report.violations)
