@@ -171,7 +171,7 @@ def import_blocks(
     people.check_options(info, by, every, partitions)
     person = info.unit != "record"
     count = people.partition_count(info, ledger.user_partitions(dataset), partitions) if person else 0
-    secret = ledger.user_key() if person else b""
+    placer = people.Placer(info, ledger.user_key(), count, by, every) if person else None
     known = ledger.dataset_schema(dataset)
     opened = [(path, tables.open_table(path)) for path in files]
     first_path, first = opened[0]
@@ -197,8 +197,8 @@ def import_blocks(
             for path, table in opened:
                 stamp, rows = tables.Stamp.of(path), 0
                 for batch in tables.batches(path, table):
-                    if person:
-                        keys = people.keys_of(path, batch, info, secret, count, by, every)
+                    if placer is not None:
+                        keys = placer.keys_of(path, batch)
                     else:
                         keys = tables.keys_of(path, batch, by, every)  # type: ignore[arg-type]  # check_options: by is given
                     splitter.add(path, batch, keys)

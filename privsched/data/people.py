@@ -76,38 +76,47 @@ def partition_names(count: int) -> list[str]:
     return [f"u{p:0{width}d}" for p in range(count)]
 
 
-def partitions_of(path: Path, users: pa.Array, key: bytes, count: int) -> pa.Array:
-    """Each row's partition, ``HMAC-SHA256(key, str(user id)) mod count`` (one HMAC per
-    distinct id); a row without a user id is refused."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+class Placer:
+    """Where each row of one import goes: its person's partition, ``HMAC-SHA256(key, str(user
+    id)) mod count`` (one HMAC per distinct id in the import), and its block's key."""
 
-    if users.null_count:
-        row = pc.index(pc.is_null(users), True).as_py()
-        raise BadInput(f"{path}: the user column has no value in a row (row {row + 1} of a batch); every row needs its person")
-    distinct = pc.unique(users)
-    parts = [
-        int.from_bytes(hmac.new(key, str(user).encode("utf-8"), hashlib.sha256).digest()[:8], "big") % count
-        for user in distinct.to_pylist()
-    ]
-    return pc.take(pa.array(parts, pa.int32()), pc.index_in(users, value_set=distinct))
+    def __init__(self, info: DatasetInfo, key: bytes, count: int, by: str | None, every: str | None) -> None:
+        assert info.user_column is not None  # a person's unit always names it
+        self.info, self.key, self.count, self.by, self.every = info, key, count, by, every
+        self.column = info.user_column
+        self.placed: dict[object, int] = {}
+        self.names = partition_names(count)
 
+    def partitions(self, path: Path, users: pa.Array) -> pa.Array:
+        """Each row's partition; a row without a user id is refused."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-def keys_of(
-    path: Path, batch: pa.RecordBatch, info: DatasetInfo, key: bytes, count: int, by: str | None, every: str | None
-) -> pa.DictionaryArray:
-    """Each row's block key, dictionary-encoded: its partition, after its period for user-time."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+        if users.null_count:
+            row = pc.index(pc.is_null(users), True).as_py()
+            raise BadInput(f"{path}: the user column has no value in a row (row {row + 1} of a batch); every row needs its person")
+        distinct = pc.unique(users)
+        parts = []
+        for user in distinct.to_pylist():
+            part = self.placed.get(user)
+            if part is None:
+                digest = hmac.digest(self.key, str(user).encode("utf-8"), "sha256")
+                part = self.placed[user] = int.from_bytes(digest[:8], "big") % self.count
+            parts.append(part)
+        return pc.take(pa.array(parts, pa.int32()), pc.index_in(users, value_set=distinct))
 
-    assert info.user_column is not None  # a person's unit always names it
-    names = pc.take(pa.array(partition_names(count)), partitions_of(path, batch.column(info.user_column), key, count))
-    if info.unit == "user-time":
-        assert by is not None  # check_options
-        periods = tables.keys_of(path, batch, by, every)
-        names = pc.binary_join_element_wise(periods.dictionary_decode(), names, ".")
-    encoded = pc.dictionary_encode(names)
-    return pa.DictionaryArray.from_arrays(encoded.indices, encoded.dictionary)
+    def keys_of(self, path: Path, batch: pa.RecordBatch) -> pa.DictionaryArray:
+        """Each row's block key, dictionary-encoded: its partition, after its period for user-time."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = pc.take(pa.array(self.names), self.partitions(path, batch.column(self.column)))
+        if self.info.unit == "user-time":
+            assert self.by is not None  # check_options
+            periods = tables.keys_of(path, batch, self.by, self.every)
+            names = pc.binary_join_element_wise(periods.dictionary_decode(), names, ".")
+        encoded = pc.dictionary_encode(names)
+        return pa.DictionaryArray.from_arrays(encoded.indices, encoded.dictionary)
 
 
 def folder_of(store: BlockStore, info: DatasetInfo, key: str) -> Path:
@@ -133,6 +142,7 @@ def register(
     written: list[Path] = []
     made: list[Path] = []
     registered = {b.key: b.location for b in ledger.list_blocks(info.name)}
+    counts = ledger.segment_counts(info.name)
     try:
         segments = []
         for key, (path, sha256, rows) in sorted(staged.items()):
@@ -141,7 +151,7 @@ def register(
             if not folder.exists():
                 folder.mkdir(mode=0o700, parents=True)
                 made.append(folder)
-            final = folder / f"{ledger.segment_count(info.name, key):06d}-{sha256}.parquet"
+            final = folder / f"{counts.get(key, 0):06d}-{sha256}.parquet"
             os.chmod(path, 0o600)
             os.link(path, final)
             written.append(final)

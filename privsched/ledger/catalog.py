@@ -181,14 +181,14 @@ def user_partitions(tx: Transaction, dataset: str) -> int | None:
     return found[0][0]
 
 
-def segment_count(tx: Transaction, dataset: str, key: str) -> int:
-    """How many segments block ``key`` of ``dataset`` holds (0: no such block)."""
-    return int(
+def segment_counts(tx: Transaction, dataset: str) -> dict[str, int]:
+    """How many segments each user block of ``dataset`` holds, by key."""
+    return dict(
         tx.sql(
-            "SELECT COUNT(*) FROM block_segments s JOIN blocks b ON b.id = s.block_id JOIN datasets d ON d.id = b.dataset_id "
-            "WHERE d.name = ? AND b.key = ?",
-            [dataset, key],
-        )[0][0]
+            "SELECT b.key, COUNT(*) FROM block_segments s JOIN blocks b ON b.id = s.block_id JOIN datasets d ON d.id = b.dataset_id "
+            "WHERE d.name = ? GROUP BY b.key",
+            [dataset],
+        )
     )
 
 

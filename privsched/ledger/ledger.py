@@ -217,11 +217,11 @@ class Ledger:
         fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
         return self._write(catalog.add_segments, dataset, segments, fraction, schema, partitions, actor=actor)
 
-    def segment_count(self, dataset: str, key: str) -> int:
-        """How many segments user block ``key`` holds (0: none yet)."""
+    def segment_counts(self, dataset: str) -> dict[str, int]:
+        """How many segments each user block of ``dataset`` holds, by key."""
         from privsched.ledger import catalog
 
-        return self._write(catalog.segment_count, dataset, key)
+        return self._write(catalog.segment_counts, dataset)
 
     def user_partitions(self, dataset: str) -> int | None:
         """A user-unit dataset's P partitions, fixed by its first import (None before)."""
