@@ -70,6 +70,8 @@ def test_an_admin_creates_a_user_unit_dataset_and_uploads_into_its_user_blocks(s
     seen = ps.connect(server.url, token=server.tokens["alice"]).dataset("people")
     assert (seen.unit, seen.user_column, seen.max_rows_per_user) == ("user", "uid", 3)
     assert {b.key for b in report.added} <= {"u0", "u1"} and sum(b.rows or 0 for b in report.added) == 12
+    again = admin.import_blocks("people", write_parquet(tmp_path / "q.parquet", [{"uid": "p0", "amount": 9.0}]))
+    assert again.added == [] and len(again.grown) == 1
 
 
 def test_an_http_user_dataset_without_its_user_column_is_refused_and_nothing_is_written(server: Server):  # noqa: F811

@@ -105,7 +105,7 @@ def test_a_persons_later_rows_grow_their_block_by_an_immutable_segment(db: Path,
         grown = {b.key: b for b in client.blocks("people")}
         audit = client.audit()
         events = [e for e in client.events() if e.kind == "grow"]
-    assert report.added == [] and set(grown) == set(first)
+    assert report.added == [] and report.grown == sorted(first) and set(grown) == set(first)
     assert all(p.read_bytes() == content for p, content in segments.items())  # earlier segments untouched
     assert all(grown[k].rows == first[k].rows * 5 // 2 and grown[k].sha256 != first[k].sha256 for k in first)
     assert len(events) == len(first) and audit.ok, audit.violations

@@ -252,6 +252,7 @@ def blocks_import(
             unlocked=unlocked,
         )
     kept = f", {len(report.kept)} already there" if report.kept else ""
+    kept += f", {len(report.grown)} user block(s) grown" if report.grown else ""
     say(f"imported {report.rows} rows into {len(report.added)} new block(s) of {report.dataset}{kept}")
 
 

@@ -45,6 +45,7 @@ class ImportReport:
     dataset: str  # the dataset imported into
     added: list[BlockInfo]  # the blocks it created, in key order
     kept: list[str] = field(default_factory=list)  # keys already imported with exactly these rows
+    grown: list[str] = field(default_factory=list)  # user blocks that gained a segment, in key order
     rows: int = 0  # rows read from the files
     store: str = ""  # the block store's folder
 
@@ -219,7 +220,8 @@ def import_blocks(
             staged = {key: (block.staged, block.sha256, block.rows) for key, block in splitter.blocks.items() if block.staged is not None}
             with where.locked():
                 added = people.register(ledger, info, where, staged, count, schema, unlocked, actor)
-            return ImportReport(dataset=dataset, added=added, rows=total, store=str(where.folder))
+            grown = sorted(set(staged) - {b.key for b in added})
+            return ImportReport(dataset=dataset, added=added, grown=grown, rows=total, store=str(where.folder))
         kept, new = _compare(dataset, splitter.blocks, existing)
         with where.locked():
             added = _register(ledger, dataset, where, new, schema, unlocked, actor) if new else []

@@ -165,15 +165,17 @@ class ImportOut(Model):
     added: list[BlockOut]  # the blocks it created, in key order
     kept: list[str]  # keys already imported with exactly these rows
     rows: int  # rows read
+    grown: list[str] = Field(default_factory=list)  # user blocks that gained a segment
 
     @classmethod
     def of(cls, report: ImportReport) -> ImportOut:
-        return cls(dataset=report.dataset, added=[BlockOut.of(b, admin=True) for b in report.added], kept=report.kept, rows=report.rows)
+        added = [BlockOut.of(b, admin=True) for b in report.added]
+        return cls(dataset=report.dataset, added=added, kept=report.kept, rows=report.rows, grown=report.grown)
 
     def report(self) -> ImportReport:
         from privsched.data.importer import ImportReport
 
-        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, rows=self.rows)
+        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, grown=self.grown, rows=self.rows)
 
 
 class SubmitIn(Model):
