@@ -192,11 +192,28 @@ class Client(BudgetReads):
         conversion: str = "paper",
         *,
         actor: str | None = None,
+        unit: str = "record",
+        user_column: str | None = None,
+        max_rows_per_user: int | None = None,
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2).
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2) to its
+        ``unit``: a record, or a person named by ``user_column`` (``user``: across the whole
+        dataset; ``user-time``: in each period), every read holding at most
+        ``max_rows_per_user`` rows of a person (docs/privacy.md "Units").
         ``actor`` (here and in every write): who the ledger records as causing it (default:
         the operator, :class:`~privsched.ledger.Ledger`)."""
-        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion, actor=actor)
+        return self.ledger.create_dataset(
+            name,
+            epsilon,
+            delta,
+            accounting,
+            alphas=alphas,
+            conversion=conversion,
+            actor=actor,
+            unit=unit,
+            user_column=user_column,
+            max_rows_per_user=max_rows_per_user,
+        )
 
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
@@ -214,8 +231,9 @@ class Client(BudgetReads):
         dataset: str,
         path: str | os.PathLike | Sequence[str | os.PathLike],
         *,
-        by: str,
+        by: str | None = None,
         every: str | None = None,
+        partitions: int | None = None,
         store: str | os.PathLike | None = None,
         bounds: Mapping[str, tuple[float, float]] | None = None,
         categories: Mapping[str, Sequence[str]] | None = None,
@@ -226,7 +244,9 @@ class Client(BudgetReads):
         ``dataset``: one sealed Parquet block per value of column ``by``, or per ``every``
         day, week or month of it, in the block store (default ``<db>.blocks/``). ``bounds``
         and ``categories`` declare public column bounds and values at the first import
-        (docs/design.md §9)."""
+        (docs/design.md §9). A user-unit dataset's rows go to ``partitions`` user blocks
+        (fixed at its first import; per period of ``by`` for ``user-time``), each person's
+        always to the same one (:mod:`privsched.data.people`)."""
         from privsched.data.importer import import_blocks
 
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
@@ -236,6 +256,7 @@ class Client(BudgetReads):
             paths,
             by=by,
             every=every,
+            partitions=partitions,
             store=store,
             bounds=bounds,
             categories=categories,

@@ -293,6 +293,10 @@ class RemoteClient(BudgetReads):
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
         teams: Sequence[str] = (),
+        *,
+        unit: str = "record",
+        user_column: str | None = None,
+        max_rows_per_user: int | None = None,
     ) -> DatasetInfo:
         body = {
             "name": name,
@@ -302,6 +306,9 @@ class RemoteClient(BudgetReads):
             "alphas": None if alphas is None else list(alphas),
             "conversion": conversion,
             "teams": list(teams),
+            "unit": unit,
+            "user_column": user_column,
+            "max_rows_per_user": max_rows_per_user,
         }
         return _models().DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
 
@@ -324,8 +331,9 @@ class RemoteClient(BudgetReads):
         dataset: str,
         path: str | os.PathLike | Sequence[str | os.PathLike],
         *,
-        by: str,
+        by: str | None = None,
         every: str | None = None,
+        partitions: int | None = None,
         bounds: Mapping[str, Sequence[float]] | None = None,
         categories: Mapping[str, Sequence[str]] | None = None,
         unlocked: float = 0.0,
@@ -343,7 +351,7 @@ class RemoteClient(BudgetReads):
 
         name = os.fspath(files[0])
         kind = file_format(Path(name))
-        query: dict[str, Any] = {"by": by, "every": every, "format": kind, "unlocked": unlocked}
+        query: dict[str, Any] = {"by": by, "every": every, "partitions": partitions, "format": kind, "unlocked": unlocked}
         query["bounds"] = [f"{column}={low!r}:{high!r}" for column, (low, high) in (bounds or {}).items()]
         query["categories"] = [f"{column}={','.join(values)}" for column, values in (categories or {}).items()]
         try:

@@ -14,6 +14,7 @@ import pytest
 
 from privsched import connect
 from privsched.data.store import default_store
+from privsched.ledger.schema import SCHEMA_VERSION
 from tests.cli_inprocess import invoke
 from tests.support.tables import event_rows, write_csv, write_jsonl, write_parquet
 
@@ -178,7 +179,7 @@ def test_an_older_database_is_upgraded_and_then_imports(tmp_path: Path):
         report = client.audit(expect=V3_HEAD)
     assert report.ok, report.violations
     with sqlite3.connect(db) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone() == (5,)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 def test_two_imports_of_the_same_table_at_once_register_it_once_and_keep_its_files(db: Path, tmp_path: Path):

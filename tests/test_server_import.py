@@ -60,3 +60,23 @@ def test_row_counts_and_fingerprints_are_shown_to_admins_only(server: Server, ev
     (seen_by_alice,) = ps.connect(server.url, token=server.tokens["alice"]).blocks(events)
     assert seen_by_admin.rows == 5 and seen_by_admin.sha256 is not None
     assert seen_by_alice.rows is None and seen_by_alice.sha256 is None
+
+
+def test_an_admin_creates_a_user_unit_dataset_and_uploads_into_its_user_blocks(server: Server, tmp_path: Path):  # noqa: F811
+    admin = ps.connect(server.url, token=server.tokens["admin"])
+    admin.create_dataset("people", 10, 1e-7, unit="user", user_column="uid", max_rows_per_user=3)
+    rows = [{"uid": f"p{u}", "amount": float(i)} for u in range(6) for i in range(2)]
+    report = admin.import_blocks("people", write_parquet(tmp_path / "p.parquet", rows), partitions=2)
+    seen = ps.connect(server.url, token=server.tokens["alice"]).dataset("people")
+    assert (seen.unit, seen.user_column, seen.max_rows_per_user) == ("user", "uid", 3)
+    assert {b.key for b in report.added} <= {"u0", "u1"} and sum(b.rows or 0 for b in report.added) == 12
+    again = admin.import_blocks("people", write_parquet(tmp_path / "q.parquet", [{"uid": "p0", "amount": 9.0}]))
+    assert again.added == [] and len(again.grown) == 1
+
+
+def test_an_http_user_dataset_without_its_user_column_is_refused_and_nothing_is_written(server: Server):  # noqa: F811
+    before = dump_database(server.db)
+    with pytest.raises(RemoteError, match="--unit user needs --user-column") as refused:
+        ps.connect(server.url, token=server.tokens["admin"]).create_dataset("people", 10, 1e-7, unit="user")
+    assert refused.value.status == 400
+    assert dump_database(server.db) == before

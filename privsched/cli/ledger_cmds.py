@@ -91,15 +91,32 @@ def dataset_create(
             "(δ_G split over the orders: (ε_G, δ_G) under adaptive demands)."
         ),
     ] = "paper",
+    unit: Annotated[
+        str, typer.Option("--unit", help="What a block's budget protects: record, user (a person, across the dataset) or user-time.")
+    ] = "record",
+    user_column: Annotated[Optional[str], typer.Option("--user-column", help="The column naming the person (user units).")] = None,
+    max_rows_per_user: Annotated[
+        Optional[int], typer.Option("--max-rows-per-user", help="K: rows of one person any read returns (user units; default 1).")
+    ] = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Register a dataset with its global guarantee and accounting mode (the database is
-    created if it does not exist yet)."""
+    """Register a dataset with its global guarantee, accounting mode and unit of privacy
+    (the database is created if it does not exist yet)."""
     skip_teardown()
     orders = _parse_alphas(alphas)
     with _open(db, create=True) as client, errors():
-        info = client.create_dataset(name, epsilon, delta, accounting=accounting, alphas=orders, conversion=conversion)
-    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}")
+        info = client.create_dataset(
+            name,
+            epsilon,
+            delta,
+            accounting=accounting,
+            alphas=orders,
+            conversion=conversion,
+            unit=unit,
+            user_column=user_column,
+            max_rows_per_user=max_rows_per_user,
+        )
+    say(f"dataset {info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}, unit {info.unit_text()}")
 
 
 def _parse_alphas(text: str | None) -> list[float] | None:
@@ -117,11 +134,21 @@ def dataset_list(db: DbOption = DEFAULT_DB) -> None:
     skip_teardown()
     with _open(db) as client, errors():
         datasets = client.datasets()
-    table = new_table("name", "accounting", "ε_G", "δ_G", "conversion", "orders", "created")
+    table = new_table("name", "accounting", "ε_G", "δ_G", "unit", "conversion", "orders", "created")
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
         conversion = info.conversion if info.accounting.is_rdp else "-"
-        add_row(table, info.name, info.accounting.name, f"{info.epsilon:g}", f"{info.delta:g}", conversion, orders, _when(info.created_at))
+        add_row(
+            table,
+            info.name,
+            info.accounting.name,
+            f"{info.epsilon:g}",
+            f"{info.delta:g}",
+            info.unit_text(),
+            conversion,
+            orders,
+            _when(info.created_at),
+        )
     show(table)
 
 
@@ -188,8 +215,11 @@ def _parse_locations(pairs: Sequence[str], keys: Sequence[str], template: str | 
 def blocks_import(
     dataset: Annotated[str, typer.Argument(help="Dataset the blocks belong to.")],
     files: Annotated[list[str], typer.Argument(help="CSV, Parquet or JSON Lines files (.csv, .parquet, .jsonl), imported together.")],
-    by: Annotated[str, typer.Option("--by", help="Column whose value (or period) keys each row's block.")],
+    by: Annotated[Optional[str], typer.Option("--by", help="Column whose value (or period) keys each row's block.")] = None,
     every: Annotated[Optional[str], typer.Option("--every", help="Group a date or time column by day, week or month.")] = None,
+    partitions: Annotated[
+        Optional[int], typer.Option("--partitions", help="User partitions P of a user or user-time dataset (fixed at its first import).")
+    ] = None,
     store: Annotated[Optional[Path], typer.Option("--store", help="Block store folder (default: <db>.blocks beside the database).")] = None,
     bounds: Annotated[
         Optional[list[str]], typer.Option("--bounds", help="Declare a column's public bounds, COLUMN=LOW:HIGH (repeatable).")
@@ -201,7 +231,9 @@ def blocks_import(
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """Import tables as sealed blocks: one Parquet block per value of --by (or per --every
-    period), written once into the block store with its SHA-256, all in one transaction."""
+    period), written once into the block store with its SHA-256, all in one transaction.
+    A user-unit dataset's rows go to P user blocks by a keyed hash of the person (by period
+    too for user-time), each person's always to the same block."""
     from privsched.data.tables import parse_declarations
 
     skip_teardown()
@@ -213,12 +245,14 @@ def blocks_import(
             files,
             by=by,
             every=every,
+            partitions=partitions,
             store=None if store is None else str(store),
             bounds=declared_bounds,
             categories=declared_categories,
             unlocked=unlocked,
         )
     kept = f", {len(report.kept)} already there" if report.kept else ""
+    kept += f", {len(report.grown)} user block(s) grown" if report.grown else ""
     say(f"imported {report.rows} rows into {len(report.added)} new block(s) of {report.dataset}{kept}")
 
 
@@ -269,7 +303,7 @@ def budget_show(
     for entry in balances:
         info = entry.dataset
         rdp = info.accounting.is_rdp
-        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g}"
+        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g} per {info.unit_text()}"
         shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
         caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
         table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=title, caption=caption)

@@ -86,6 +86,7 @@ def blocks_page(client: Client, readable: Readable) -> list[dict[str, Any]]:
                 "accounting": dataset.accounting.name,
                 "epsilon": dataset.epsilon,
                 "delta": dataset.delta,
+                "unit": dataset.unit_text(),
                 "blocks": [block_view(block, dataset) for block in blocks],
                 "history": budget_history(client, dataset, blocks),
             }

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from privsched.data import tables
+from privsched.data import people, tables
 from privsched.data.store import BlockStore, default_store
 from privsched.errors import BadInput
 from privsched.ledger.catalog import schema_difference
@@ -45,6 +45,7 @@ class ImportReport:
     dataset: str  # the dataset imported into
     added: list[BlockInfo]  # the blocks it created, in key order
     kept: list[str] = field(default_factory=list)  # keys already imported with exactly these rows
+    grown: list[str] = field(default_factory=list)  # user blocks that gained a segment, in key order
     rows: int = 0  # rows read from the files
     store: str = ""  # the block store's folder
 
@@ -148,8 +149,9 @@ def import_blocks(
     dataset: str,
     paths: Sequence[str | os.PathLike],
     *,
-    by: str,
+    by: str | None = None,
     every: str | None = None,
+    partitions: int | None = None,
     store: str | os.PathLike | None = None,
     bounds: Mapping[str, Sequence[float]] | None = None,
     categories: Mapping[str, Sequence[str]] | None = None,
@@ -158,13 +160,19 @@ def import_blocks(
 ) -> ImportReport:
     """Import the rows of ``paths`` into ``dataset``: one block per value (or ``every``
     period) of column ``by``, all in one transaction (module docstring); ``bounds`` and
-    ``categories`` declare public column bounds and values (:func:`tables.declared_schema`)."""
+    ``categories`` declare public column bounds and values (:func:`tables.declared_schema`).
+    A dataset whose unit is a person's has its rows placed in ``partitions`` user blocks
+    (:mod:`privsched.data.people`), by period of ``by`` too for ``user-time``."""
     import pyarrow as pa
 
     files = [Path(p) for p in paths]
     if not files:
         raise BadInput("no files to import")
-    ledger.get_dataset(dataset)  # an unknown dataset is refused before any file is read
+    info = ledger.get_dataset(dataset)  # an unknown dataset is refused before any file is read
+    people.check_options(info, by, every, partitions)
+    person = info.unit != "record"
+    count = people.partition_count(info, ledger.user_partitions(dataset), partitions) if person else 0
+    placer = people.Placer(info, ledger.user_key(), count, by, every) if person else None
     known = ledger.dataset_schema(dataset)
     opened = [(path, tables.open_table(path)) for path in files]
     first_path, first = opened[0]
@@ -173,7 +181,10 @@ def import_blocks(
         if tables.columns_of(table.schema) != columns:
             difference = schema_difference(columns, tables.columns_of(table.schema))
             raise BadInput(f"{path}: its columns differ from {first_path}'s: {difference}")
-        tables.check_by(path, table.schema, by, every)
+        if info.user_column is not None:
+            people.check_user_column(path, table.schema, info.user_column)
+        if by is not None:
+            tables.check_by(path, table.schema, by, every)
     if known is not None and known.columns != columns:
         raise BadInput(f"the table's columns differ from dataset {dataset!r}'s: {schema_difference(known.columns, columns)}")
     schema = tables.declared_schema(columns, bounds or {}, categories or {})
@@ -187,7 +198,11 @@ def import_blocks(
             for path, table in opened:
                 stamp, rows = tables.Stamp.of(path), 0
                 for batch in tables.batches(path, table):
-                    splitter.add(path, batch, tables.keys_of(path, batch, by, every))
+                    if placer is not None:
+                        keys = placer.keys_of(path, batch)
+                    else:
+                        keys = tables.keys_of(path, batch, by, every)  # type: ignore[arg-type]  # check_options: by is given
+                    splitter.add(path, batch, keys)
                     rows += batch.num_rows
                 if tables.Stamp.of(path) != stamp:
                     raise BadInput(f"{path}: the file changed while it was read; import it again once it is complete")
@@ -201,6 +216,12 @@ def import_blocks(
             raise BadInput(f"cannot import: {tables.first_line(exc)}") from None
         finally:
             splitter.close()
+        if person:
+            staged = {key: (block.staged, block.sha256, block.rows) for key, block in splitter.blocks.items() if block.staged is not None}
+            with where.locked():
+                added = people.register(ledger, info, where, staged, count, schema, unlocked, actor)
+            grown = sorted(set(staged) - {b.key for b in added})
+            return ImportReport(dataset=dataset, added=added, grown=grown, rows=total, store=str(where.folder))
         kept, new = _compare(dataset, splitter.blocks, existing)
         with where.locked():
             added = _register(ledger, dataset, where, new, schema, unlocked, actor) if new else []

@@ -24,6 +24,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.mechanisms import Mechanism, mechanism_json, parse_mechanism
 from privsched.errors import Forbidden
+from privsched.jobs.contribution import Contribution
 
 
 #: The training behind :meth:`JobContext.dp_sgd`, loaded by its import path like a built-in
@@ -85,6 +86,9 @@ class JobContext:
     plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
     epsilon: float | None = None  # the ε the pipeline was planned with (None: it declared a mechanism)
     max_runtime: float | None = None  # seconds the job may run before it is stopped (None: no limit)
+    unit: str = "record"  # the dataset's unit of privacy (docs/privacy.md "Units")
+    user_column: str | None = None  # the column naming the person (user units)
+    max_rows_per_user: int = 1  # K: rows of one person any read of a block returns (user units)
     spent: np.ndarray | None = None  # set by report_spent
     metrics: dict[str, Any] = field(default_factory=dict)  # set by report_metrics
     touched_data: bool = False  # set once the job asked for a block's data
@@ -100,6 +104,13 @@ class JobContext:
         """The budget the job may spend on *every* block it reads: the element-wise minimum
         of its per-block grants (a job's data touches all its blocks, so each is charged)."""
         return np.min(np.stack([b.grant for b in self.blocks.values()]), axis=0)
+
+    @property
+    def contribution(self) -> Contribution | None:
+        """The bound every read of a block applies: K rows per person (None for records)."""
+        if self.unit == "record" or self.user_column is None:
+            return None
+        return Contribution(self.user_column, self.max_rows_per_user)
 
     def open_block(self, key: str) -> BinaryIO:
         """A granted block's data, open for reading (``numpy.load`` and
@@ -132,18 +143,19 @@ class JobContext:
         ``columns``, as an Arrow table (``as_="arrow"``), NumPy arrays by column name
         (``"numpy"``) or a pandas DataFrame (``"pandas"``). Each block is opened through
         :meth:`open_block`, the one gate to block data."""
-        from privsched.jobs.records import read_table, table_as
+        from privsched.jobs.records import block_source, read_table, table_as
 
         wanted = list(self.block_keys if keys is None else keys)
         for key in wanted:
             if key not in self.blocks:
                 self.open_block(key)  # raises before any block is opened
-        streams = [self.open_block(key) for key in wanted]
+        opened = [self.block_files(key) for key in wanted]
         try:
-            return table_as(read_table(streams, columns), as_)
+            return table_as(read_table([block_source(files) for files in opened], columns, self.contribution), as_)
         finally:
-            for stream in streams:
-                stream.close()
+            for files in opened:
+                for stream in files.values():
+                    stream.close()
 
     def _primitive(self, query: str, epsilon: float, delta: float, **request: Any) -> Any:
         """A DP release computed and charged by the supervisor (:mod:`privsched.jobs.primitives`)."""
@@ -213,6 +225,9 @@ class JobContext:
             "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
             "epsilon": self.epsilon,
             "max_runtime": self.max_runtime,
+            "unit": self.unit,
+            "user_column": self.user_column,
+            "max_rows_per_user": self.max_rows_per_user,
         }
 
     @classmethod
@@ -231,4 +246,7 @@ class JobContext:
             plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),
             epsilon=data.get("epsilon"),
             max_runtime=data.get("max_runtime"),
+            unit=data.get("unit", "record"),
+            user_column=data.get("user_column"),
+            max_rows_per_user=data.get("max_rows_per_user", 1),
         )

@@ -34,11 +34,13 @@ import select
 import socket
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from privsched.jobs.context import JobContext, block_file_paths
+from privsched.jobs.contribution import Contribution
 
 #: Longest message either side accepts (a job's metrics included).
 MAX_MESSAGE = 16 * 1024 * 1024
@@ -208,11 +210,23 @@ class Account:
         is charged its whole grant from now on."""
         if key not in self.ctx.blocks or self.ctx.blocks[key].location is None:
             raise KeyError(f"block {key!r} is not granted")
-        files = block_file_paths(self.ctx.blocks[key].location)  # type: ignore[arg-type]
-        if len(files) > MAX_BLOCK_FILES:
-            raise ValueError(f"block {key!r} holds more than {MAX_BLOCK_FILES} files")
+        files = self._block_files(self.ctx.blocks[key].location)  # type: ignore[arg-type]
         self._reach_data()
         self.read_blocks = True
+        return self._descriptors(files)
+
+    def _block_files(self, location: str) -> dict[str, Path]:
+        files = block_file_paths(location)
+        if len(files) > MAX_BLOCK_FILES:
+            raise ValueError(f"a block holds more than {MAX_BLOCK_FILES} files")
+        return files
+
+    def _descriptors(self, files: dict[str, Path]) -> tuple[list[str], list[int]]:
+        """A read-only descriptor for each of a block's files; for a dataset whose unit is a
+        person, one in-memory Parquet file of the block's rows, at most K of each person
+        (:mod:`privsched.jobs.contribution`), so that no job ever reads more of anyone."""
+        if self.ctx.contribution is not None:
+            return [""], [_bounded_block(files, self.ctx.contribution)]
         fds: list[int] = []
         try:
             for path in files.values():
@@ -240,7 +254,8 @@ class Account:
             bins=request.get("bins"),
             noise=request.get("noise", "laplace"),
         )
-        mechanism = statistic_mechanism(job, epsilon, delta, self.ctx.accounting)
+        k = 1 if self.ctx.contribution is None else self.ctx.max_rows_per_user
+        mechanism = statistic_mechanism(job, epsilon, delta, self.ctx.accounting, k)
         total = self.spent + demand_vector(mechanism, self.ctx.accounting)
         if not np.all(total <= self.ctx.budget):
             raise PermissionError(f"a {query} at epsilon {epsilon:g} would exceed the pipeline's grant")
@@ -250,7 +265,7 @@ class Account:
 
         values = column(records, job.column) if job.column is not None else None
         self.spent = total  # charged before anything is released
-        result = dp_statistic(job, mechanism, values, n)
+        result = dp_statistic(job, mechanism, values, n, k)
         released = result if query == "histogram" else result["value"]
         self.releases.append({"query": query, "column": job.column, "epsilon": epsilon, "delta": delta, "value": released})
         return released
@@ -264,6 +279,8 @@ class Account:
         plan paid for the training)."""
         from privsched.budgets.training_plan import plan_training
 
+        if self.ctx.contribution is not None and self.ctx.max_rows_per_user > 1:
+            raise ValueError("DP-SGD clips per row: on a person-unit dataset it needs --max-rows-per-user 1")
         epsilon = request.get("epsilon")
         plan = plan_training(
             float(request["sample_rate"]),
@@ -277,29 +294,51 @@ class Account:
         total = self.spent + plan.charge
         if not np.all(total <= self.ctx.budget):
             raise PermissionError("the DP-SGD plan would exceed the pipeline's grant")
-        paths = [path for block in self.ctx.blocks.values() if block.location for path in block_file_paths(block.location).values()]
-        if len(paths) > MAX_BLOCK_FILES:
-            raise ValueError(f"the granted blocks hold more than {MAX_BLOCK_FILES} files")
         fds: list[int] = []
         try:
-            for path in paths:
-                fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-        except OSError:
+            for block in self.ctx.blocks.values():
+                if block.location:
+                    fds += self._descriptors(self._block_files(block.location))[1]
+        except (OSError, ValueError):
             for fd in fds:
                 os.close(fd)
             raise
+        if len(fds) > MAX_BLOCK_FILES:
+            for fd in fds:
+                os.close(fd)
+            raise ValueError(f"the granted blocks hold more than {MAX_BLOCK_FILES} files")
         self.spent = total  # charged before any record reaches the job
         self._reach_data()
         return {**plan.to_dict(), "files": len(fds)}, fds
 
     def _load(self) -> dict[str, np.ndarray]:
         if self._records is None:
-            from privsched.jobs.records import read_block_files
+            from privsched.jobs.records import block_source, read_block_files
 
             self._reach_data()
-            locations = [b.location for b in self.ctx.blocks.values() if b.location]
-            self._records = read_block_files([path for location in locations for path in block_file_paths(location).values()])
+            self._records = read_block_files(
+                [block_source(block_file_paths(b.location)) for b in self.ctx.blocks.values() if b.location], bound=self.ctx.contribution
+            )
         return self._records
+
+
+def _bounded_block(files: dict[str, Path], bound: Contribution) -> int:
+    """A descriptor of an in-memory Parquet file holding a block's rows, at most K of each
+    person (the block's files are its segments, in name order)."""
+    import pyarrow.parquet as pq
+
+    from privsched.jobs.records import block_source, parquet_block
+
+    table = parquet_block(block_source(files), bound=bound)
+    fd = os.memfd_create("privsched-block", os.MFD_CLOEXEC)
+    try:
+        with open(fd, "wb", closefd=False) as out:
+            pq.write_table(table, out)
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _send(sock: socket.socket, answer: bytes, fds: list[int]) -> None:

@@ -13,19 +13,24 @@ pyarrow is imported only when a Parquet block or an Arrow table is read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
 from privsched.jobs.context import JobContext
+from privsched.jobs.contribution import Contribution, bound_rows
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 #: A block file: its path, or an open binary file object.
-BlockSource = str | Path | IO[bytes]
+#: One file of a block: its path or an open binary file.
+BlockFile = str | Path | IO[bytes]
+#: A block's data: one file, or the files of a block that is several (a user block's
+#: Parquet segments, in name order), or a block's folder.
+BlockSource = BlockFile | list[BlockFile]
 #: The first (and last) four bytes of a Parquet file.
 PARQUET_MAGIC = b"PAR1"
 #: Scalars stored in every ``.npz`` block file; every other array holds one row per record.
@@ -40,17 +45,30 @@ def load_blocks(ctx: JobContext, keys: Iterable[str] | None = None) -> dict[str,
     for key in keys:
         if key not in ctx.blocks:
             ctx.open_block(key)  # raises: the context is the one gate to block data
-    streams = [ctx.open_block(key) for key in keys]
+    opened = [ctx.block_files(key) for key in keys]
     try:
-        return read_block_files(streams)
+        return read_block_files([block_source(files) for files in opened], bound=ctx.contribution)
     finally:
-        for stream in streams:
-            stream.close()
+        for files in opened:
+            for stream in files.values():
+                stream.close()
+
+
+def block_source(files: Mapping[str, BlockFile]) -> BlockSource:
+    """A block's files (:meth:`JobContext.block_files`, by name within it) as one source:
+    the file of a one-file block, else every file in name order."""
+    return files[""] if list(files) == [""] else [files[name] for name in sorted(files)]
 
 
 def is_parquet(source: BlockSource) -> bool:
-    """Whether a block file (path or binary file object) is Parquet (it starts with ``PAR1``)."""
+    """Whether a block file (path or binary file object) is Parquet (it starts with ``PAR1``);
+    a folder or a list of files is a user block of Parquet segments (:mod:`privsched.data.people`)
+    when its first file is Parquet."""
+    if isinstance(source, list):
+        return bool(source) and is_parquet(source[0])
     if isinstance(source, (str, Path)):
+        if Path(source).is_dir():
+            return True
         with open(source, "rb") as handle:
             return handle.read(4) == PARQUET_MAGIC
     position = source.tell()
@@ -59,25 +77,55 @@ def is_parquet(source: BlockSource) -> bool:
     return head == PARQUET_MAGIC
 
 
-def _source(source: BlockSource) -> BlockSource:
+def _file(source: BlockFile) -> str | IO[bytes]:
     return str(source) if isinstance(source, Path) else source
 
 
-def read_block_files(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+def parquet_block(source: BlockSource, columns: Sequence[str] | None = None, bound: Contribution | None = None) -> pa.Table:
+    """One Parquet block: a file, or a user block's folder of segments (read in name order);
+    with ``bound``, at most K rows per person (:func:`~privsched.jobs.contribution.bound_rows`,
+    on every column, before ``columns`` are selected)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = None if columns is None or bound is not None else list(columns)
+    segments: list[BlockFile] | None = None
+    if isinstance(source, list):
+        segments = source
+    elif isinstance(source, (str, Path)) and Path(source).is_dir():
+        segments = list(sorted(Path(source).glob("*.parquet")))  # type: ignore[arg-type]
+    if segments is not None:
+        if not segments:
+            raise ValueError(f"user block {source} holds no segment")
+        parts = [pq.read_table(_file(p), columns=wanted) for p in segments]
+        table = pa.concat_tables([part.select(parts[0].column_names) for part in parts])  # one column order
+    else:
+        table = pq.read_table(_file(source), columns=wanted)  # type: ignore[arg-type]
+    if bound is not None:
+        table = bound_rows(table, bound)
+        if columns is not None:
+            table = table.select(list(columns))
+    return table
+
+
+def read_block_files(
+    sources: Iterable[BlockSource], columns: Sequence[str] | None = None, bound: Contribution | None = None
+) -> dict[str, np.ndarray]:
     """Concatenate the records of block files (paths or binary file objects), every column or
-    only ``columns``; metadata scalars of ``.npz`` blocks are combined with ``max`` (a
-    vocabulary covering every block)."""
+    only ``columns``, at most K rows per person in each block with ``bound``; metadata
+    scalars of ``.npz`` blocks are combined with ``max`` (a vocabulary covering every block)."""
     parts: list[dict[str, np.ndarray]] = []
     for source in sources:
         if is_parquet(source):
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(_source(source), columns=None if columns is None else list(columns))
+            table = parquet_block(source, columns, bound)
             parts.append({name: table.column(name).to_numpy() for name in table.column_names})
+        elif bound is not None:
+            raise ValueError("a block of a user-unit dataset must be Parquet (imported by privsched)")
         else:
-            with np.load(_source(source)) as data:
-                names = data.files if columns is None else [n for n in data.files if n in columns or n in METADATA]
-                parts.append({name: data[name] for name in names})
+            for file in source if isinstance(source, list) else [source]:  # a folder block of .npz files
+                with np.load(_file(file)) as data:
+                    names = data.files if columns is None else [n for n in data.files if n in columns or n in METADATA]
+                    parts.append({name: data[name] for name in names})
     if not parts:
         raise ValueError("no blocks to read")
     found = set(parts[0])
@@ -95,21 +143,22 @@ def read_block_files(sources: Iterable[BlockSource], columns: Sequence[str] | No
     return records
 
 
-def read_table(sources: Iterable[BlockSource], columns: Sequence[str] | None = None) -> pa.Table:
-    """The records of block files as one Arrow table (Parquet blocks read as they are; an
-    ``.npz`` block's per-record arrays as columns, a 2-D array as fixed-size lists; its
-    metadata scalars left out)."""
+def read_table(sources: Iterable[BlockSource], columns: Sequence[str] | None = None, bound: Contribution | None = None) -> pa.Table:
+    """The records of block files as one Arrow table (Parquet blocks read as they are, at most
+    K rows per person in each with ``bound``; an ``.npz`` block's per-record arrays as
+    columns, a 2-D array as fixed-size lists; its metadata scalars left out)."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     tables = []
     for source in sources:
         if is_parquet(source):
             try:
-                tables.append(pq.read_table(_source(source), columns=None if columns is None else list(columns)))
+                tables.append(parquet_block(source, columns, bound))
             except (pa.ArrowInvalid, KeyError) as exc:
                 raise ValueError(f"cannot read the columns asked for ({exc})") from None
             continue
+        if bound is not None:
+            raise ValueError("a block of a user-unit dataset must be Parquet (imported by privsched)")
         records = read_block_files([source], columns)
         arrays = {name: _arrow_array(values) for name, values in records.items() if name not in METADATA}
         tables.append(pa.table(arrays))

@@ -108,6 +108,11 @@ class Records:
                 "capacity": _floats(amount),
                 "state": "active",
             }
+        elif kind == "grow" and block_id in self.blocks:
+            grown = _detail(detail)
+            record = self.blocks[block_id]
+            record["sha256"] = grown.get("sha256")
+            record["rows"] = (record.get("rows") or 0) + (grown.get("rows") or 0)
         elif kind == "schema" and dataset_id is not None:
             self.schemas[dataset_id] = (event_id, detail)
         elif kind == "submit":
@@ -131,8 +136,9 @@ def check_tables(db: Database, records: Records) -> list[str]:
     """Compare the datasets, blocks, pipelines and demands tables with the rebuilt records."""
     out = list(records.violations)
     seen: set[int] = set()
-    for id_, name, accounting, alphas, epsilon, delta, conversion, capacity in db.execute(
-        "SELECT id, name, accounting, alphas, epsilon, delta, conversion, capacity FROM datasets ORDER BY id"
+    for id_, name, accounting, alphas, epsilon, delta, conversion, capacity, unit, user_column, k in db.execute(
+        "SELECT id, name, accounting, alphas, epsilon, delta, conversion, capacity, unit, user_column, max_rows_per_user "
+        "FROM datasets ORDER BY id"
     ):
         seen.add(id_)
         logged = records.datasets.get(id_)
@@ -147,7 +153,11 @@ def check_tables(db: Database, records: Records) -> list[str]:
             "delta": delta,
             "conversion": conversion,
             "capacity": _floats(capacity),
+            "unit": unit or "record",
+            "user_column": user_column,
+            "max_rows_per_user": k or 1,
         }
+        logged = {"unit": "record", "user_column": None, "max_rows_per_user": 1} | logged
         out.extend(
             f"dataset {name!r}: stored {key} differs from its creation (event {logged['event']})"
             for key in stored

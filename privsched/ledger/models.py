@@ -42,6 +42,17 @@ class DatasetInfo:
     capacity: np.ndarray  # (K,) every block's capacity
     created_at: float  # seconds since the epoch
     id: int = 0  # database id
+    unit: str = "record"  # what one block budget protects: a record, a person ("user") or a person in one period ("user-time")
+    user_column: str | None = None  # the column naming the person (user units)
+    max_rows_per_user: int = 1  # K: rows of one person any read returns (user units; 1 for records)
+
+    def unit_text(self) -> str:
+        """The unit of privacy in words: ``record``, or ``user (uid, K=5)``."""
+        return self.unit if self.unit == "record" else f"{self.unit} ({self.user_column}, K={self.max_rows_per_user})"
+
+
+#: A dataset's units of privacy (docs/privacy.md "Units"), fixed at its creation.
+UNITS = ("record", "user", "user-time")
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,19 @@ class BlockSpec:
     location: str | None = None
     sha256: str | None = None  # hex SHA-256 of the data (None: no data yet)
     rows: int | None = None  # records in it, when privsched wrote it (None: not counted)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One import's rows of a user block: an immutable Parquet file ``name`` in the block's
+    folder ``location``, and the folder's fingerprint once it holds the segment."""
+
+    key: str  # the block's key
+    location: str  # the block's folder
+    name: str  # the segment's file name in it
+    sha256: str  # hex SHA-256 of the segment's file
+    rows: int  # rows in the segment
+    fingerprint: str  # the folder's fingerprint with the segment (privsched.ledger.fingerprints)
 
 
 @dataclass(frozen=True)

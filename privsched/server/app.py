@@ -149,7 +149,18 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.require_admin(caller, "create a dataset")
         for team in body.teams:  # check before writing: nothing is created on bad input
             access.check_team(team)
-        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion, actor=caller.name)
+        info = client.create_dataset(
+            body.name,
+            body.epsilon,
+            body.delta,
+            body.accounting,
+            body.alphas,
+            body.conversion,
+            actor=caller.name,
+            unit=body.unit,
+            user_column=body.user_column,
+            max_rows_per_user=body.max_rows_per_user,
+        )
         if body.teams:
             identities.restrict(info.id, body.teams)
         return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
@@ -176,16 +187,17 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         name: str,
         request: Request,
         caller: Caller,
-        by: str,
+        by: str | None = None,
         every: str | None = None,
+        partitions: int | None = None,
         format: str = "csv",
         bounds: Annotated[list[str], Query()] = [],  # noqa: B006 -- FastAPI copies the default
         categories: Annotated[list[str], Query()] = [],  # noqa: B006
         unlocked: float = 0.0,
     ) -> Response:
         """Import the table in the request body (``format``: csv, parquet or json, for JSON
-        Lines) as blocks keyed by column ``by``, as ``privsched blocks import`` does
-        (administrators)."""
+        Lines) as blocks keyed by column ``by`` (in ``partitions`` user blocks for a user-unit
+        dataset), as ``privsched blocks import`` does (administrators)."""
         access.require_admin(caller, "import blocks")
         suffix = next((ending for ending, kind in FORMATS.items() if kind == format), None)
         if suffix is None:
@@ -203,6 +215,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
                 table,
                 by=by,
                 every=every,
+                partitions=partitions,
                 unlocked=unlocked,
                 actor=caller.name,
             )

@@ -44,6 +44,9 @@ class DatasetIn(Model):
     alphas: list[float] | None = None
     conversion: Literal["paper", "tight"] = "paper"
     teams: list[str] = Field(default_factory=list, description="Teams that may use it; empty: every user.")
+    unit: str = Field(default="record", description="What a block's budget protects: record, user or user-time.")
+    user_column: str | None = Field(default=None, description="The column naming the person (user units).")
+    max_rows_per_user: int | None = Field(default=None, description="K: rows of one person any read returns (user units).")
 
 
 class DatasetOut(Model):
@@ -56,6 +59,9 @@ class DatasetOut(Model):
     capacity: list[float]
     created_at: float
     teams: list[str] = Field(default_factory=list)
+    unit: str = "record"  # what a block's budget protects (public: part of the guarantee)
+    user_column: str | None = None
+    max_rows_per_user: int = 1
     #: Its table: columns and types, declared public bounds and categories (public by
     #: declaration; null until its first import, and in lists of datasets).
     table: dict[str, Any] | None = None
@@ -73,6 +79,9 @@ class DatasetOut(Model):
             capacity=info.capacity.tolist(),
             created_at=info.created_at,
             teams=teams,
+            unit=info.unit,
+            user_column=info.user_column,
+            max_rows_per_user=info.max_rows_per_user,
         )
 
     def info(self) -> DatasetInfo:
@@ -85,6 +94,9 @@ class DatasetOut(Model):
             conversion=self.conversion,
             capacity=_vector(self.capacity),
             created_at=self.created_at,
+            unit=self.unit,
+            user_column=self.user_column,
+            max_rows_per_user=self.max_rows_per_user,
         )
 
 
@@ -153,15 +165,17 @@ class ImportOut(Model):
     added: list[BlockOut]  # the blocks it created, in key order
     kept: list[str]  # keys already imported with exactly these rows
     rows: int  # rows read
+    grown: list[str] = Field(default_factory=list)  # user blocks that gained a segment
 
     @classmethod
     def of(cls, report: ImportReport) -> ImportOut:
-        return cls(dataset=report.dataset, added=[BlockOut.of(b, admin=True) for b in report.added], kept=report.kept, rows=report.rows)
+        added = [BlockOut.of(b, admin=True) for b in report.added]
+        return cls(dataset=report.dataset, added=added, kept=report.kept, rows=report.rows, grown=report.grown)
 
     def report(self) -> ImportReport:
         from privsched.data.importer import ImportReport
 
-        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, rows=self.rows)
+        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, grown=self.grown, rows=self.rows)
 
 
 class SubmitIn(Model):

@@ -263,7 +263,7 @@ def input_problem(job: dict, locations: dict[str, str | None], workdir: Path) ->
         if location is None:
             return f"block {key!r} has no data location"
         path = workdir / location
-        if not path.is_file():
+        if not (path.is_file() or path.is_dir() and is_parquet(path)):
             return f"the data of block {key!r} is missing ({location})"
         try:
             columns = record_columns(path)
@@ -284,10 +284,16 @@ def input_problem(job: dict, locations: dict[str, str | None], workdir: Path) ->
 
 def record_columns(path: Path) -> set[str]:
     """Names of the per-record columns of a block file: a Parquet file's columns, read from
-    its footer only; an ``.npz`` file's per-record arrays, read from the array headers only."""
+    its footer only (a user block's folder: its first segment's); an ``.npz`` file's
+    per-record arrays, read from the array headers only."""
     if is_parquet(path):
         import pyarrow.parquet as pq
 
+        if path.is_dir():
+            segments = sorted(path.glob("*.parquet"))
+            if not segments:
+                raise ValueError("the user block holds no segment")
+            path = segments[0]
         return set(pq.read_schema(path).names)
     return {name for name, (shape, _) in array_headers(path).items() if name not in METADATA and len(shape) >= 1}
 

@@ -438,14 +438,20 @@ class Scheduler:
         fingerprint, :mod:`privsched.ledger.fingerprints`), or None."""
         fingerprints = self._fingerprints.get(info.dataset, {})
         if any(key not in fingerprints for key in info.block_keys):
-            fingerprints = {b.key: b.sha256 for b in self.ledger.list_blocks(info.dataset)}
-            self._fingerprints[info.dataset] = fingerprints
+            fingerprints = self._refresh_fingerprints(info.dataset)
         locations = self._block_locations(info)
         for key in info.block_keys:
             problem = data_problem(locations[key], fingerprints[key])
+            if problem is not None:  # a user block may have grown since: its registered fingerprint decides
+                problem = data_problem(locations[key], self._refresh_fingerprints(info.dataset)[key])
             if problem is not None:
                 return f"block {key!r}: {problem}"
         return None
+
+    def _refresh_fingerprints(self, dataset: str) -> dict[str, str | None]:
+        fingerprints = {b.key: b.sha256 for b in self.ledger.list_blocks(dataset)}
+        self._fingerprints[dataset] = fingerprints
+        return fingerprints
 
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
         """What the granted job sees: its blocks and grant, the mechanism the ledger charged
@@ -470,6 +476,9 @@ class Scheduler:
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
             epsilon=job.get("epsilon"),
             max_runtime=job.get("max_runtime"),
+            unit=dataset.unit,
+            user_column=dataset.user_column,
+            max_rows_per_user=dataset.max_rows_per_user,
         )
 
     def collect(self, now: float) -> list[int]:

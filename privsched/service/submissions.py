@@ -62,7 +62,12 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
     if spec.job.kind is not None:
         from privsched.trainers.builtin import plan_mechanism
 
-        return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting)
+        if spec.job.kind == "dpsgd" and dataset.unit != "record" and dataset.max_rows_per_user > 1:
+            raise SpecError(
+                f"dataset {dataset.name!r} protects a person with up to {dataset.max_rows_per_user} rows, and DP-SGD "
+                "clips per row: it runs on person-unit datasets with --max-rows-per-user 1 only"
+            )
+        return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting, dataset.max_rows_per_user)
     return EpsilonDelta(epsilon=epsilon, delta=delta)
 
 

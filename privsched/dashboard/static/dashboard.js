@@ -98,7 +98,7 @@ async function showBlocks() {
 function blocksPage(datasets) {
   const parts = [el("h2", { text: "Datasets and blocks" }), legend()];
   for (const dataset of datasets) {
-    parts.push(el("h3", { text: `${dataset.name} (${dataset.accounting}, ε_G=${num(dataset.epsilon)}, δ_G=${num(dataset.delta)})` }));
+    parts.push(el("h3", { text: `${dataset.name} (${dataset.accounting}, ε_G=${num(dataset.epsilon)}, δ_G=${num(dataset.delta)} per ${dataset.unit})` }));
     parts.push(table(["block", "state", "budget", "remaining ε", "remaining δ", "dimension"],
       dataset.blocks.map((b) => [b.key, b.state, bar(b.bar), num(b.remaining.epsilon), num(b.remaining.delta, 3), b.bar.dimension]),
       (i) => "block " + dataset.blocks[i].state));
