@@ -227,13 +227,17 @@ def test_a_jobs_context_carries_the_unit_and_bounds_ctx_read(db: Path, tmp_path:
     assert Counter(again.read(columns=["uid"]).column("uid").to_pylist()) == {f"p{u}": 2 for u in range(4)}
 
 
-def test_the_supervisors_block_copies_and_primitives_hold_at_most_k_rows_of_a_person(db: Path, tmp_path: Path):
+def test_the_supervisors_block_descriptors_and_primitives_hold_at_most_k_rows_of_a_person(db: Path, tmp_path: Path):
+    import os
+
     from privsched.jobs.primitives import Account
 
     ctx = granted_context(db, tmp_path)
-    (copies := tmp_path / "copies").mkdir()
-    account = Account(ctx, copies)
-    copied = pq.read_table(account.handle({"op": "block", "key": ctx.block_keys[0]}))
+    account = Account(ctx)
+    names, fds = account.open_block(ctx.block_keys[0])
+    assert names == [""] and len(fds) == 1
+    with os.fdopen(fds[0], "rb") as passed:
+        copied = pq.read_table(passed)
     assert Counter(copied.column("uid").to_pylist()) == {f"p{u}": 2 for u in range(4)}
     assert len(account._load()["uid"]) == 8  # what dp_count and the other primitives count
 
