@@ -61,7 +61,7 @@ def test_status_shows_the_epsilon_the_ledgers_curve_converts_to(client: Client):
 def test_the_dashboard_shows_the_epsilon_the_ledgers_curve_converts_to(client: Client):
     info = client.status(client.submit(MODEL).id)
     dataset = client.dataset("reviews")
-    shown = [demand["demand"] for demand in pipeline_page(client, info, None, True)["demands"]]
+    shown = [demand["demand"] for demand in pipeline_page(client, info, None, outputs=True, job_text=True)["demands"]]
     assert shown == [{"epsilon": converted(info.demands[key], dataset), "delta": dataset.delta} for key in info.block_keys]
 
 
