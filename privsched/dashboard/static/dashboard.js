@@ -17,9 +17,11 @@ class Refused extends Error {
 }
 
 // Replaces the view only when what it shows changed, so that polling neither flickers nor
-// swaps out an element the user is about to click; ``after`` runs once the nodes are in
-// the page (charts measure their container).
-function render(data, build, after) {
+// swaps out an element the user is about to click, and only while the address is still the
+// one the data was asked for (``asked``: an answer that comes back after the user moved on
+// is dropped, never shown as the new page); ``after`` runs once the nodes are in the page.
+function render(asked, data, build, after) {
+  if (location.hash !== asked) { return; }
   const key = location.hash + "\n" + JSON.stringify(data);
   if (key === shown) { return; }
   shown = key;
@@ -148,11 +150,12 @@ function historyChart(dataset) {
 }
 
 async function showBlocks(params) {
+  const asked = location.hash;
   const datasets = await getJSON("/v1/dashboard/blocks");
   const selected = params.get("dataset");
   const shownSets = selected ? datasets.filter((d) => d.name === selected) : datasets;
   const charts = [];
-  render(datasets, () => {
+  render(asked, datasets, () => {
     const parts = [el("h2", { text: "Datasets and blocks" })];
     if (selected) { parts.push(el("p", {}, `Dataset ${selected} only: `, el("a", { href: "#blocks", text: "show every dataset" }))); }
     parts.push(legend());
@@ -182,10 +185,11 @@ function filterSelect(name, label, choices, value, params) {
 }
 
 async function showPipelines(params) {
+  const asked = location.hash;
   const query = new URLSearchParams();
   for (const name of ["state", "owner", "dataset", "search", "page"]) { if (params.get(name)) { query.set(name, params.get(name)); } }
   const page = await getJSON("/v1/dashboard/pipelines?" + query.toString());
-  render(page, () => {
+  render(asked, page, () => {
     const search = el("input", { id: "filter-search", type: "search", placeholder: "id, name, owner, block", value: params.get("search") || "" });
     const form = el("form", { id: "filters", class: "filters" },
       filterSelect("state", "state", page.choices.state, params.get("state"), params),
@@ -216,8 +220,9 @@ async function showPipelines(params) {
 // -- queue ----------------------------------------------------------------------------------
 
 async function showQueue() {
+  const asked = location.hash;
   const queue = await getJSON("/v1/dashboard/queue");
-  render(queue, () => [
+  render(asked, queue, () => [
     queue.condition ? el("p", { id: "condition", class: "error banner", text: `scheduler: ${queue.condition}; retrying` }) : null,
     el("h2", { text: `Pending (${queue.pending.length})` }),
     table(["id", "name", "dataset", "owner", "submitted", "blocks", "reason"],
@@ -304,9 +309,10 @@ function resultParts(p) {
 }
 
 async function showPipeline(id) {
+  const asked = location.hash;
   const p = await getJSON("/v1/dashboard/pipelines/" + encodeURIComponent(id));
   const ended = ["completed", "failed", "timed_out", "cancelled"].includes(p.state);
-  render({ p, cancelResult }, () => {
+  render(asked, { p, cancelResult }, () => {
     const cancelButton = el("button", { id: "cancel", text: "Cancel" });
     cancelButton.addEventListener("click", () => cancel(p.id));
     return [
@@ -341,8 +347,9 @@ async function showPipeline(id) {
 // -- teams and audit ------------------------------------------------------------------------
 
 async function showTeams() {
+  const asked = location.hash;
   const datasets = await getJSON("/v1/dashboard/teams");
-  render(datasets, () => {
+  render(asked, datasets, () => {
     const parts = [el("h2", { text: "Teams and quotas" }),
       el("p", { class: "note", text: "A quota caps the share of every block's capacity a team may hold (allocated + consumed). Held and consumed: on the team's most-held block." })];
     for (const dataset of datasets) {
@@ -358,8 +365,9 @@ async function showTeams() {
 }
 
 async function showAudit() {
+  const asked = location.hash;
   const audit = await getJSON("/v1/dashboard/audit");
-  render(audit, () => [
+  render(asked, audit, () => [
     el("h2", { text: "Audit" }),
     el("p", { id: "audit-result", class: audit.ok ? "ok" : "error",
       text: audit.ok ? `ok: ${audit.blocks} blocks, ${audit.events} events, every invariant holds`
@@ -371,9 +379,9 @@ async function showAudit() {
 }
 
 // A refused page replaces the view: what was asked, and why not.
-function refusedPage(error) {
+function refusedPage(asked, error) {
   const titles = { 403: "Not allowed", 404: "Not found" };
-  render({ refused: error.status, message: error.message }, () => [
+  render(asked, { refused: error.status, message: error.message }, () => [
     el("section", { id: "refused", class: "refused", "data-status": String(error.status) },
       el("h2", { text: `${titles[error.status] || "Refused"} (${error.status})` }),
       el("p", { id: "refused-message", text: error.message }),
@@ -396,11 +404,12 @@ function route() {
 }
 
 async function refresh() {
+  const asked = location.hash;
   try {
     await route();
     document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (error) {
-    if (error instanceof Refused) { refusedPage(error); return; }
+    if (error instanceof Refused) { refusedPage(asked, error); return; }
     if (error.message !== "unauthorised") { document.getElementById("updated").textContent = "error: " + error.message; }
   }
 }
