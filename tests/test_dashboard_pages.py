@@ -149,3 +149,18 @@ def test_the_teams_page_shows_each_teams_quota_and_the_share_it_holds(server: Se
     assert {d["name"]: d["teams"] for d in page} == {
         "reviews": [{"team": "blue", "quota_percent": 50.0, "held_percent": 20.0, "consumed_percent": 0.0, "pipelines": 1}]
     }  # secret is team red's: vera (blue) does not see it
+
+
+def test_the_page_loads_only_its_own_assets_and_ships_the_charts_licence():
+    import re
+    from importlib import resources
+
+    from privsched.server.dashboard import ASSETS
+
+    static = resources.files("privsched.dashboard").joinpath("static")
+    page = static.joinpath("index.html").read_text(encoding="utf-8")
+    loaded = re.findall(r'(?:src|href)="([^"#]*)"', page)
+    assert sorted(loaded) == sorted(f"/dashboard/static/{name}" for name in ASSETS)  # nothing from elsewhere (CSP 'self')
+    assert "<script>" not in page and " style=" not in page  # no inline script or style
+    assert static.joinpath("uPlot.iife.min.js").read_text(encoding="utf-8").startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
+    assert "MIT License" in static.joinpath("uPlot.LICENSE").read_text(encoding="utf-8")
