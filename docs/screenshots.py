@@ -2,7 +2,7 @@
 
     ./dev demo && .venv/bin/python docs/screenshots.py [--db runs/demo/privsched.db] [--out docs/images]
 
-Works on a copy of the database (an admin, a viewer and team ``research``'s quota of half of
+Works on a copy of the database and its run folders (an admin, a viewer and team ``research``'s quota of half of
 every block of ``reviews`` are added to the copy only, so the teams page has a row), serves it
 on the loopback as ``privsched serve --listen`` does, and photographs the blocks, pipelines,
 queue, teams and one pipeline's pages as the admin, and the audit page as the viewer (refused),
@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO))
 from privsched import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.server.runner import Listen, http_api  # noqa: E402
+from privsched.service.rundirs import RunDirs  # noqa: E402
 from tests.support.dashboard import browser_missing, headless_chromium  # noqa: E402
 
 #: The pages photographed, by file name, and whose token opens them.
@@ -50,6 +51,9 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             if Path(f"{args.db}{suffix}").exists():
                 shutil.copy(f"{args.db}{suffix}", f"{copy}{suffix}")
+        runs = RunDirs(args.db).root  # what the jobs released and left: the result column, the model
+        if runs.is_dir():
+            shutil.copytree(runs, RunDirs(copy).root)
         with Identities(copy) as identities:
             tokens = {"admin": identities.add_user("screenshots", "admin"), "viewer": identities.add_user("viewer", "viewer")}
         with connect(copy, create=False) as client:

@@ -85,10 +85,10 @@ def test_the_filters_offer_every_state_owner_and_readable_dataset(many: Client):
     }
 
 
-def test_the_result_column_shows_the_first_metrics_or_that_they_are_withheld(many: Client):
-    released = {"accuracy": 0.912345, "loss": 0.3, "epochs": 2, "architecture": {"name": "logreg"}}
+def test_the_result_column_shows_the_headline_metrics_or_that_they_are_withheld(many: Client):
+    released = {"epochs": 2, "column": None, "loss": 0.3, "architecture": {"name": "logreg"}, "accuracy": 0.91234567}
     page = views.pipelines_page(many, everything, no_message, lambda info: released, state="completed")
-    assert page["rows"][0]["result"] == "accuracy = 0.9123, loss = 0.3, epochs = 2 (+1 more)"
+    assert page["rows"][0]["result"] == "accuracy = 0.912346, loss = 0.3, epochs = 2 (+1 more)"  # headline first, unset left out
     withheld = views.pipelines_page(many, everything, no_message, lambda info: None, state="completed")
     assert withheld["rows"][0]["result"] == "(shown to its submitter and admins)"
     assert page_of(many, state="cancelled")["rows"][0]["result"] == "" and page_of(many, state="pending")["rows"][0]["result"] == ""

@@ -101,11 +101,10 @@ def test_a_pipeline_page_reads_in_words_and_tables_with_dates(served, browser): 
     assert browser.find_element(by().ID, "summary").text.startswith("completed — done completed (since 1970-01-01 00:00:12 UTC)")
     assert [r.text for r in browser.find_elements(by().CSS_SELECTOR, "#timeline tbody tr")][0] == "submitted 1970-01-01 00:00:01 UTC"
     demand = browser.find_element(by().CSS_SELECTOR, "#demands tbody tr").text
-    assert demand == "d1 0.4 40.0 % 80.0 % 0.2 20.0 %"
+    assert demand == "d1 ε = 0.4 → 40.0 % of block d1 80.0 % ε = 0.2 → 20.0 %"
     assert browser.find_element(by().ID, "result").text.startswith("Charged ε = 0.2 at δ_G = 0.000001")
     browser.get(f"{url}/#pipeline/{running}")
-    placement = wait_for(browser, lambda b: b.find_elements(by().ID, "placement"), "the placement")
-    assert placement[0].text == "Placement: cpus 1; gpus 0"
+    wait_for(browser, lambda b: b.find_element(by().ID, "placement").text == "Placement: cpus 1; gpus 0", "the placement in words")
 
 
 def test_the_teams_page_shows_each_teams_quota(served, browser):  # noqa: F811

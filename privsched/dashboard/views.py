@@ -28,8 +28,9 @@ RECENT = 20
 #: Pipelines per page of the pipelines page, and the most a reader may ask for.
 PAGE_SIZE = 25
 MAX_PAGE_SIZE = 200
-#: Metrics the pipelines page's result column shows of each pipeline.
+#: Metrics the pipelines page's result column shows of each pipeline, headline ones first.
 RESULT_METRICS = 3
+HEADLINE = ("value", "accuracy", "heldout_accuracy", "test_accuracy", "loss")
 #: How many characters of a job log the pipeline page shows (the end of it).
 LOG_TAIL = 4000
 
@@ -140,7 +141,7 @@ def placement_text(placement: dict[str, Any] | None) -> str:
 
 def _scalar(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:.4g}"
+        return f"{value:.6g}"
     return str(value)
 
 
@@ -163,13 +164,15 @@ def metric_rows(metrics: dict[str, Any], prefix: str = "") -> list[tuple[str, st
 
 
 def result_text(info: PipelineInfo, message: str | None, metrics: Callable[[PipelineInfo], dict[str, Any] | None]) -> str:
-    """The pipelines page's result column: a completed pipeline's first metrics (as far as the
-    reader may read them, ``metrics`` None when withheld), an ended one's reason."""
+    """The pipelines page's result column: a completed pipeline's headline metrics (value,
+    accuracy, loss, then the first others; unset ones left out) as far as the reader may read
+    them (``metrics`` None when withheld), an ended one's reason."""
     if info.state == "completed":
         released = metrics(info)
         if released is None:
             return "(shown to its submitter and admins)"
-        rows = metric_rows(released)
+        rows = [row for row in metric_rows(released) if row[1] != "None"]
+        rows.sort(key=lambda row: HEADLINE.index(row[0]) if row[0] in HEADLINE else len(HEADLINE))  # stable: the rest in order
         shown = ", ".join(f"{name} = {value}" for name, value in rows[:RESULT_METRICS])
         return shown + (f" (+{len(rows) - RESULT_METRICS} more)" if len(rows) > RESULT_METRICS else "") or "(no metrics)"
     return message or "" if info.state.is_final() else ""
@@ -291,10 +294,11 @@ def demand_view(key: str, demand: np.ndarray, block: BlockInfo | None, dataset: 
 
 
 def job_rows(job: dict[str, Any], resources: dict[str, Any]) -> list[tuple[str, str]]:
-    """What a pipeline runs and needs, as (field, value) rows."""
-    return [(f"job {name}", value) for name, value in metric_rows(job)] + [
+    """What a pipeline runs and needs, as (field, value) rows, without the fields left unset."""
+    rows = [(f"job {name}", value) for name, value in metric_rows(job)] + [
         (f"needs {name}", value) for name, value in metric_rows(resources)
     ]
+    return [(name, value) for name, value in rows if value not in ("None", "")]  # fields left unset
 
 
 def pipeline_page(

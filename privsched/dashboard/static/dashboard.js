@@ -108,11 +108,17 @@ function hashFor(page, params) {
 
 function pipelineLink(row) { return el("a", { href: "#pipeline/" + row.id, class: "pipeline-link", text: String(row.id) }); }
 
+// Links to a pipeline's blocks: all of them up to three, else the first and the last.
 function blockLinks(dataset, keys) {
   const node = el("span", { class: "block-links" });
+  const link = (key) => el("a", { href: hashFor("blocks", { dataset, block: key }), text: key });
+  if (keys.length > 3) {
+    node.append(link(keys[0]), " … ", link(keys[keys.length - 1]), ` (${keys.length} blocks)`);
+    return node;
+  }
   keys.forEach((key, i) => {
     if (i > 0) { node.append(", "); }
-    node.append(el("a", { href: hashFor("blocks", { dataset, block: key }), text: key }));
+    node.append(link(key));
   });
   return node;
 }
@@ -138,7 +144,7 @@ function historyChart(dataset) {
     scales: { x: { time: true }, y: { range: [0, 100] } },
     axes: [
       { label: "time (UTC)" },
-      { label: "share of capacity, mean over blocks (%)", values: (u, ticks) => ticks.map((t) => t + " %") },
+      { label: "mean share of capacity", size: 60, values: (u, ticks) => ticks.map((t) => t + " %") },
     ],
     series: [
       { label: "time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}:{ss}" },
@@ -328,9 +334,9 @@ async function showPipeline(id) {
       p.placement ? el("p", { id: "placement", text: `Placement: ${p.placement}` }) : null,
       el("h3", { text: "Budget per block" }),
       el("p", { class: "note", text: `Shares of each block's capacity (basic: its binding dimension; RDP: its best order); ε at δ_G = ${num(p.delta)}.` }),
-      table(["block", "demand ε", "share of block", "block left", "consumed ε", "consumed share"],
-        p.demands.map((d) => [blockLinks(p.dataset, [d.block]), num(d.demand.epsilon), pct(d.demand_percent), pct(d.left_percent),
-          d.consumed ? num(d.consumed.epsilon) : "", d.consumed ? pct(d.consumed_percent) : ""]), null, "demands"),
+      table(["block", "demand", "block left", "consumed"],
+        p.demands.map((d) => [blockLinks(p.dataset, [d.block]), `ε = ${num(d.demand.epsilon)} → ${pct(d.demand_percent)} of block ${d.block}`,
+          pct(d.left_percent), d.consumed ? `ε = ${num(d.consumed.epsilon)} → ${pct(d.consumed_percent)}` : ""]), null, "demands"),
       p.accounting === "rdp" && p.demands.length ? el("details", { id: "rdp-detail" }, el("summary", { text: "RDP detail: demand and budget left at each live order" }),
         ...p.demands.map((d) => el("div", {}, el("h4", { text: d.block }),
           table(["order", "demand", "left"], d.detail.map((row) => [row.dimension, num(row.demand), num(row.left)]))))) : null,
@@ -351,7 +357,7 @@ async function showTeams() {
   const datasets = await getJSON("/v1/dashboard/teams");
   render(asked, datasets, () => {
     const parts = [el("h2", { text: "Teams and quotas" }),
-      el("p", { class: "note", text: "A quota caps the share of every block's capacity a team may hold (allocated + consumed). Held and consumed: on the team's most-held block." })];
+      el("p", { class: "note", text: "A quota caps the share of every block's capacity a team may hold (allocated + consumed). Held and consumed: on the team's most-held block. Pipelines submitted without a team (locally) count under none." })];
     for (const dataset of datasets) {
       parts.push(el("h3", { text: dataset.name }));
       parts.push(dataset.teams.length === 0 ? el("p", { text: "No team has a quota or a pipeline here." })
