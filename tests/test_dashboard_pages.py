@@ -164,3 +164,12 @@ def test_the_page_loads_only_its_own_assets_and_ships_the_charts_licence():
     assert "<script>" not in page and " style=" not in page  # no inline script or style
     assert static.joinpath("uPlot.iife.min.js").read_text(encoding="utf-8").startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
     assert "MIT License" in static.joinpath("uPlot.LICENSE").read_text(encoding="utf-8")
+
+
+def test_the_pipelines_view_lists_only_readable_datasets_and_refuses_a_page_below_one(server: Server):  # noqa: F811
+    for name, dataset, user in (("mine", "reviews", "alice"), ("theirs", "secret", "rita")):
+        assert server.call("POST", "/v1/pipelines", {"spec": spec(name, dataset, ["b0"], 0.1)}, user=user)[0] == 201
+    status, page = server.call("GET", "/v1/dashboard/pipelines?per_page=1", user="vera")
+    assert status == 200 and [row["name"] for row in page["rows"]] == ["mine"] and page["choices"]["dataset"] == ["reviews"]
+    status, refused = server.call("GET", "/v1/dashboard/pipelines?page=0", user="vera")
+    assert status == 422 and "\n" not in refused["error"]

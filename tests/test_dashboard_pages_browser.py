@@ -88,6 +88,15 @@ def test_every_pipeline_is_reached_through_the_pipelines_pages_and_its_links(ser
     assert browser.find_element(by().ID, "pipeline-state").text == "pending"
 
 
+def test_a_viewer_finds_every_pipeline_but_not_what_a_code_job_released(served, browser):  # noqa: F811
+    url, _, tokens = served
+    login(browser, url, tokens["vera"])
+    browser.get(url + "/#pipelines?state=completed")
+    wait_for(browser, lambda b: b.find_element(by().ID, "pipelines-count").text == "1–1 of 1, newest first", "the completed pipeline")
+    row = browser.find_element(by().CSS_SELECTOR, "#pipelines-table tbody tr").text
+    assert "done" in row and row.endswith("(shown to its submitter and admins)")
+
+
 def test_a_pipeline_page_reads_in_words_and_tables_with_dates(served, browser):  # noqa: F811
     url, db, tokens = served
     with ps.connect(db, create=False) as client:
