@@ -162,6 +162,7 @@ def test_the_page_loads_only_its_own_assets_and_ships_the_charts_licence():
     loaded = re.findall(r'(?:src|href)="([^"#]*)"', page)
     assert sorted(loaded) == sorted(f"/dashboard/static/{name}" for name in ASSETS)  # nothing from elsewhere (CSP 'self')
     assert "<script>" not in page and " style=" not in page  # no inline script or style
+    assert """<meta http-equiv="Content-Security-Policy" content="default-src 'self';""" in page
     assert static.joinpath("uPlot.iife.min.js").read_text(encoding="utf-8").startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
     assert "MIT License" in static.joinpath("uPlot.LICENSE").read_text(encoding="utf-8")
 

@@ -50,6 +50,22 @@ def test_the_blocks_page_shows_used_and_left_that_add_up_and_budget_over_time_wi
     assert chart.find_elements(by().TAG_NAME, "canvas")  # the axes and lines are drawn
 
 
+def test_every_page_runs_under_a_content_security_policy_of_self_alone(served, browser):  # noqa: F811
+    url, db, tokens = served
+    with ps.connect(db, create=False) as client:
+        done = next(info.id for info in client.list() if info.name == "done")
+    login(browser, url, tokens["admin"])
+    wait_for(browser, lambda b: b.find_elements(by().CSS_SELECTOR, ".history .uplot"), "the chart")
+    d1 = next(row for row in browser.find_elements(by().CSS_SELECTOR, "tr.block") if row.find_element(by().TAG_NAME, "td").text == "d1")
+    width = d1.find_element(by().CSS_SELECTOR, "span.consumed").value_of_css_property("width")
+    assert float(width.removesuffix("px")) > 0  # the bars' widths are set through the CSSOM, which the policy allows
+    for page in ("#pipelines", "#queue", "#teams", "#audit", f"#pipeline/{done}"):
+        browser.get(url + "/" + page)
+        wait_for(browser, lambda b: b.find_element(by().ID, "view").text, f"the page {page}")
+    violations = [entry["message"] for entry in browser.get_log("browser") if "Content Security Policy" in entry["message"]]
+    assert violations == []
+
+
 def test_every_pipeline_is_reached_through_the_pipelines_pages_and_its_links(served, browser):  # noqa: F811
     url, db, tokens = served
     with ps.connect(db, create=False) as client:
