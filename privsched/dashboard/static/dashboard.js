@@ -125,6 +125,13 @@ function blockLinks(dataset, keys) {
 
 // -- blocks ---------------------------------------------------------------------------------
 
+// A time axis tick in UTC: the time of day, with the date where the ticks span days.
+function utcTick(seconds, ticks) {
+  const text = new Date(seconds * 1000).toISOString();
+  const span = ticks.length > 1 ? ticks[ticks.length - 1] - ticks[0] : 0;
+  return span >= 86400 ? text.slice(5, 16).replace("T", " ") : text.slice(11, 19);
+}
+
 function historyChart(dataset) {
   const box = el("div", { class: "history", "data-dataset": dataset.name });
   if (dataset.history.length === 0) {
@@ -143,7 +150,7 @@ function historyChart(dataset) {
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
     scales: { x: { time: true }, y: { range: [0, 100] } },
     axes: [
-      { label: "time (UTC)" },
+      { label: `time (UTC), from ${when(data[0][0])}`, space: 90, values: (u, ticks) => ticks.map((t) => utcTick(t, ticks)) },
       { label: "mean share of capacity", size: 60, values: (u, ticks) => ticks.map((t) => t + " %") },
     ],
     series: [
