@@ -201,7 +201,8 @@ def pipelines_page(
     ``per_page`` rows (``page`` from 1) with a result column (:func:`result_text`); and the
     choices the filters offer, and how many pipelines match (so every one is reachable)."""
     names = sorted(d.name for d in filter(readable, client.datasets()))
-    every = [info for info in client.list() if info.dataset in set(names)]
+    shown_sets = frozenset(names)
+    every = [info for info in client.list() if info.dataset in shown_sets]
     found = [
         info
         for info in every
