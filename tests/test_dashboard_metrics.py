@@ -72,7 +72,7 @@ def test_views_show_every_block_queue_and_pipeline(client):
     assert [p["name"] for p in queue["pending"]] == ["wait"]
     assert queue["pending"][0]["reason"].startswith("budget: block d1 ε needs 0.9, unlocked 0.8")
     assert queue["pending"][0]["owner"] == "bo[/]<b>"
-    assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"]["gpus"] == ["0"]
+    assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"] == "cpus 1; gpus 0"
     assert [p["name"] for p in queue["recent"]] == ["stop", "done"]
     done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, outputs=True, job_text=True)
     assert done["demands"][0]["demand"]["epsilon"] == pytest.approx(0.4)
@@ -83,9 +83,9 @@ def test_views_show_every_block_queue_and_pipeline(client):
 def test_the_pipeline_page_withholds_the_metrics_and_log_a_reader_may_not_read(client):
     done = next(info for info in client.list() if info.name == "done")
     page = views.pipeline_page(client, done, None, outputs=False, job_text=False)
-    assert page["metrics"] is None and page["log_tail"] is None
+    assert page["result"] is None and page["log_tail"] is None
     shown = views.pipeline_page(client, done, None, outputs=True, job_text=True)
-    assert shown["metrics"] == {} and shown["log_tail"] == ""
+    assert shown["result"]["metrics"] == [] and shown["log_tail"] == ""
 
 
 def test_only_readable_datasets_reach_the_metrics(client):

@@ -45,7 +45,8 @@ def fetch(server: Server, path: str, user: str) -> tuple[int, str]:
 def every_answer(server: Server, user: str, pipeline_ids: list[int]) -> dict[str, str]:
     """What ``user`` reads from every route and dashboard page about the database and the pipelines."""
     paths = ["/", "/v1/datasets", "/v1/blocks", "/v1/pipelines", "/v1/reasons", "/v1/scheduler"]
-    paths += ["/v1/dashboard/blocks", "/v1/dashboard/queue", "/metrics", "/dashboard/static/dashboard.js"]
+    paths += ["/v1/dashboard/blocks", "/v1/dashboard/queue", "/v1/dashboard/pipelines", "/v1/dashboard/teams", "/metrics"]
+    paths += ["/dashboard/static/dashboard.js"]
     for pipeline_id in pipeline_ids:
         paths += [f"/v1/pipelines/{pipeline_id}{tail}" for tail in ("", "?wait=0.1", "/events", "/logs")]
         paths.append(f"/v1/dashboard/pipelines/{pipeline_id}")
@@ -83,6 +84,7 @@ def test_a_code_jobs_metric_message_and_log_reach_its_submitter_and_admins_and_n
         assert MARKER in answers[f"/v1/pipelines/{failed.id}"]  # its exception
         assert MARKER in answers[f"/v1/pipelines/{failed.id}/logs"] and MARKER in answers[f"/v1/pipelines/{completed.id}/logs"]
         assert MARKER in answers[f"/v1/dashboard/pipelines/{completed.id}"]  # its metrics
+        assert MARKER in answers["/v1/dashboard/pipelines"]  # the result column
     assert alice.status(failed.id).message == f"the job raised RuntimeError: {MARKER}"
 
 
