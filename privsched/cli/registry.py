@@ -57,7 +57,7 @@ COMMANDS: dict[str, str] = {
 }
 
 #: Global options that take a value (the word after them is not a command).
-_VALUED_OPTIONS = ("--server", "--db")
+_VALUED_OPTIONS = ("--server", "--db", "--output", "-o")
 
 
 def load_commands(argv: Sequence[str] | None = None) -> None:

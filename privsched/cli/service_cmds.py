@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, new_table, one_blas_thread, readable_result, say, show
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, readable_result, say, show
+from privsched.cli.output import Format, OutputOption, chosen, emit
 from privsched.cli.registry import app
 from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
-    from privsched.ledger import Event
+    from privsched.ledger import Event, PipelineInfo
+    from privsched.service.waiting import WaitingReason
     from privsched.remote import RemoteClient
 
 
@@ -74,18 +76,56 @@ def _when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
 
 
+#: Seconds between two redraws of ``list --watch``.
+WATCH_PERIOD = 2.0
+
+
 @app.command("list")
 def list_pipelines(
     state: Annotated[Optional[list[str]], typer.Option(help="Only pipelines in this state (repeatable).")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Only this dataset's pipelines.")] = None,
+    owner: Annotated[Optional[str], typer.Option(help="Only this user's pipelines.")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only your own pipelines (through --server: the token's user).")] = False,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the N most recent pipelines.")] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help=f"Redraw every {WATCH_PERIOD:g} s until interrupted (a terminal only).")
+    ] = False,
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """List pipelines with their state."""
+    """List pipelines with their state, owner and why each waiting one waits."""
     skip_teardown()
+    fmt = chosen(output)
+    if mine and owner is not None:
+        fail("--mine and --owner both name whose pipelines to list: give one")
+    if watch and not sys.stdout.isatty():
+        print("error: --watch redraws a terminal; without one, run `privsched list` again instead", file=sys.stderr)
+        raise typer.Exit(2)
     one_blas_thread()  # ranking the pending pipelines loads NumPy
-    with _client(db) as client, errors():
-        pipelines = client.list(states=state, dataset=dataset)
-        reasons = client.reasons(dataset) if any(p.state in ("pending", "granted") for p in pipelines) else {}
+    with _client(db) as client:
+        while True:
+            with errors():
+                pipelines = client.list(states=state, dataset=dataset, owner=owner, mine=mine, limit=limit)
+                waiting = any(p.state in ("pending", "granted") for p in pipelines)
+                reasons = client.reasons(dataset) if waiting and fmt is Format.text else {}
+            if watch:
+                sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: redraw in place
+            _print_pipelines(pipelines, reasons, fmt)
+            if not watch:
+                return
+            try:
+                time.sleep(WATCH_PERIOD)
+            except KeyboardInterrupt:  # Ctrl-C ends the watch, as it ends `kubectl get -w`
+                return
+
+
+def _print_pipelines(pipelines: list[PipelineInfo], reasons: dict[int, WaitingReason], fmt: Format) -> None:
+    """``list``'s answer: a table, or the pipelines as ``GET /v1/pipelines`` answers them."""
+    if fmt is not Format.text:
+        from privsched.server.models import PipelineOut
+
+        emit([PipelineOut.of(info, message=info.message).model_dump() for info in pipelines], fmt)
+        return
     table = new_table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
@@ -107,14 +147,25 @@ def list_pipelines(
 @app.command()
 def status(
     pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """A pipeline's state, grant, consumed budget, placement and timings, and what keeps the
-    scheduler from making progress, if anything does (a full database or disk)."""
+    """A pipeline's state, its demand on each block (ε at the dataset's δ_G and the share of
+    the block's capacity it takes), what it consumed, placement and timings, and what keeps
+    the scheduler from making progress, if anything does (a full database or disk)."""
     skip_teardown()
     from privsched.cli.ledger_cmds import budget_text
+    from privsched.readouts import demand_share, demand_text
 
+    fmt = chosen(output)
     one_blas_thread()  # its budgets and waiting reason load NumPy
+    if fmt is not Format.text:
+        from privsched.server.models import PipelineOut
+
+        with _client(db) as client, errors():
+            found = client.status(pipeline_id)
+        emit(PipelineOut.of(found, message=found.message).model_dump(), fmt)
+        return
     with _client(db) as client, errors():
         info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset, pipeline_id=pipeline_id).get(pipeline_id) if info.state in ("pending", "granted") else None
@@ -132,8 +183,9 @@ def status(
     if reason is not None:
         add_row(table, "waiting", reason.text())
     for grant in grants:
-        consumed = "" if grant.consumed is None else ", consumed " + budget_text(grant.consumed, acc.is_rdp)
-        add_row(table, f"block {grant.key}", f"demand {budget_text(grant.demand, acc.is_rdp)}{consumed} ({unit})")
+        consumed = "" if grant.consumed is None else f"; consumed {budget_text(grant.consumed, acc.is_rdp)} ({unit})"
+        demand = demand_text(grant.demand.epsilon, demand_share(info.demands[grant.key], dataset), grant.key)
+        add_row(table, f"block {grant.key}", f"demand {demand}{consumed}")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (

@@ -315,6 +315,17 @@ class QuotaOut(Model):
     quotas: dict[str, float] = Field(description="Team → share of each block's capacity it may hold.")
 
 
+class QuotaUsageOut(Model):
+    """A team's quota on a dataset and how much of it the team has taken
+    (:class:`privsched.readouts.QuotaUsage`)."""
+
+    dataset: str
+    team: str
+    share: float = Field(description="The share of each block's capacity the team may hold.")
+    held: float = Field(description="The largest share of a block's capacity the team holds (granted, running, consumed).")
+    consumed: float = Field(description="The largest share of a block's capacity the team consumed for good.")
+
+
 class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
@@ -391,6 +402,7 @@ class DryRunOut(Model):
     blocks: list[BlockFitOut]
     verdict: Literal["fits now", "waits", "can never fit"]
     reason: str | None = Field(None, description="Why it waits or can never fit.")
+    share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
 
 
 class ErrorOut(Model):

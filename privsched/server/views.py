@@ -52,4 +52,3 @@ class Views:
         result = self.client.result(pipeline_id)
         reason = access.visible_message(info, caller, submission)
         return ResultOut.model_validate({**result.to_dict(), "reason": reason})
-
