@@ -51,7 +51,8 @@ def test_a_limit_below_one_is_refused_by_the_api(server: Server):
 
 
 def test_a_misspelt_dataset_through_the_api_suggests_only_a_readable_one(server: Server):
-    assert server.call("GET", "/v1/datasets/reveiws", user="alice") == (404, {"error": "unknown dataset 'reveiws'; did you mean 'reviews'?"})
+    suggested = {"error": "unknown dataset 'reveiws'; did you mean 'reviews'?"}
+    assert server.call("GET", "/v1/datasets/reveiws", user="alice") == (404, suggested)
     assert server.call("GET", "/v1/datasets/secrets", user="alice") == (404, {"error": "unknown dataset 'secrets'"})
     assert server.call("GET", "/v1/datasets/secrets", user="rita")[1]["error"].endswith("did you mean 'secret'?")
 
