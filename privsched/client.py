@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
-    from privsched.service.serve import ServeOptions, ServeSummary
+    from privsched.service.serve import ServeOptions, ServeSummary, Startup
     from privsched.service.waiting import WaitingReason
     from privsched.spec import BlockSelector, PipelineSpec
 
@@ -732,6 +732,7 @@ class Client(BudgetReads):
         *,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
+        on_start: Callable[[Startup], None] | None = None,
         **fields: Any,
     ) -> ServeSummary:
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
@@ -742,14 +743,15 @@ class Client(BudgetReads):
         confining jobs, ``landlock`` by default or ``none``: see ``docs/sandbox.md``;
         ``allow_network`` letting jobs that ask for it keep TCP access). Returns a :class:`~privsched.service.serve.ServeSummary`
         when ``stop`` is set or, with ``until_idle``, when nothing more can happen without
-        new submissions."""
+        new submissions. ``on_start`` is given the :class:`~privsched.service.serve.Startup`
+        once the scheduler holds the database (a second scheduler fails before it)."""
         from privsched.service.serve import ServeOptions, serve_with
 
         if isinstance(options, str):
             options = ServeOptions.parse(policy=options, **fields)
         elif fields:
             raise TypeError("give the serve options either as ServeOptions or as keywords, not both")
-        return serve_with(self.path, options, stop=stop, log=log)
+        return serve_with(self.path, options, stop=stop, log=log, on_start=on_start)
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any) -> ServeSummary:
         """Serve until every pipeline that can progress has ended (notebooks, tests)."""

@@ -17,7 +17,7 @@ app = typer.Typer(
     help="Privacy-budget-aware job scheduler for differentially private machine learning.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 #: The module of the options every command takes (``--server``), always registered.

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -27,6 +28,7 @@ from privsched.text import printable
 if TYPE_CHECKING:
     from privsched.client import Client
     from privsched.ledger import Event, PipelineInfo
+    from privsched.service.serve import Startup
     from privsched.service.waiting import WaitingReason
     from privsched.remote import RemoteClient
 
@@ -240,10 +242,19 @@ def logs(
                 time.sleep(0.2)
 
 
+#: ``serve``'s N when a per-arrival policy is given none: each pipeline unlocks 1/100 of
+#: every block (DPF's N, Luo et al., OSDI'21 §4.1).
+DEFAULT_N = 100
+#: The policies that unlock per arrival, and so take N.
+PER_ARRIVAL = ("rr-n", "dpf-n", "dpack-n")
+
+
 @app.command()
 def serve(
-    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "fcfs",
-    n: Annotated[Optional[int], typer.Option("--n", help="Per-arrival unlocking: each pipeline unlocks 1/N.")] = None,
+    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "dpf-n",
+    n: Annotated[
+        Optional[int], typer.Option("--n", help=f"Per-arrival unlocking: each pipeline unlocks 1/N (default {DEFAULT_N}).")
+    ] = None,
     lifetime: Annotated[Optional[str], typer.Option(help="Per-time unlocking: data lifetime, e.g. 600 or 2h.")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
     k: Annotated[int, typer.Option(help="DPack: grants between efficiency refreshes.")] = 50,
@@ -275,16 +286,20 @@ def serve(
     ] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Run the scheduler on the database (one per database) until interrupted."""
+    """Run the scheduler on the database (one per database) until interrupted: by default
+    DPF with per-arrival unlocking (dpf-n, N = 100). Once it holds the database it starts
+    the HTTP API and prints what it serves with: policy, compute pool, executor, sandbox,
+    database and API address."""
     from privsched.cli.remote_option import local_client, local_only
     from privsched.server.runner import api_for_options
     from privsched.service.serve import ServeOptions
 
     local_only("serve")
     with errors():
+        per_arrival = policy in PER_ARRIVAL or unlock == "n"
         options = ServeOptions.parse(
             policy=policy,
-            n=n,
+            n=DEFAULT_N if n is None and lifetime is None and per_arrival else n,
             lifetime=lifetime,
             k=k,
             unlock=unlock,
@@ -307,10 +322,12 @@ def serve(
         if not quiet:
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
-    with (
-        local_client(db) as client,
-        errors(),
-        api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec()),
-    ):
-        summary = client.serve(options, stop=stop, log=log)
+    def started(startup: Startup) -> None:  # the database is this scheduler's: start the API, say so
+        bound = api.enter_context(api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, None, startup.policy))
+        for line in startup.lines(None if bound is None else f"{bound.url} (OpenAPI page: {bound.url}/docs)"):
+            if not quiet:
+                say(line)
+
+    with local_client(db) as client, errors(), ExitStack() as api:
+        summary = client.serve(options, stop=stop, log=log, on_start=started)
     say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, {summary.pending} still pending")
