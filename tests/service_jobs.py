@@ -68,7 +68,7 @@ MARKER = "MARKER-7f3a9c"
 
 def speaks_marker_then_raises(ctx: JobContext) -> None:
     """Reads its data, then puts the marker in its metrics, its log and its exception."""
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0]).close()
     ctx.report_metrics(note=MARKER)
     print(MARKER, flush=True)
     raise RuntimeError(MARKER)

@@ -27,7 +27,7 @@ from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
-    from privsched.ledger.models import BlockInfo, DatasetInfo
+    from privsched.ledger import BlockInfo, DatasetInfo
     from privsched.readouts import DatasetBalances, Readout
     from privsched.remote import RemoteClient
 
