@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import privsched as ps
-from privsched.server.models import BlockOut, DatasetOut, PipelineOut
+from privsched.server.models import BlockOut, BudgetOut, DatasetOut, PipelineOut
 from tests.cli_inprocess import invoke
 from tests.support.blockdata import block_files
 
@@ -64,10 +64,17 @@ def test_dataset_and_blocks_lists_as_json_are_the_api_models(db: Path):
 
 def test_budget_show_as_json_gives_each_block_its_shares_and_epsilon_at_delta_g(db: Path):
     (entry,) = document(db, "budget", "show", "-o", "json")
-    block = entry["blocks"][0]
-    shares = block["shares"]
-    assert shares["consumed"] + shares["allocated"] + shares["left"] == pytest.approx(1.0)
-    assert shares["unlocked"] == pytest.approx(0.5) and block["epsilon"]["delta"] == 1e-6
+    block = BudgetOut.model_validate(entry).blocks[0]
+    shares = block.shares
+    assert shares.consumed + shares.allocated + shares.left == pytest.approx(1.0)
+    assert shares.unlocked == pytest.approx(0.5) and block.delta == 1e-6 and block.detail is None
+
+
+def test_budget_show_detail_as_yaml_adds_each_blocks_vectors(db: Path):
+    (entry,) = document(db, "budget", "show", "--detail", "-o", "yaml")
+    with ps.connect(db) as client:
+        capacity = client.dataset("taxi").capacity.tolist()
+    assert [block["detail"]["capacity"] for block in entry["blocks"]] == [capacity, capacity]
 
 
 @pytest.mark.parametrize("args", [["list", "-o", "xml"], ["-o", "csv", "list"], ["budget", "show", "--output", "table"]])
@@ -114,3 +121,12 @@ def test_list_watch_without_a_terminal_is_one_line_and_exit_2(db: Path):
 def test_list_mine_and_owner_together_are_refused(db: Path):
     done = invoke("list", "--mine", "--owner", "bob", db=db)
     assert done.code == 1 and done.stderr.startswith("error: ") and len(done.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "suggested"),
+    [(["lsit"], "Did you mean 'list'"), (["budget", "shw"], "Did you mean 'show'"), (["list", "--stat", "pending"], "--state")],
+)
+def test_a_misspelt_command_or_option_gets_the_closest_names_in_one_line(db: Path, args: list[str], suggested: str):
+    done = invoke(*args, db=db)
+    assert done.code == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1 and suggested in done.stderr

@@ -1,4 +1,4 @@
-"""``list`` filters and ``quota list`` through ``--server``: the filters are the API's query
+"""``list`` filters, ``quota list`` and the budget view through ``--server``: the filters are the API's query
 parameters (``GET /v1/pipelines?owner=&mine=&limit=``), ``--mine`` is the token's user,
 and a team's quota usage is seen by its members and admins only (``GET /v1/quotas``)."""
 
@@ -75,3 +75,20 @@ def test_quota_list_locally_shows_every_team(server: Server, submitted: list[int
         client.set_quota("reviews", "blue", 0.5)
     done = invoke("quota", "list", db=server.db)
     assert done.code == 0 and "│ reviews │ blue │ 50 %  │ 0 %  │ 0 %      │" in done.stdout
+
+
+def test_the_budget_view_adds_up_and_covers_only_readable_datasets(server: Server, submitted: list[int], monkeypatch):
+    with Ledger(server.db) as ledger:
+        ledger.grant(submitted)
+    status, answer = server.call("GET", "/v1/budget", user="vera")
+    assert status == 200 and [entry["dataset"]["name"] for entry in answer] == ["reviews"]
+    b0 = next(block for block in answer[0]["blocks"] if block["key"] == "b0")
+    assert b0["shares"]["allocated"] == pytest.approx(0.3)  # three pipelines of ε 0.1 on ε_G = 1
+    for block in answer[0]["blocks"]:
+        assert sum(block["shares"][part] for part in ("consumed", "allocated", "left")) == pytest.approx(1.0)
+
+
+def test_budget_show_through_a_server_prints_the_budget_view(server: Server, submitted: list[int], monkeypatch):
+    with Ledger(server.db) as ledger:
+        ledger.grant(submitted)
+    assert remote(server, "admin", monkeypatch, "budget", "show", "reviews") == server.call("GET", "/v1/budget?dataset=reviews")[1]

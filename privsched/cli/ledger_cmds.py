@@ -355,38 +355,13 @@ def _percent(tenths: int) -> str:
 
 
 def _balances_document(entry: DatasetBalances, every: bool, detail: bool) -> dict[str, Any]:
-    """``budget show -o json``: a dataset (as ``GET /v1/datasets/{name}``) and per block its
-    shares of capacity and ε at δ_G; with ``detail`` each block's budget vectors (as
-    ``GET /v1/blocks``)."""
-    from privsched.readouts import block_shares
-    from privsched.server.models import BlockOut, DatasetOut
+    """``budget show -o json``: the dataset's budget as ``GET /v1/budget`` answers it, for the
+    blocks the table would show."""
+    from privsched.readouts import DatasetBalances
+    from privsched.server.models import BudgetOut
 
-    info = entry.dataset
     shown, _ = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
-    blocks = []
-    for row in shown:
-        shares = block_shares(row.block, info)
-        item: dict[str, Any] = {
-            "key": row.block.key,
-            "state": row.block.state,
-            "shares": {
-                "at": shares.at,
-                "consumed": shares.consumed,
-                "allocated": shares.allocated,
-                "left": shares.left,
-                "unlocked": shares.unlocked,
-            },
-            "epsilon": {
-                "left": row.remaining.epsilon,
-                "consumed": row.consumed.epsilon,
-                "allocated": row.allocated.epsilon,
-                "delta": row.remaining.delta,
-            },
-        }
-        if detail:
-            item["detail"] = BlockOut.of(row.block, admin=False).model_dump()
-        blocks.append(item)
-    return {"dataset": DatasetOut.of(info, []).model_dump(), "blocks": blocks}
+    return BudgetOut.of(DatasetBalances(entry.dataset, shown), detail=detail).model_dump()
 
 
 def budget_text(amount: Readout, rdp: bool) -> str:

@@ -52,6 +52,7 @@ from privsched.server.models import (
     DatasetIn,
     DatasetOut,
     ImportOut,
+    BudgetOut,
     DryRunOut,
     QuotaUsageOut,
     ErrorOut,
@@ -223,6 +224,16 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(QuotaOut(dataset=name, quotas=identities.quotas(info.id)))
 
     # -- pipelines ----------------------------------------------------------------------------
+    @app.get("/v1/budget", response_model=list[BudgetOut], tags=["datasets"])
+    def budget(caller: Caller, dataset: str | None = None, detail: bool = False) -> Response:
+        """Each block's budget in people's terms, per dataset the caller may read: the shares
+        of its capacity consumed, allocated and left (they add up to 1) and ε at δ_G; with
+        ``detail`` its budget vectors too."""
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        found = [b for b in client.balances(dataset) if identities.may_read(caller, b.dataset.id)]
+        return reply([BudgetOut.of(b, detail=detail, teams=identities.dataset_teams(b.dataset.id)) for b in found])
+
     @app.get("/v1/quotas", response_model=list[QuotaUsageOut], tags=["datasets"])
     def list_quotas(caller: Caller, dataset: str | None = None) -> Response:
         """Team quotas on the datasets the caller may read, with what each team holds and

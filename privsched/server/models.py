@@ -19,6 +19,7 @@ from privsched.ledger.states import PipelineState
 
 if TYPE_CHECKING:
     from privsched.data.importer import ImportReport
+    from privsched.readouts import DatasetBalances
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
@@ -144,6 +145,55 @@ class BlockOut(Model):
             sha256=self.sha256,
             rows=self.rows,
         )
+
+
+class SharesOut(Model):
+    """A block's budget as fractions of its capacity (:class:`privsched.readouts.Shares`):
+    consumed + allocated + left = 1."""
+
+    at: str = Field(description="The dimension read: the RDP order with the most left, or the tighter of ε and δ.")
+    consumed: float
+    allocated: float
+    left: float = Field(description="Not yet given out: capacity − allocated − consumed.")
+    unlocked: float = Field(description="The part of left grantable now.")
+
+
+class BlockBudgetOut(Model):
+    """One block's budget in people's terms: shares of its capacity, and ε at the dataset's δ_G."""
+
+    key: str
+    state: str
+    shares: SharesOut
+    epsilon_left: float = Field(description="The ε the budget left guarantees at delta.")
+    epsilon_consumed: float = Field(description="The ε consumed so far, read at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the budget's own δ left under basic accounting.")
+    detail: BlockOut | None = Field(None, description="Its budget vectors (per RDP order, or ε and δ), when asked for.")
+
+
+class BudgetOut(Model):
+    """A dataset's budget, block by block (``GET /v1/budget``, ``privsched budget show -o json``)."""
+
+    dataset: DatasetOut
+    blocks: list[BlockBudgetOut]
+
+    @classmethod
+    def of(cls, balances: DatasetBalances, *, detail: bool = False, teams: list[str] | None = None) -> BudgetOut:
+        from privsched.readouts import block_shares
+
+        info = balances.dataset
+        blocks = [
+            BlockBudgetOut(
+                key=row.block.key,
+                state=row.block.state,
+                shares=SharesOut(**vars(block_shares(row.block, info))),
+                epsilon_left=row.remaining.epsilon,
+                epsilon_consumed=row.consumed.epsilon,
+                delta=row.remaining.delta,
+                detail=BlockOut.of(row.block) if detail else None,
+            )
+            for row in balances.blocks
+        ]
+        return cls(dataset=DatasetOut.of(info, teams or []), blocks=blocks)
 
 
 class ImportOut(Model):
