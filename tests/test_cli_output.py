@@ -130,3 +130,32 @@ def test_list_mine_and_owner_together_are_refused(db: Path):
 def test_a_misspelt_command_or_option_gets_the_closest_names_in_one_line(db: Path, args: list[str], suggested: str):
     done = invoke(*args, db=db)
     assert done.code == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1 and suggested in done.stderr
+
+
+def test_list_watch_on_a_terminal_redraws_until_interrupted_and_exits_0(db: Path):
+    import os
+    import pty
+    import select
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[1]
+    leader, follower = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "200"}
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "privsched", "list", "--watch", "--db", str(db)], stdout=follower, stderr=subprocess.PIPE, env=env
+    )
+    os.close(follower)
+    seen, deadline = b"", time.monotonic() + 120
+    try:
+        while seen.count(b"\x1b[H\x1b[2J") < 2 or seen.count(b"pending") < 2:  # drawn twice, in place
+            assert time.monotonic() < deadline, f"no redraw within 120 s: {seen!r}"
+            if select.select([leader], [], [], 1.0)[0]:
+                seen += os.read(leader, 65536)
+    finally:
+        watching.send_signal(signal.SIGINT)
+        _, err = watching.communicate(timeout=60)
+        os.close(leader)
+    assert watching.returncode == 0 and err == b""

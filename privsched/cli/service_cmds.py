@@ -105,20 +105,21 @@ def list_pipelines(
         raise typer.Exit(2)
     one_blas_thread()  # ranking the pending pipelines loads NumPy
     with _client(db) as client:
-        while True:
-            with errors():
-                pipelines = client.list(states=state, dataset=dataset, owner=owner, mine=mine, limit=limit)
-                waiting = any(p.state in ("pending", "granted") for p in pipelines)
-                reasons = client.reasons(dataset) if waiting and fmt is Format.text else {}
-            if watch:
-                sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: redraw in place
-            _print_pipelines(pipelines, reasons, fmt)
-            if not watch:
-                return
-            try:
+        try:
+            while True:
+                with errors():
+                    pipelines = client.list(states=state, dataset=dataset, owner=owner, mine=mine, limit=limit)
+                    waiting = any(p.state in ("pending", "granted") for p in pipelines)
+                    reasons = client.reasons(dataset) if waiting and fmt is Format.text else {}
+                if watch:
+                    sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: redraw in place
+                _print_pipelines(pipelines, reasons, fmt)
+                if not watch:
+                    return
                 time.sleep(WATCH_PERIOD)
-            except KeyboardInterrupt:  # Ctrl-C ends the watch, as it ends `kubectl get -w`
-                return
+        except KeyboardInterrupt:  # Ctrl-C ends a watch, as it ends `kubectl get -w`
+            if not watch:
+                raise
 
 
 def _print_pipelines(pipelines: list[PipelineInfo], reasons: dict[int, WaitingReason], fmt: Format) -> None:
