@@ -92,3 +92,15 @@ def test_budget_show_through_a_server_prints_the_budget_view(server: Server, sub
     with Ledger(server.db) as ledger:
         ledger.grant(submitted)
     assert remote(server, "admin", monkeypatch, "budget", "show", "reviews") == server.call("GET", "/v1/budget?dataset=reviews")[1]
+
+
+def test_a_pipelines_answer_gives_its_demand_per_block_as_epsilon_and_share(server: Server, submitted: list[int], monkeypatch):
+    status, answer = server.call("GET", f"/v1/pipelines/{submitted[0]}", user="vera")
+    assert status == 200
+    shown = [(b["key"], b["epsilon"], b["share"], b["consumed_epsilon"]) for b in answer["budget"]]
+    assert shown == [("b0", 0.1, pytest.approx(0.1), None)]
+    assert remote(server, "vera", monkeypatch, "status", str(submitted[0]))["budget"] == answer["budget"]
+
+
+def test_a_listing_leaves_the_per_block_budget_out(server: Server, submitted: list[int]):
+    assert {p["budget"] for p in server.call("GET", "/v1/pipelines")[1]} == {None}

@@ -165,9 +165,13 @@ def status(
     if fmt is not Format.text:
         from privsched.server.models import PipelineOut
 
+        from privsched.server.models import BlockDemandOut
+
         with _client(db) as client, errors():
-            found = client.status(pipeline_id)
-        emit(PipelineOut.of(found, message=found.message).model_dump(), fmt)
+            found, dataset, _ = client.grants(pipeline_id)
+        out = PipelineOut.of(found, message=found.message)
+        out.budget = BlockDemandOut.of_pipeline(found, dataset)
+        emit(out.model_dump(), fmt)
         return
     with _client(db) as client, errors():
         info, dataset, grants = client.grants(pipeline_id)

@@ -219,6 +219,31 @@ class SubmitIn(Model):
     id: str | None = Field(None, description="Client-chosen submission id: resubmitting it returns the same pipeline.")
 
 
+class BlockDemandOut(Model):
+    """A pipeline's demand on one block in people's terms (``privsched status``)."""
+
+    key: str
+    epsilon: float = Field(description="The ε its demand guarantees at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's own δ under basic accounting.")
+    share: float = Field(description="The fraction of the block's capacity the demand takes (at its cheapest live order).")
+    consumed_epsilon: float | None = Field(None, description="What it consumed there, as ε at delta, once it ended.")
+
+    @classmethod
+    def of_pipeline(cls, info: PipelineInfo, dataset: DatasetInfo) -> list[BlockDemandOut]:
+        from privsched.readouts import demand_share, pipeline_grants
+
+        return [
+            cls(
+                key=grant.key,
+                epsilon=grant.demand.epsilon,
+                delta=grant.demand.delta,
+                share=demand_share(info.demands[grant.key], dataset),
+                consumed_epsilon=None if grant.consumed is None else grant.consumed.epsilon,
+            )
+            for grant in pipeline_grants(info, dataset)
+        ]
+
+
 class PipelineOut(Model):
     id: int
     name: str
@@ -240,6 +265,8 @@ class PipelineOut(Model):
     placement: dict[str, Any] | None
     consumed: dict[str, list[float]] | None
     message: str | None
+    #: Its demand per block in people's terms, in answers about one pipeline (not in lists).
+    budget: list[BlockDemandOut] | None = None
 
     @classmethod
     def of(cls, info: PipelineInfo, team: str | None = None, message: str | None = None) -> PipelineOut:
@@ -250,7 +277,7 @@ class PipelineOut(Model):
         return cls(team=team, **fields)
 
     def info(self) -> PipelineInfo:
-        fields = self.model_dump(exclude={"team"})
+        fields = self.model_dump(exclude={"team", "budget"})
         fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
         fields["state"] = PipelineState(self.state)
