@@ -22,6 +22,7 @@ Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.s
 from __future__ import annotations
 
 import builtins
+import getpass
 import os
 import sys
 import threading
@@ -35,7 +36,7 @@ from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.states import PipelineState
-from privsched.readouts import BudgetReads
+from privsched.readouts import BudgetReads, QuotaUsage, demand_share
 from privsched.service.rundirs import RunDirs
 
 # What a command that only reads (``privsched list``, ``status``) does not use is imported
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
-    from privsched.service.serve import ServeOptions, ServeSummary
+    from privsched.service.serve import ServeOptions, ServeSummary, Startup
     from privsched.service.waiting import WaitingReason
     from privsched.spec import BlockSelector, PipelineSpec
 
@@ -396,6 +397,22 @@ class Client(BudgetReads):
         quota = None if team is None else self._quota(dataset, blocks, team)
         return dry_run(request, dataset, blocks, quota=quota, compute=compute)
 
+    def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
+        """Every team quota (on ``dataset`` only, of ``team`` only, when given) with what the
+        team holds and has consumed, each as the largest share of a block's capacity."""
+        infos = [self.dataset(dataset)] if dataset is not None else self.datasets()
+        found = []
+        for info in infos:
+            with self._identities() as identities:
+                shares = identities.quotas(info.id)
+            blocks = self.blocks(info.name)
+            for name, share in shares.items():
+                quota = self._quota(info, blocks, name) if team in (None, name) else None
+                if quota is not None:
+                    held, consumed = ([demand_share(v, info) for v in part.values()] for part in (quota.held, quota.consumed))
+                    found.append(QuotaUsage(info.name, name, share, max(held, default=0.0), max(consumed, default=0.0)))
+        return found
+
     def _quota(self, dataset: DatasetInfo, blocks: builtins.list[BlockInfo], team: str) -> Any:
         """``team``'s :class:`~privsched.service.dryrun.Quota` on ``dataset``, or None without one."""
         from privsched.ledger.connection import open_database
@@ -460,8 +477,19 @@ class Client(BudgetReads):
         self.ledger.get_pipeline(pipeline_id)
         return Run(self, pipeline_id)
 
-    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
-        return self.ledger.list_pipelines(states=states, dataset=dataset)
+    def list(
+        self,
+        states: Iterable[str] | None = None,
+        dataset: str | None = None,
+        *,
+        owner: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+    ) -> list[PipelineInfo]:
+        """Pipelines, oldest first: only those in ``states``, on ``dataset``, of ``owner`` (or
+        with ``mine`` of this machine's user, the local submitter), the ``limit`` most recent."""
+        found = self.ledger.list_pipelines(states=states, dataset=dataset)
+        return filter_pipelines(found, owner=getpass.getuser() if mine else owner, limit=limit)
 
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
@@ -725,6 +753,7 @@ class Client(BudgetReads):
         *,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
+        on_start: Callable[[Startup], None] | None = None,
         **fields: Any,
     ) -> ServeSummary:
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
@@ -735,15 +764,24 @@ class Client(BudgetReads):
         confining jobs, ``landlock`` by default or ``none``: see ``docs/sandbox.md``;
         ``allow_network`` letting jobs that ask for it keep TCP access). Returns a :class:`~privsched.service.serve.ServeSummary`
         when ``stop`` is set or, with ``until_idle``, when nothing more can happen without
-        new submissions."""
+        new submissions. ``on_start`` is given the :class:`~privsched.service.serve.Startup`
+        once the scheduler holds the database (a second scheduler fails before it)."""
         from privsched.service.serve import ServeOptions, serve_with
 
         if isinstance(options, str):
             options = ServeOptions.parse(policy=options, **fields)
         elif fields:
             raise TypeError("give the serve options either as ServeOptions or as keywords, not both")
-        return serve_with(self.path, options, stop=stop, log=log)
+        return serve_with(self.path, options, stop=stop, log=log, on_start=on_start)
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any) -> ServeSummary:
         """Serve until every pipeline that can progress has ended (notebooks, tests)."""
         return self.serve(policy, until_idle=True, **options)
+
+
+def filter_pipelines(pipelines: list[PipelineInfo], *, owner: str | None = None, limit: int | None = None) -> list[PipelineInfo]:
+    """``pipelines`` (oldest first) of ``owner`` only, and the ``limit`` most recent of them."""
+    if limit is not None and limit < 1:
+        raise LedgerError(f"limit must be a positive number of pipelines, got {limit}")
+    kept = [p for p in pipelines if owner is None or p.owner == owner]
+    return kept if limit is None else kept[-limit:]

@@ -28,7 +28,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.readouts import BudgetReads
+from privsched.readouts import BudgetReads, QuotaUsage
 
 if TYPE_CHECKING:
     from privsched.data.importer import ImportReport
@@ -378,6 +378,12 @@ class RemoteClient(BudgetReads):
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/unlock", body)
         return [_models().BlockOut.model_validate(b).info() for b in answer]
 
+    def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
+        """The team quotas the caller may see (an admin: every team's; others: their own
+        team's), with what each team holds and consumed (``GET /v1/quotas``)."""
+        found = [QuotaUsage(**q) for q in self.request("GET", "/v1/quotas", query={"dataset": dataset})]
+        return [q for q in found if team in (None, q.team)]
+
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold on each block of ``dataset`` (admins; None lifts it)."""
         path = f"/v1/datasets/{quote(dataset, safe='')}/quotas/{quote(team, safe='')}"
@@ -425,9 +431,20 @@ class RemoteClient(BudgetReads):
         self.status(pipeline_id)
         return RemoteRun(self, pipeline_id)
 
-    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
+    def list(
+        self,
+        states: Iterable[str] | None = None,
+        dataset: str | None = None,
+        *,
+        owner: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+    ) -> list[PipelineInfo]:
+        """Pipelines the caller may read, oldest first: only those in ``states``, on
+        ``dataset``, of ``owner`` (or with ``mine`` the caller's own), the ``limit`` most recent."""
         wanted = None if states is None else [states] if isinstance(states, str) else list(states)
-        answer = self.request("GET", "/v1/pipelines", query={"state": wanted, "dataset": dataset})
+        query = {"state": wanted, "dataset": dataset, "owner": owner, "mine": "true" if mine else None, "limit": limit}
+        answer = self.request("GET", "/v1/pipelines", query=query)
         return [_models().PipelineOut.model_validate(p).info() for p in answer]
 
     def status(self, pipeline_id: int) -> PipelineInfo:

@@ -26,3 +26,14 @@ def test_db_after_the_command_word_wins_over_one_before_it(run_cli, tmp_path):
     result = run_cli("--db", tmp_path / "missing-parent" / "x.db", "dataset", "list", "--db", tmp_path / "b.db")
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "missing-parent").exists()
+
+
+def test_show_completion_prints_a_bash_completion_script_for_privsched(run_cli):
+    shown = run_cli("--show-completion", "bash")
+    assert shown.returncode == 0, shown.stderr
+    assert "complete " in shown.stdout and "_PRIVSCHED_COMPLETE" in shown.stdout.upper()
+
+
+def test_the_help_offers_shell_completion(run_cli):
+    helped = run_cli("--help", env={"COLUMNS": "200"})
+    assert "--install-completion" in helped.stdout and "--show-completion" in helped.stdout

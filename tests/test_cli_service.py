@@ -105,7 +105,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
 def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(tmp_path / "p.db"), "PYTHONPATH": str(REPO)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "2", "-q"],
+        [sys.executable, "-m", "privsched", "serve", "--policy", "fcfs", "--tick", "200ms", "--cpus", "2", "-q"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -129,21 +129,21 @@ def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, 
         submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "waits_for_go_then_spends", f"[b{i}]", 0.2).resolve())
         assert submitted.returncode == 0, submitted.stderr
     first = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
+        [sys.executable, "-m", "privsched", "serve", "--policy", "fcfs", "--tick", "200ms", "--cpus", "4"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     wait_for(lambda: list(states(db).values()) == ["running"] * 3, "the first scheduler runs all three jobs")
-    second = cli("serve", "--until-idle")
+    second = cli("serve", "--policy", "fcfs", "--until-idle")
     assert second.returncode != 0 and "another scheduler is already serving" in second.stderr
     first.send_signal(signal.SIGKILL)
     first.wait()
     for pipeline_id in (1, 2, 3):  # the jobs outlive their scheduler: let them end
         (RunDirs(db).workdir(pipeline_id) / "go").touch()
     cli("submit", write_pipeline(tmp_path, "later", "spend_half", "[b3]", 0.2))  # arrives while no scheduler runs
-    restarted = cli("serve", "--until-idle", "--tick", "200ms", "--cpus", "4")
+    restarted = cli("serve", "--policy", "fcfs", "--until-idle", "--tick", "200ms", "--cpus", "4")
     assert restarted.returncode == 0, restarted.stderr
     assert states(db) == {"slow0": "completed", "slow1": "completed", "slow2": "completed", "later": "completed"}
     with Ledger(db) as ledger:

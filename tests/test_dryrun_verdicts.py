@@ -54,19 +54,24 @@ def dry_run(db: Path, tmp_path: Path, blocks: str, epsilon: float, extra: str = 
 def test_a_demand_that_fits_every_block_now_fits_now_and_exits_0(db: Path, tmp_path: Path):
     assert dry_run(db, tmp_path, "[b0, b1]", 0.4) == (
         0,
-        ["pipeline p on d: demand ε=0.4 at δ=0", "block b0: fits now", "block b1: fits now", "fits now"],
+        [
+            "pipeline p on d: demand ε=0.4 at δ=0",
+            "ε = 0.4 → 40 % of block b0: fits now",
+            "ε = 0.4 → 40 % of block b1: fits now",
+            "fits now",
+        ],
     )
 
 
 def test_a_demand_short_of_unlocked_budget_waits_says_where_and_exits_3(db: Path, tmp_path: Path):
     code, lines = dry_run(db, tmp_path, "[b0, b1]", 0.6)
-    assert code == 3 and lines[2] == "block b1: does not fit now: ε short 0.1"
+    assert code == 3 and lines[2] == "ε = 0.6 → 60 % of block b1: does not fit now: ε short 0.1"
     assert lines[-1] == "waits: budget: block b1 ε short 0.1 of the unlocked budget"
 
 
 def test_a_demand_beyond_what_a_block_has_not_consumed_can_never_fit_and_exits_4(db: Path, tmp_path: Path):
     code, lines = dry_run(db, tmp_path, "[b0, b2]", 0.5)
-    assert code == 4 and lines[2] == "block b2: can never fit"
+    assert code == 4 and lines[2] == "ε = 0.5 → 50 % of block b2: can never fit"
     assert lines[-1] == "can never fit: its demand exceeds what block 'b2' has not consumed in ε or δ"
 
 

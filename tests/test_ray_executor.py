@@ -194,7 +194,7 @@ def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_the
     ray_address: str, db: Path, tmp_path: Path, run_cli
 ):
     env = {"PRIVSCHED_DB": str(db)}
-    serve = ["serve", "--executor", "ray", "--ray-address", ray_address, "--tick", "200ms"]
+    serve = ["serve", "--policy", "fcfs", "--executor", "ray", "--ray-address", ray_address, "--tick", "200ms"]
     first = subprocess.Popen(
         [sys.executable, "-m", "privsched", *serve],
         cwd=tmp_path,

@@ -45,6 +45,8 @@ class Served:
                 "-m",
                 "privsched",
                 "serve",
+                "--policy",
+                "fcfs",
                 "--listen",
                 f"127.0.0.1:{self.port}",
                 "--tick",
@@ -62,8 +64,8 @@ class Served:
             text=True,
             cwd=self.db.parent,
         )
-        line = self.process.stdout.readline()
-        assert "HTTP API on" in line, line + self.process.stdout.read()
+        summary = [self.process.stdout.readline() for _ in range(5)]  # printed once it holds the database
+        assert summary[-1].startswith("  HTTP API  http://127.0.0.1:"), "".join(summary) + self.process.stdout.read()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:

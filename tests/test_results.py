@@ -64,7 +64,7 @@ def served(tmp_path_factory) -> Iterator[Served]:
     with Identities(db) as identities:
         tokens = {
             "admin": identities.add_user("admin", "admin"),
-            "alice": identities.add_user("alice", "submitter", "blue", code=True),  # its code job needs code rights
+            "alice": identities.add_user("alice", "submitter", "blue", code=True),
             "bob": identities.add_user("bob", "submitter", "blue"),
             "vera": identities.add_user("vera", "viewer", "blue"),
         }

@@ -95,7 +95,8 @@ def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing
         here.stdout
         == there.stdout
         == (
-            "pipeline p on reviews: demand ε=0.7 at δ=0\nblock b0: fits now\nblock b1: does not fit now: ε short 0.2\n"
+            "pipeline p on reviews: demand ε=0.7 at δ=0\nε = 0.7 → 70 % of block b0: fits now\n"
+            "ε = 0.7 → 70 % of block b1: does not fit now: ε short 0.2\n"
             "waits: budget: block b1 ε short 0.2 of the unlocked budget\n"
         )
     )

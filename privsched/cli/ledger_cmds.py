@@ -15,18 +15,20 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
 from privsched.cli import skip_teardown
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, say, show
+from privsched.cli.output import Format, OutputOption, chosen, emit
 from privsched.cli.registry import app
 from privsched.text import fill_template, printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
-    from privsched.readouts import Readout
+    from privsched.ledger import BlockInfo, DatasetInfo
+    from privsched.readouts import DatasetBalances, Readout
     from privsched.remote import RemoteClient
 
 dataset_app = typer.Typer(help="Datasets: named streams of blocks sharing a global (ε, δ) guarantee.", no_args_is_help=True)
@@ -129,11 +131,17 @@ def _parse_alphas(text: str | None) -> list[float] | None:
 
 
 @dataset_app.command("list")
-def dataset_list(db: DbOption = DEFAULT_DB) -> None:
+def dataset_list(output: OutputOption = None, db: DbOption = DEFAULT_DB) -> None:
     """List datasets with their accounting mode and global budget."""
     skip_teardown()
+    fmt = chosen(output)
     with _open(db) as client, errors():
         datasets = client.datasets()
+    if fmt is not Format.text:
+        from privsched.server.models import DatasetOut
+
+        emit([DatasetOut.of(info, []).model_dump() for info in datasets], fmt)
+        return
     table = new_table("name", "accounting", "ε_G", "δ_G", "unit", "conversion", "orders", "created")
     for info in datasets:
         orders = ",".join(f"{a:g}" for a in info.accounting.alphas) or "-"
@@ -260,13 +268,20 @@ def blocks_import(
 def blocks_list(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset's blocks.")] = None,
     every: AllOption = False,
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """List blocks with their state and data location (the most recent ones, or --all)."""
     skip_teardown()
+    fmt = chosen(output)
     with _open(db) as client, errors():
         listed = client.blocks(dataset)
     blocks, note = _page(listed, [block.state for block in listed], every)
+    if fmt is not Format.text:
+        from privsched.server.models import BlockOut
+
+        emit([BlockOut.of(block, admin=block.sha256 is not None).model_dump() for block in blocks], fmt)
+        return
     table = new_table("id", "dataset", "key", "state", "location", "created", caption=note)
     for block in blocks:
         add_row(table, str(block.id), block.dataset, block.key, block.state, block.location or "-", _when(block.created_at))
@@ -277,18 +292,23 @@ def blocks_list(
 def budget_show(
     dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.")] = None,
     every: AllOption = False,
+    detail: Annotated[bool, typer.Option("--detail", help="Also each block's budget per RDP order (or in ε and δ).")] = False,
     plot: Annotated[
         Optional[Path],
         typer.Option("--plot", help="Also draw every block's budget as a stacked bar to this image (.png, .svg or .pdf).", dir_okay=False),
     ] = None,
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Per block: locked, unlocked, allocated, consumed and remaining budget as (ε, δ)
-    (the most recent blocks of each dataset, or --all).
+    """Per block: the share of its capacity consumed, allocated and left (consumed +
+    allocated + left = 100 %), and the ε left and consumed at the dataset's δ_G (the most
+    recent blocks of each dataset, or --all); --detail adds the budget per RDP order.
 
-    Under RDP each curve is shown as the ε it guarantees at the dataset's δ_G (Opacus'
-    tight conversion, over the live orders where the curve is positive)."""
+    Under RDP a share is read at the order with the most left (where a demand still fits),
+    and each curve as the ε it guarantees at δ_G (Opacus' tight conversion, over the live
+    orders where the curve is positive)."""
     skip_teardown()
+    fmt = chosen(output)
     if plot is not None and plot.suffix.lower() not in PLOT_FORMATS:
         fail(f"--plot {plot.name}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     with _open(db) as client, errors():
@@ -300,22 +320,82 @@ def budget_show(
             plot_budgets([(entry.dataset, [row.block for row in entry.blocks]) for entry in balances], plot)
         except OSError as error:
             fail(f"--plot {plot}: {error.strerror or error}")
+    if fmt is not Format.text:
+        emit([_balances_document(entry, every, detail) for entry in balances], fmt)
+        return
     for entry in balances:
-        info = entry.dataset
-        rdp = info.accounting.is_rdp
-        title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g} per {info.unit_text()}"
-        shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
-        caption = (f"RDP curves as ε at δ={info.delta:g}" if rdp else "ε, δ") + (f"; {note}" if note else "")
-        table = new_table("block", "state", "locked", "unlocked", "allocated", "consumed", "remaining (ε, δ)", title=title, caption=caption)
-        for row in shown:
-            cells = [budget_text(amount, rdp) for amount in (row.locked, row.unlocked, row.allocated, row.consumed)]
-            remaining = budget_text(row.remaining, rdp)
-            if rdp:
-                remaining = f"({remaining}, {info.delta:g})"
-            add_row(table, row.block.key, row.block.state, *cells, remaining)
-        show(table)
+        _show_balances(entry, every, detail)
     if plot is not None:
         say(f"budget figure: {plot}")
+
+
+def _show_balances(entry: DatasetBalances, every: bool, detail: bool) -> None:
+    """One dataset's table of ``budget show`` (and with ``detail`` one table per block)."""
+    from privsched.readouts import block_shares, tenths
+
+    info = entry.dataset
+    rdp = info.accounting.is_rdp
+    title = f"{info.name}: {info.accounting.name}, ε_G={info.epsilon:g}, δ_G={info.delta:g} per {info.unit_text()}"
+    shown, note = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
+    unit = f"ε at δ_G={info.delta:g}" if rdp else "ε, δ"
+    caption = "shares of each block's capacity" + (" at its order with the most left" if rdp else "") + (f"; {note}" if note else "")
+    table = new_table(
+        "block",
+        "state",
+        "consumed",
+        "allocated",
+        "left",
+        "unlocked now",
+        f"left ({unit})",
+        f"consumed ({unit})",
+        title=title,
+        caption=caption,
+    )
+    for row in shown:
+        shares = block_shares(row.block, info)
+        consumed, allocated, left = tenths((shares.consumed, shares.allocated, shares.left))
+        unlocked = min(max(round(shares.unlocked * 1000), 0), left)  # a part of what is left
+        add_row(
+            table,
+            row.block.key,
+            row.block.state,
+            *(_percent(t) for t in (consumed, allocated, left, unlocked)),
+            budget_text(row.remaining, rdp),
+            budget_text(row.consumed, rdp),
+        )
+    show(table)
+    if detail:
+        _show_detail(info, [row.block for row in shown])
+
+
+def _show_detail(info: DatasetInfo, blocks: list[BlockInfo]) -> None:
+    """``budget show --detail``: each block's budget per live RDP order (or in ε and δ)."""
+    import numpy as np
+
+    rdp = info.accounting.is_rdp
+    labels = info.accounting.dimension_labels()
+    for block in blocks:
+        labels = info.accounting.dimension_labels()
+        title = f"{info.name} {block.key}" + (" (RDP ε(α) per live order)" if rdp else "")
+        parts = new_table("order" if rdp else "", "capacity", "locked", "unlocked", "allocated", "consumed", title=title)
+        vectors = (block.capacity, block.locked, block.unlocked, block.allocated, block.consumed)
+        for i in np.flatnonzero(info.accounting.live(block.capacity)):
+            add_row(parts, labels[i], *(f"{float(v[i]):.4g}" for v in vectors))
+        show(parts)
+
+
+def _percent(tenths: int) -> str:
+    return f"{tenths / 10:.1f} %"
+
+
+def _balances_document(entry: DatasetBalances, every: bool, detail: bool) -> dict[str, Any]:
+    """``budget show -o json``: the dataset's budget as ``GET /v1/budget`` answers it, for the
+    blocks the table would show."""
+    from privsched.readouts import DatasetBalances
+    from privsched.server.models import BudgetOut
+
+    shown, _ = _page(entry.blocks, [row.block.state for row in entry.blocks], every)
+    return BudgetOut.of(DatasetBalances(entry.dataset, shown), detail=detail).model_dump()
 
 
 def budget_text(amount: Readout, rdp: bool) -> str:

@@ -17,7 +17,7 @@ app = typer.Typer(
     help="Privacy-budget-aware job scheduler for differentially private machine learning.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 #: The module of the options every command takes (``--server``), always registered.
@@ -57,7 +57,7 @@ COMMANDS: dict[str, str] = {
 }
 
 #: Global options that take a value (the word after them is not a command).
-_VALUED_OPTIONS = ("--server", "--db")
+_VALUED_OPTIONS = ("--server", "--db", "--output", "-o")
 
 
 def load_commands(argv: Sequence[str] | None = None) -> None:

@@ -2,7 +2,8 @@
 ``PRIVSCHED_SERVER``, commands go through a privsched server's HTTP API with the bearer token
 in ``PRIVSCHED_TOKEN``, never on the command line, where other users of the machine could
 read it in the process list), ``--db`` (the database every command then uses unless it is
-given its own ``--db``) and ``--version``."""
+given its own ``--db``), ``-o``/``--output`` (:mod:`privsched.cli.output`, unless the command
+is given its own) and ``--version``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import typer
 
 from privsched.cli.registry import app
 from privsched.cli.common import DB_ENV, errors
+from privsched.cli.output import OutputOption, set_global
 
 if TYPE_CHECKING:
     from privsched.client import Client
@@ -45,12 +47,14 @@ def main_options(
     db: Annotated[
         Optional[Path], typer.Option("--db", help="privsched database file for the command that follows (or set PRIVSCHED_DB).")
     ] = None,
+    output: OutputOption = None,
     version: Annotated[
         bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print privsched's version and exit.")
     ] = False,
 ) -> None:
     """Privacy-budget-aware job scheduler for differentially private machine learning."""
     _server["url"] = server or None
+    set_global(output)
     if db is not None:
         # The command's own --db option is parsed after this callback and reads the variable
         # as its default: a --db given before the command word applies to it (this command only).

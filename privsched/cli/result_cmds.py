@@ -6,34 +6,34 @@ Thin layers over :meth:`privsched.client.Client.result` and
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, errors, fail, say
+from privsched.cli.common import DEFAULT_DB, DbOption, errors, say
+from privsched.cli.output import Format, OutputOption, chosen, emit
 from privsched.cli.registry import app
 
 
 @app.command()
 def result(
     pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
-    output: Annotated[str, typer.Option("--output", "-o", help="text, or json.")] = "text",
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
     """What a pipeline released (metrics, primitives' values), its charge as ε at the
-    dataset's δ, its state and reason, and its artifacts."""
+    dataset's δ, its state and reason, and its artifacts (JSON and YAML as
+    ``GET /v1/pipelines/{id}/result`` answers)."""
     from privsched.cli.remote_option import open_client
 
     skip_teardown()
-    if output not in ("text", "json"):
-        fail(f"--output must be text or json, not {output!r}")
+    fmt = chosen(output)
     with open_client(db) as client, errors():
         found = client.result(pipeline_id)
-    if output == "json":
-        print(json.dumps(found.to_dict(), allow_nan=True), flush=True)
+    if fmt is not Format.text:
+        emit(found.to_dict(), fmt)
         return
     for line in found.lines():
         say(line)

@@ -1,7 +1,7 @@
 """User and quota commands: ``user add``, ``user list``, ``user revoke``, ``user allow-code``,
 ``user deny-code`` and ``quota set`` (on the local database, or through ``--server`` with an
 admin's token): each is the client method ``add_user``, ``users``, ``revoke_user``,
-``set_code_rights`` or ``set_quota``."""
+``set_code_rights``, ``quota_usage`` or ``set_quota``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import typer
 
 from privsched.cli import skip_teardown
 from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, say, show
+from privsched.cli.output import Format, OutputOption, chosen, emit
 from privsched.cli.registry import app
 from privsched.cli.remote_option import open_client
 
@@ -100,6 +101,28 @@ def _when(timestamp: float) -> str:
 
 quota_app = typer.Typer(help="Team quotas: the share of each block's capacity a team may hold.", no_args_is_help=True)
 app.add_typer(quota_app, name="quota")
+
+
+@quota_app.command("list")
+def quota_list(
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset's quotas.")] = None,
+    output: OutputOption = None,
+    db: DbOption = DEFAULT_DB,
+) -> None:
+    """Per dataset and team: the quota (a share of each block's capacity), what the team holds
+    (granted, running and consumed) and what it consumed for good, each as the largest share of
+    a block's capacity (through --server: a user who is not an admin sees its own team's)."""
+    skip_teardown()
+    fmt = chosen(output)
+    with open_client(db) as client, errors():
+        usage = client.quota_usage(dataset)
+    if fmt is not Format.text:
+        emit([vars(row) for row in usage], fmt)
+        return
+    table = new_table("dataset", "team", "quota", "held", "consumed", caption="shares of a block's capacity (the fullest block)")
+    for row in usage:
+        add_row(table, row.dataset, row.team, *(f"{100 * v:.3g} %" for v in (row.share, row.held, row.consumed)))
+    show(table)
 
 
 @quota_app.command("set")

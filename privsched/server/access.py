@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from privsched.client import Client
 from privsched.errors import BadInput, Conflict, Forbidden, NotFound, PrivschedError
+from privsched.ledger.reads import unknown_dataset
 from privsched.ledger import DatasetInfo, LedgerError, PipelineInfo
 from privsched.ledger.identities import Identities, Submission, User, check_name
 from privsched.spec import JobSpec
@@ -134,8 +135,9 @@ def readable_dataset(client: Client, identities: Identities, user: User, name: s
     """A dataset the user's team may use: 404 if there is none, 403 if it is not theirs."""
     try:
         info = client.ledger.get_dataset(name)
-    except LedgerError:
-        raise NotFound(f"unknown dataset {name!r}") from None
+    except LedgerError:  # suggest only a dataset the caller may read: names are not for every team
+        readable = [d.name for d in client.datasets() if identities.may_read(user, d.id)]
+        raise NotFound(unknown_dataset(name, readable)) from None
     if not identities.may_read(user, info.id):
         raise Forbidden(f"dataset {name!r} is limited to teams {', '.join(identities.dataset_teams(info.id))}")
     return info

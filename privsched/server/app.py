@@ -23,7 +23,7 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from privsched.client import Client
+from privsched.client import Client, filter_pipelines
 from privsched.data.store import BlockStore, default_store
 from privsched.data.tables import FORMATS, parse_declarations
 from privsched.errors import BadInput
@@ -52,7 +52,9 @@ from privsched.server.models import (
     DatasetIn,
     DatasetOut,
     ImportOut,
+    BudgetOut,
     DryRunOut,
+    QuotaUsageOut,
     ErrorOut,
     EventOut,
     LogsOut,
@@ -235,6 +237,28 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(QuotaOut(dataset=name, quotas=identities.quotas(info.id)))
 
     # -- pipelines ----------------------------------------------------------------------------
+    @app.get("/v1/budget", response_model=list[BudgetOut], tags=["datasets"])
+    def budget(caller: Caller, dataset: str | None = None, detail: bool = False) -> Response:
+        """Each block's budget in people's terms, per dataset the caller may read: the shares
+        of its capacity consumed, allocated and left (they add up to 1) and ε at δ_G; with
+        ``detail`` its budget vectors too."""
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        found = [b for b in client.balances(dataset) if identities.may_read(caller, b.dataset.id)]
+        return reply([BudgetOut.of(b, detail=detail, teams=identities.dataset_teams(b.dataset.id)) for b in found])
+
+    @app.get("/v1/quotas", response_model=list[QuotaUsageOut], tags=["datasets"])
+    def list_quotas(caller: Caller, dataset: str | None = None) -> Response:
+        """Team quotas on the datasets the caller may read, with what each team holds and
+        consumed; a caller who is not an admin sees only its own team's."""
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
+        found = (
+            client.quota_usage(dataset) if caller.is_admin else [] if caller.team is None else client.quota_usage(dataset, team=caller.team)
+        )
+        return reply([QuotaUsageOut(**vars(q)) for q in found if q.dataset in readable])
+
     @app.post("/v1/pipelines", response_model=PipelineOut, status_code=201, tags=["pipelines"])
     def submit(body: SubmitIn, caller: Caller) -> Response:
         """Submit a pipeline. With an ``id`` already used, the pipeline it names is returned
@@ -276,11 +300,19 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
             return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name, team=caller.team))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
-    def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:
+    def list_pipelines(
+        caller: Caller,
+        state: Annotated[list[str] | None, Query()] = None,
+        dataset: str | None = None,
+        owner: Annotated[str | None, Query(description="only this user's pipelines")] = None,
+        mine: Annotated[bool, Query(description="only the caller's own pipelines")] = False,
+        limit: Annotated[int | None, Query(ge=1, description="only the most recent ones")] = None,
+    ) -> Response:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
-        infos = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
+        listed = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
+        infos = filter_pipelines(listed, owner=caller.name if mine else owner, limit=limit)
         teams = identities.submissions([p.id for p in infos])
         out = []
         for p in infos:

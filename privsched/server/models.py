@@ -19,6 +19,7 @@ from privsched.ledger.states import PipelineState
 
 if TYPE_CHECKING:
     from privsched.data.importer import ImportReport
+    from privsched.readouts import DatasetBalances
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
@@ -158,6 +159,55 @@ class BlockOut(Model):
         )
 
 
+class SharesOut(Model):
+    """A block's budget as fractions of its capacity (:class:`privsched.readouts.Shares`):
+    consumed + allocated + left = 1."""
+
+    at: str = Field(description="The dimension read: the RDP order with the most left, or the tighter of ε and δ.")
+    consumed: float
+    allocated: float
+    left: float = Field(description="Not yet given out: capacity − allocated − consumed.")
+    unlocked: float = Field(description="The part of left grantable now.")
+
+
+class BlockBudgetOut(Model):
+    """One block's budget in people's terms: shares of its capacity, and ε at the dataset's δ_G."""
+
+    key: str
+    state: str
+    shares: SharesOut
+    epsilon_left: float = Field(description="The ε the budget left guarantees at delta.")
+    epsilon_consumed: float = Field(description="The ε consumed so far, read at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the budget's own δ left under basic accounting.")
+    detail: BlockOut | None = Field(None, description="Its budget vectors (per RDP order, or ε and δ), when asked for.")
+
+
+class BudgetOut(Model):
+    """A dataset's budget, block by block (``GET /v1/budget``, ``privsched budget show -o json``)."""
+
+    dataset: DatasetOut
+    blocks: list[BlockBudgetOut]
+
+    @classmethod
+    def of(cls, balances: DatasetBalances, *, detail: bool = False, teams: list[str] | None = None) -> BudgetOut:
+        from privsched.readouts import block_shares
+
+        info = balances.dataset
+        blocks = [
+            BlockBudgetOut(
+                key=row.block.key,
+                state=row.block.state,
+                shares=SharesOut(**vars(block_shares(row.block, info))),
+                epsilon_left=row.remaining.epsilon,
+                epsilon_consumed=row.consumed.epsilon,
+                delta=row.remaining.delta,
+                detail=BlockOut.of(row.block) if detail else None,
+            )
+            for row in balances.blocks
+        ]
+        return cls(dataset=DatasetOut.of(info, teams or []), blocks=blocks)
+
+
 class ImportOut(Model):
     """What an import did (``POST /v1/datasets/{name}/import``, administrators only)."""
 
@@ -183,6 +233,31 @@ class SubmitIn(Model):
     id: str | None = Field(None, description="Client-chosen submission id: resubmitting it returns the same pipeline.")
 
 
+class BlockDemandOut(Model):
+    """A pipeline's demand on one block in people's terms (``privsched status``)."""
+
+    key: str
+    epsilon: float = Field(description="The ε its demand guarantees at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's own δ under basic accounting.")
+    share: float = Field(description="The fraction of the block's capacity the demand takes (at its cheapest live order).")
+    consumed_epsilon: float | None = Field(None, description="What it consumed there, as ε at delta, once it ended.")
+
+    @classmethod
+    def of_pipeline(cls, info: PipelineInfo, dataset: DatasetInfo) -> list[BlockDemandOut]:
+        from privsched.readouts import demand_share, pipeline_grants
+
+        return [
+            cls(
+                key=grant.key,
+                epsilon=grant.demand.epsilon,
+                delta=grant.demand.delta,
+                share=demand_share(info.demands[grant.key], dataset),
+                consumed_epsilon=None if grant.consumed is None else grant.consumed.epsilon,
+            )
+            for grant in pipeline_grants(info, dataset)
+        ]
+
+
 class PipelineOut(Model):
     id: int
     name: str
@@ -204,6 +279,8 @@ class PipelineOut(Model):
     placement: dict[str, Any] | None
     consumed: dict[str, list[float]] | None
     message: str | None
+    #: Its demand per block in people's terms, in answers about one pipeline (not in lists).
+    budget: list[BlockDemandOut] | None = None
 
     @classmethod
     def of(cls, info: PipelineInfo, team: str | None = None, message: str | None = None) -> PipelineOut:
@@ -214,7 +291,7 @@ class PipelineOut(Model):
         return cls(team=team, **fields)
 
     def info(self) -> PipelineInfo:
-        fields = self.model_dump(exclude={"team"})
+        fields = self.model_dump(exclude={"team", "budget"})
         fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
         fields["state"] = PipelineState(self.state)
@@ -329,6 +406,17 @@ class QuotaOut(Model):
     quotas: dict[str, float] = Field(description="Team → share of each block's capacity it may hold.")
 
 
+class QuotaUsageOut(Model):
+    """A team's quota on a dataset and how much of it the team has taken
+    (:class:`privsched.readouts.QuotaUsage`)."""
+
+    dataset: str
+    team: str
+    share: float = Field(description="The share of each block's capacity the team may hold.")
+    held: float = Field(description="The largest share of a block's capacity the team holds (granted, running, consumed).")
+    consumed: float = Field(description="The largest share of a block's capacity the team consumed for good.")
+
+
 class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
@@ -405,6 +493,7 @@ class DryRunOut(Model):
     blocks: list[BlockFitOut]
     verdict: Literal["fits now", "waits", "can never fit"]
     reason: str | None = Field(None, description="Why it waits or can never fit.")
+    share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
 
 
 class ErrorOut(Model):

@@ -7,7 +7,7 @@ from privsched.ledger import LedgerError, PipelineInfo
 from privsched.ledger.identities import Identities, Submission, User
 from privsched.server import access
 from privsched.server.access import NotFound
-from privsched.server.models import DatasetOut, PipelineOut, ResultOut
+from privsched.server.models import BlockDemandOut, DatasetOut, PipelineOut, ResultOut
 
 
 class Views:
@@ -34,8 +34,12 @@ class Views:
         return self.pipeline_out(self.pipeline(pipeline_id, caller), caller)
 
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
+        """One pipeline as the API answers it, with its demand per block in people's terms
+        (ε at the dataset's δ_G and the share of each block it takes)."""
         submission = self.identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller, submission))
+        out = PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller, submission))
+        out.budget = BlockDemandOut.of_pipeline(info, self.client.dataset(info.dataset))
+        return out
 
     def result_reader(self, pipeline_id: int, caller: User) -> tuple[PipelineInfo, Submission | None]:
         """A pipeline whose outputs the caller may read (:func:`access.require_result_reader`),

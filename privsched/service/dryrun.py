@@ -22,7 +22,7 @@ from typing import Literal
 import numpy as np
 
 from privsched.ledger import BlockInfo, DatasetInfo, LedgerError, PipelineRequest
-from privsched.readouts import readout
+from privsched.readouts import demand_share, demand_text, readout
 from privsched.service.unsatisfiable import _ROUNDING
 from privsched.service.waiting import shortfalls
 
@@ -61,6 +61,7 @@ class DryRun:
     blocks: list[BlockFit]
     verdict: Verdict = "fits now"
     reason: str | None = None  # why it waits or can never fit
+    share: float = 0.0  # the fraction of each block's capacity the demand takes (readouts.demand_share)
 
     @property
     def exit_code(self) -> int:
@@ -77,7 +78,7 @@ class DryRun:
                 state = "can never fit"
             else:
                 state = f"does not fit now: {fit.dimension} short {fit.shortfall:.4g}"
-            head.append(f"block {fit.key}: {state}")
+            head.append(f"{demand_text(self.epsilon, self.share, fit.key)}: {state}")
         head.append(self.verdict if self.reason is None else f"{self.verdict}: {self.reason}")
         return head
 
@@ -108,7 +109,8 @@ def dry_run(
     ]
     verdict, reason = _verdict(fits_of, chosen, demands, capacity, live, dataset, quota, compute)
     shown = readout(demand, dataset)
-    return DryRun(request.name, dataset.name, demand.tolist(), labels, shown.epsilon, shown.delta, fits_of, verdict, reason)
+    share = demand_share(demand, dataset)
+    return DryRun(request.name, dataset.name, demand.tolist(), labels, shown.epsilon, shown.delta, fits_of, verdict, reason, share)
 
 
 def _verdict(
