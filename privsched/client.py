@@ -373,7 +373,13 @@ class Client(BudgetReads):
             protected = self._protected()
             checked: dict[str, str | None] = {}
             requests = [request(checked_code(spec, protected, checked)) if spec.job.function else r for spec, r in zip(parsed, requests)]
-        return requests
+        return [self._reused(r) if spec.reuse else r for spec, r in zip(parsed, requests)]
+
+    def _reused(self, request: PipelineRequest) -> PipelineRequest:
+        """``request`` naming the release it reuses (:mod:`privsched.service.reuse`), or as it is."""
+        from privsched.service.reuse import with_reuse
+
+        return with_reuse(self.ledger, request)
 
     def _protected(self) -> builtins.list[str]:
         """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""
@@ -553,17 +559,27 @@ class Client(BudgetReads):
         from privsched.results import pipeline_result
 
         info = self.status(pipeline_id)
-        artifacts = self.runs.artifacts(pipeline_id) if info.state.is_final() else []
-        return pipeline_result(info, self.dataset(info.dataset), self.job_result(pipeline_id), artifacts, info.message)
+        ran = self.ran_by(info)
+        artifacts = self.runs.artifacts(ran) if info.state.is_final() else []
+        return pipeline_result(info, self.dataset(info.dataset), self.job_result(ran), artifacts, info.message)
+
+    @staticmethod
+    def ran_by(info: PipelineInfo) -> int:
+        """The pipeline whose job made ``info``'s release: the one it reuses, else itself."""
+        from privsched.ledger.reuse import REUSED_FROM
+
+        source = info.job.get(REUSED_FROM)
+        return int(source) if source is not None else info.id
 
     def open_artifact(self, pipeline_id: int, name: str) -> tuple[BinaryIO, int]:
         """A file an ended pipeline's job left in its work folder, open for reading, and its
         size (:meth:`~privsched.service.rundirs.RunDirs.open_artifact` says which are refused)."""
         from privsched.errors import NotFound
 
-        if not self.status(pipeline_id).state.is_final():
+        info = self.status(pipeline_id)
+        if not info.state.is_final():
             raise NotFound(f"pipeline {pipeline_id} has not ended: its artifacts are not ready")
-        return self.runs.open_artifact(pipeline_id, name)
+        return self.runs.open_artifact(self.ran_by(info), name)
 
     def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> builtins.list[Path]:
         """Copy an ended pipeline's artifacts (all, or ``names``) into the folder ``out``,

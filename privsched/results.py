@@ -61,6 +61,7 @@ class PipelineResult:
     releases: list[dict[str, Any]] = field(default_factory=list)  # each primitive's query, ε, δ and value
     first_access: float | None = None  # when its job first reached its data (None: never)
     artifacts: list[Artifact] = field(default_factory=list)  # files its job left
+    reused_from: int | None = None  # the pipeline whose release it returned, at no charge
 
     @property
     def declarative(self) -> bool:
@@ -82,6 +83,8 @@ class PipelineResult:
         if self.epsilon is not None and self.charged is not None:
             blocks = ", ".join(f"{key} {value:.4g}" for key, value in self.charged.items())
             out.append(f"charged: ε {self.epsilon:.4g} at δ={self.delta:g} ({blocks})")
+        if self.reused_from is not None:
+            out.append(f"reused_from: {self.reused_from} (its release, returned at no charge)")
         return out + self.output_lines()
 
     def output_lines(self) -> list[str]:
@@ -102,12 +105,22 @@ def job_label(job: dict[str, Any]) -> str:
     return str(job.get("kind") or "function")
 
 
+def released_metrics(info: PipelineInfo, job_result: JobResult | None) -> dict[str, Any]:
+    """What ``info``'s job released (``job_result``: that of the pipeline that ran it), and,
+    for a pipeline that reused another's release, ``reused_from``: that pipeline's id."""
+    from privsched.ledger.reuse import REUSED_FROM
+
+    source = info.job.get(REUSED_FROM)
+    return (dict(job_result.metrics) if job_result is not None else {}) | ({} if source is None else {REUSED_FROM: source})
+
+
 def pipeline_result(
     info: PipelineInfo, dataset: DatasetInfo, job_result: JobResult | None, artifacts: list[Artifact], reason: str | None
 ) -> PipelineResult:
     """The result of pipeline ``info`` from the ledger's record (its charge) and its job's
     result file (``job_result``, None when it has none), with ``reason`` as its readers may
     see it."""
+    from privsched.ledger.reuse import REUSED_FROM
     from privsched.readouts import readout
 
     charged = None if info.consumed is None else {key: readout(info.consumed[key], dataset).epsilon for key in info.block_keys}
@@ -121,10 +134,11 @@ def pipeline_result(
         delta=dataset.delta,
         epsilon=None if charged is None else max(charged.values(), default=0.0),
         charged=charged,
-        metrics=dict(job_result.metrics) if job_result is not None else {},
+        metrics=released_metrics(info, job_result),
         releases=list(job_result.releases) if job_result is not None else [],
         first_access=job_result.first_access if job_result is not None else None,
         artifacts=artifacts,
+        reused_from=info.job.get(REUSED_FROM),
     )
 
 

@@ -251,6 +251,9 @@ class PipelineSpec(_Model):
     weight: bounded(MIN_WEIGHT, MAX_WEIGHT) = 1.0  # type: ignore[valid-type]
     #: Defaults to the submitting user.
     owner: Name | None = None
+    #: A statistic already released on the same blocks is returned again at no charge
+    #: (docs/privacy.md, "Reuse of released results"); false runs it and pays.
+    reuse: bool = True
 
     @model_validator(mode="after")
     def _one_demand(self) -> PipelineSpec:

@@ -193,6 +193,8 @@ def status(
         consumed = "" if grant.consumed is None else f"; consumed {budget_text(grant.consumed, acc.is_rdp)} ({unit})"
         demand = demand_text(grant.demand.epsilon, demand_share(info.demands[grant.key], dataset), grant.key)
         add_row(table, f"block {grant.key}", f"demand {demand}{consumed}")
+    if (source := info.job.get("reused_from")) is not None:
+        add_row(table, "reused_from", f"{source} (its release, returned at no charge)")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (

@@ -19,6 +19,7 @@ from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import HOLDING_STATES, Ending, PipelineRequest
 from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.quotas import QuotaCheck
+from privsched.ledger.reuse import REUSED_FROM, record_reuse
 from privsched.ledger.schema import pack, unpack, unpack_rows
 from privsched.ledger.transaction import Transaction
 
@@ -32,12 +33,16 @@ def submit_many(
     tx: Transaction, requests: list[PipelineRequest], actors: list[str] | None, claim: Callable[[list[int]], None] | None
 ) -> list[int]:
     """Record pending pipelines (all or none), each submitted by its actor (default: the
-    transaction's); ``claim(ids)`` runs inside the transaction."""
+    transaction's); ``claim(ids)`` runs inside the transaction. A request whose job names
+    a release it reuses is completed at once, at no charge (:mod:`privsched.ledger.reuse`)."""
     ids = []
     for i, request in enumerate(requests):
         if actors is not None:
             tx.moves.actor = actors[i]
         ids.append(_insert_pipeline(tx, request))
+        source = request.job.get(REUSED_FROM) if isinstance(request.job, dict) else None
+        if source is not None:
+            record_reuse(tx, ids[-1], check.ids([source], "reused pipeline id")[0])
     if claim is not None:
         claim(ids)
     return ids

@@ -17,6 +17,7 @@ from fastapi.responses import HTMLResponse, Response
 from privsched.client import Client
 from privsched.dashboard import metrics, views
 from privsched.ledger import LedgerError, PipelineInfo
+from privsched.results import released_metrics
 from privsched.ledger.identities import Identities, User
 from privsched.server import access
 
@@ -58,8 +59,7 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         def released(info: PipelineInfo) -> dict[str, Any] | None:
             if not access.can_read_outputs(caller, info, identities.submissions([info.id]).get(info.id)):
                 return None
-            result = client.job_result(info.id)
-            return {} if result is None else dict(result.metrics)
+            return released_metrics(info, client.job_result(client.ran_by(info)))
 
         return released
 

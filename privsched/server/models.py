@@ -319,6 +319,7 @@ class ResultOut(Model):
     releases: list[dict[str, Any]]  # each privacy primitive's query, ε, δ and value
     first_access: float | None  # when its job first reached its data
     artifacts: list[ArtifactOut]
+    reused_from: int | None = None  # the pipeline whose release it returned, at no charge
 
 
 class EventOut(Model):

@@ -1,0 +1,146 @@
+"""Exact reuse of a released statistic: the same statistic on the same unchanged blocks is
+answered with the stored release, at no charge, marked as reused; anything else runs and pays."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import privsched as ps
+from privsched.ledger import LedgerError
+from privsched.ledger.identities import Identities
+from privsched.ledger.models import PipelineRequest
+from privsched.remote import RemoteClient, RemoteError
+from privsched.server.runner import Listen, http_api
+from workloads.reviews import write_blocks
+
+SUM = {"kind": "statistic", "params": {"query": "sum", "column": "rating", "bounds": [1, 5]}}
+
+
+def spec(name: str, **changes) -> dict:
+    """A DP sum of the ratings on blocks b0 and b1 at ε = 0.5, with ``changes``."""
+    return {"name": name, "dataset": "reviews", "blocks": ["b0", "b1"], "epsilon": 0.5, "job": SUM} | changes
+
+
+@dataclass
+class Released:
+    db: Path
+    data: list[Path]
+    source: int  # the pipeline whose sum was released
+
+
+def make_reviews(folder: Path) -> tuple[Path, list[Path]]:
+    """Three blocks of synthetic reviews (basic accounting, ε_G = 10, δ_G = 1e-6), unlocked."""
+    db = folder / "p.db"
+    paths = write_blocks(folder / "data", days=3, per_day=100, seed=7)
+    with ps.connect(db) as client:
+        client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
+        client.add_blocks("reviews", [(f"b{i}", str(p)) for i, p in enumerate(paths)], unlocked=1.0)
+    return db, paths
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Released:
+    """A database where one DP sum ran to its end and released its value."""
+    db, paths = make_reviews(tmp_path_factory.mktemp("reuse"))
+    with ps.connect(db) as client:
+        source = client.submit(spec("first")).id
+        client.run_until_idle()
+        assert client.status(source).state == "completed", client.status(source).message
+    return Released(db, paths, source)
+
+
+def consumed(client, key: str) -> np.ndarray:
+    return next(b.consumed for b in client.blocks("reviews") if b.key == key)
+
+
+def test_the_same_statistic_again_returns_the_stored_release_byte_identical_at_no_charge(released: Released):
+    with ps.connect(released.db) as client:
+        before = consumed(client, "b0")
+        run = client.submit(spec("again"))
+        again, first = client.result(run.id), client.result(released.source)
+        assert client.status(run.id).state == "completed" and client.audit().ok
+        assert np.array_equal(consumed(client, "b0"), before)
+    assert json.dumps(again.releases) == json.dumps(first.releases)
+    assert json.dumps(again.metrics["value"]) == json.dumps(first.metrics["value"])
+    assert again.reused_from == released.source and again.metrics["reused_from"] == released.source
+    assert again.charged == {"b0": 0.0, "b1": 0.0} and again.epsilon == 0.0
+
+
+def test_status_and_result_say_a_pipeline_was_reused(released: Released, run_cli):
+    with ps.connect(released.db) as client:
+        reused = client.submit(spec("shown")).id
+    env = {"PRIVSCHED_DB": str(released.db)}
+    status, result = run_cli("status", reused, env=env), run_cli("result", reused, "-o", "json", env=env)
+    assert status.returncode == 0 and re.search(rf"reused_from\W+{released.source} \(its release", status.stdout)
+    assert result.returncode == 0 and json.loads(result.stdout)["reused_from"] == released.source
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"epsilon": 0.6},
+        {"job": {**SUM, "params": {**SUM["params"], "bounds": [0, 5]}}},
+        {"blocks": ["b0", "b2"]},
+        {"job": {**SUM, "params": {**SUM["params"], "query": "mean"}}},
+    ],
+    ids=["epsilon", "bounds", "blocks", "query"],
+)
+def test_a_different_statistic_is_not_reused_and_waits_to_pay(released: Released, changes: dict):
+    with ps.connect(released.db) as client:
+        info = client.status(client.submit(spec("other", **changes)).id)
+        client.cancel(info.id)
+    assert info.state == "pending" and "reused_from" not in info.job
+
+
+def test_reuse_false_runs_the_statistic_again_and_pays(released: Released):
+    with ps.connect(released.db) as client:
+        info = client.status(client.submit(spec("paid", reuse=False)).id)
+        client.cancel(info.id)
+    assert info.state == "pending" and "reused_from" not in info.job
+
+
+def test_the_ledger_refuses_a_reuse_of_a_different_statistic(released: Released):
+    with ps.connect(released.db) as client:
+        count = len(client.list())
+        request = client.requests([spec("forged", epsilon=0.6)])[0]
+        forged = PipelineRequest(**{**request.__dict__, "job": {**request.job, "reused_from": released.source}})
+        with pytest.raises(LedgerError, match="different statistic"):
+            client.ledger.submit(forged)
+        assert len(client.list()) == count
+
+
+def test_a_block_whose_data_changed_invalidates_its_releases(tmp_path: Path):
+    db, paths = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        source = client.submit(spec("first")).id
+        client.ledger.grant([source])
+        client.ledger.complete(source, np.array([0.5, 0.0]))
+        assert "reused_from" in client.status(client.submit(spec("reused")).id).job
+        paths[1].write_bytes(paths[1].read_bytes() + b"\n")
+        info = client.status(client.submit(spec("changed")).id)
+    assert info.state == "pending" and "reused_from" not in info.job
+
+
+def test_a_submitter_of_another_team_cannot_get_a_release_through_reuse(tmp_path: Path):
+    db, _ = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        source = client.submit(spec("first")).id
+        client.ledger.grant([source])
+        client.ledger.complete(source, np.array([0.5, 0.0]))
+        dataset_id = client.dataset("reviews").id
+    with Identities(db) as identities:
+        carol = identities.add_user("carol", "submitter", "red")
+        identities.add_user("alice", "submitter", "blue")
+        identities.restrict(dataset_id, ["blue"])
+    with http_api(db, Listen("127.0.0.1", 0)) as bound, RemoteClient(bound.url, carol) as remote:
+        with pytest.raises(RemoteError) as refused:
+            remote.submit(spec("copy"))
+    assert refused.value.status == 403
+    with ps.connect(db) as client:
+        assert [p.id for p in client.list()] == [source]
