@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import privsched as ps
 from privsched.ledger import LedgerError
@@ -115,13 +118,19 @@ def test_the_ledger_refuses_a_reuse_of_a_different_statistic(released: Released)
         assert len(client.list()) == count
 
 
+def settled_sum(client: ps.Client, **changes) -> int:
+    """A DP sum (with ``changes``) granted and completed through the ledger, its whole grant consumed."""
+    source = client.submit(spec("first", **changes)).id
+    client.ledger.grant([source])
+    client.ledger.complete(source, np.array([changes.get("epsilon", 0.5), 0.0]))
+    return source
+
+
 def test_a_block_whose_data_changed_invalidates_its_releases(tmp_path: Path):
     db, paths = make_reviews(tmp_path)
     with ps.connect(db) as client:
-        source = client.submit(spec("first")).id
-        client.ledger.grant([source])
-        client.ledger.complete(source, np.array([0.5, 0.0]))
-        assert "reused_from" in client.status(client.submit(spec("reused")).id).job
+        source = settled_sum(client)
+        assert client.status(client.submit(spec("reused")).id).job["reused_from"] == source
         paths[1].write_bytes(paths[1].read_bytes() + b"\n")
         info = client.status(client.submit(spec("changed")).id)
     assert info.state == "pending" and "reused_from" not in info.job
@@ -130,17 +139,43 @@ def test_a_block_whose_data_changed_invalidates_its_releases(tmp_path: Path):
 def test_a_submitter_of_another_team_cannot_get_a_release_through_reuse(tmp_path: Path):
     db, _ = make_reviews(tmp_path)
     with ps.connect(db) as client:
-        source = client.submit(spec("first")).id
-        client.ledger.grant([source])
-        client.ledger.complete(source, np.array([0.5, 0.0]))
+        source = settled_sum(client)
         dataset_id = client.dataset("reviews").id
     with Identities(db) as identities:
         carol = identities.add_user("carol", "submitter", "red")
-        identities.add_user("alice", "submitter", "blue")
+        alice = identities.add_user("alice", "submitter", "blue")
         identities.restrict(dataset_id, ["blue"])
-    with http_api(db, Listen("127.0.0.1", 0)) as bound, RemoteClient(bound.url, carol) as remote:
-        with pytest.raises(RemoteError) as refused:
+    with http_api(db, Listen("127.0.0.1", 0)) as bound:
+        with RemoteClient(bound.url, carol) as remote, pytest.raises(RemoteError) as refused:
             remote.submit(spec("copy"))
-    assert refused.value.status == 403
+        with RemoteClient(bound.url, alice) as remote:
+            reused = remote.result(remote.submit(spec("reader")).id)
+    assert refused.value.status == 403 and reused.reused_from == source and reused.epsilon == 0.0
     with ps.connect(db) as client:
-        assert [p.id for p in client.list()] == [source]
+        assert [p.owner for p in client.list()] == [client.status(source).owner, "alice"]
+
+
+STATISTICS = st.fixed_dictionaries(
+    {
+        "epsilon": st.sampled_from([0.5, 0.6]),
+        "blocks": st.sampled_from([["b0", "b1"], ["b0", "b2"], ["b1", "b0"]]),
+        "job": st.builds(
+            lambda query, low: {"kind": "statistic", "params": {"query": query, "column": "rating", "bounds": [low, 5]}},
+            st.sampled_from(["sum", "mean"]),
+            st.sampled_from([0, 1]),
+        ),
+    }
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(first=STATISTICS, second=STATISTICS, reuse=st.booleans())
+def test_a_statistic_is_reused_exactly_when_it_repeats_a_release_and_reuse_is_on(first: dict, second: dict, reuse: bool):
+    with tempfile.TemporaryDirectory() as folder, ps.connect(Path(folder) / "p.db") as client:
+        client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
+        client.add_blocks("reviews", ["b0", "b1", "b2"], unlocked=1.0)
+        source = settled_sum(client, **first)
+        info = client.status(client.submit(spec("second", reuse=reuse, **second)).id)
+        assert client.audit().ok
+    repeated = reuse and first == second
+    assert (info.state, info.job.get("reused_from")) == (("completed", source) if repeated else ("pending", None))
