@@ -136,6 +136,22 @@ def test_a_block_whose_data_changed_invalidates_its_releases(tmp_path: Path):
     assert info.state == "pending" and "reused_from" not in info.job
 
 
+def test_a_retired_block_ends_the_reuse_of_its_releases(tmp_path: Path):
+    db, _ = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        settled_sum(client, epsilon=4.0)
+        rest = np.array([6.0, 1e-6])  # the rest of blocks b0 and b1, in ε and δ
+        paid = client.ledger.submit(PipelineRequest("the rest", "reviews", ["b0", "b1"], demand=rest))
+        client.ledger.grant([paid])
+        client.ledger.complete(paid, rest)
+        client.ledger.retire_exhausted()
+        assert [b.state for b in client.blocks("reviews")] == ["retired", "retired", "active"]
+        count = len(client.list())
+        with pytest.raises(LedgerError, match="retired"):
+            client.submit(spec("again", epsilon=4.0))
+        assert len(client.list()) == count
+
+
 def test_a_submitter_of_another_team_cannot_get_a_release_through_reuse(tmp_path: Path):
     db, _ = make_reviews(tmp_path)
     with ps.connect(db) as client:
@@ -179,3 +195,15 @@ def test_a_statistic_is_reused_exactly_when_it_repeats_a_release_and_reuse_is_on
         assert client.audit().ok
     repeated = reuse and first == second
     assert (info.state, info.job.get("reused_from")) == (("completed", source) if repeated else ("pending", None))
+
+
+def test_the_dashboard_shows_a_reused_pipeline_the_value_its_source_released(released: Released):
+    with ps.connect(released.db) as client:
+        reused = client.submit(spec("on the dashboard")).id
+        value = client.result(released.source).metrics["value"]
+    with Identities(released.db) as identities:
+        viewer = identities.add_user("vera", "viewer", "blue")
+    with http_api(released.db, Listen("127.0.0.1", 0)) as bound, RemoteClient(bound.url, viewer) as remote:
+        page = remote.request("GET", "/v1/dashboard/pipelines?per_page=100")
+    row = next(r for r in page["rows"] if r["id"] == reused)
+    assert row["result"].startswith(f"value = {value:.6g}, query = sum"), row["result"]

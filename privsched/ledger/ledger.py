@@ -286,6 +286,11 @@ class Ledger:
                 raise LedgerError(f"unknown pipeline state {state!r} (expected one of {', '.join(PIPELINE_STATES)})")
         return self._read(self._reader.pipelines_in, wanted, dataset)
 
+    def released_statistics(self, dataset: str, mechanism: str | None) -> list[PipelineInfo]:
+        """Completed built-in statistics of ``dataset`` charged for ``mechanism``, not
+        themselves reuses, in id order (:mod:`privsched.ledger.reuse`)."""
+        return self._read(self._reader.released_statistics, dataset, mechanism)
+
     # ----------------------------------------------------------------- budget moves
     def unlock(self, fractions: Mapping[int, float], now: float | None = None, *, actor: str | None = None) -> None:
         """Unlock ``fraction × capacity`` of each block at every dimension, capped at what is

@@ -114,6 +114,15 @@ class Reader:
             params.append(self.dataset(dataset).id)
         return self.pipelines(" AND ".join(where), params)
 
+    def released_statistics(self, dataset: str, mechanism: str | None) -> list[PipelineInfo]:
+        """The completed built-in statistics of ``dataset`` charged for ``mechanism`` that
+        are not themselves reuses: the releases a new statistic may reuse."""
+        return self.pipelines(
+            "p.state = 'completed' AND p.dataset_id = ? AND p.mechanism IS ? AND json_extract(p.job, '$.kind') = 'statistic' "
+            "AND json_extract(p.job, '$.reused_from') IS NULL",
+            [self.dataset(dataset).id, mechanism],
+        )
+
     def pipeline_state(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int]:
         """A pipeline's state and dataset id, checked to be in one of the ``allowed`` states."""
         found = self.sql("SELECT state, dataset_id FROM pipelines WHERE id = ?", [pipeline_id])

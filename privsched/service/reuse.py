@@ -23,7 +23,7 @@ def reusable_source(ledger: Ledger, request: PipelineRequest) -> PipelineInfo | 
     if not reusable(request.job):
         return None
     key = reuse_key(request.dataset, request.mechanism, request.job, request.block_keys)
-    for info in ledger.list_pipelines("completed", request.dataset):
+    for info in ledger.released_statistics(request.dataset, request.mechanism):
         if reusable(info.job) and reuse_key(info.dataset, info.mechanism, info.job, info.block_keys) == key:
             blocks = {b.key: b for b in ledger.list_blocks(request.dataset)}
             if all(blocks[k].state == "active" and data_problem(blocks[k].location, blocks[k].sha256) is None for k in info.block_keys):
