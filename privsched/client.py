@@ -22,6 +22,7 @@ Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.s
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import getpass
 import os
 import sys
@@ -392,6 +393,7 @@ class Client(BudgetReads):
         waits (and why) or can never fit, weighing ``team``'s quota (the submitter's team, if
         any); writes nothing (:mod:`privsched.service.dryrun`)."""
         from privsched.service.dryrun import dry_run
+        from privsched.service.reuse import reusable_source
         from privsched.service.submissions import build_request, checked_code
 
         parsed = self._declared_bounds(self._spec(spec))
@@ -401,7 +403,11 @@ class Client(BudgetReads):
         build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
         request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
         quota = None if team is None else self._quota(dataset, blocks, team)
-        return dry_run(request, dataset, blocks, quota=quota, compute=compute)
+        plan = dry_run(request, dataset, blocks, quota=quota, compute=compute)
+        source = reusable_source(self.ledger, request) if parsed.reuse and compute is None else None
+        if source is None:
+            return plan
+        return dataclasses.replace(plan, verdict="fits now", reason=None, reuses=source.id)
 
     def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
         """Every team quota (on ``dataset`` only, of ``team`` only, when given) with what the

@@ -207,3 +207,17 @@ def test_the_dashboard_shows_a_reused_pipeline_the_value_its_source_released(rel
         page = remote.request("GET", "/v1/dashboard/pipelines?per_page=100")
     row = next(r for r in page["rows"] if r["id"] == reused)
     assert row["result"].startswith(f"value = {value:.6g}, query = sum"), row["result"]
+
+
+def test_a_dry_run_names_the_release_a_statistic_would_reuse_and_a_charge_of_0(released: Released, run_cli, tmp_path: Path):
+    path = tmp_path / "again.json"
+    path.write_text(json.dumps(spec("planned")))
+    env = {"PRIVSCHED_DB": str(released.db)}
+    with ps.connect(released.db) as client:
+        count = len(client.list())
+        assert client.dry_run(spec("planned")).reuses == released.source
+        assert client.dry_run(spec("planned", reuse=False)).reuses is None
+    shown = run_cli("submit", path, "--dry-run", env=env)
+    assert shown.returncode == 0 and f"reuses the release of pipeline {released.source}: charged 0" in shown.stdout
+    with ps.connect(released.db) as client:
+        assert len(client.list()) == count

@@ -495,6 +495,7 @@ class DryRunOut(Model):
     verdict: Literal["fits now", "waits", "can never fit"]
     reason: str | None = Field(None, description="Why it waits or can never fit.")
     share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
+    reuses: int | None = Field(None, description="The pipeline whose release it would return, at no charge.")
 
 
 class ErrorOut(Model):

@@ -11,7 +11,9 @@ reads it, :func:`privsched.readouts.readout`), and a verdict.
   (:func:`privsched.service.waiting.shortfalls`: where it falls shortest), or its team's
   quota is held by the team's granted pipelines.
 - **fits now**: every block's unlocked budget and the team's quota hold it now; the policy
-  then decides its turn among the pipelines already waiting.
+  then decides its turn among the pipelines already waiting. A statistic that would reuse a
+  release already made (:mod:`privsched.service.reuse`) fits now too: it is completed at
+  submission, at no charge, and the dry run names the release.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class DryRun:
     verdict: Verdict = "fits now"
     reason: str | None = None  # why it waits or can never fit
     share: float = 0.0  # the fraction of each block's capacity the demand takes (readouts.demand_share)
+    reuses: int | None = None  # the pipeline whose release it would return at no charge (privsched.ledger.reuse)
 
     @property
     def exit_code(self) -> int:
@@ -79,6 +82,8 @@ class DryRun:
             else:
                 state = f"does not fit now: {fit.dimension} short {fit.shortfall:.4g}"
             head.append(f"{demand_text(self.epsilon, self.share, fit.key)}: {state}")
+        if self.reuses is not None:
+            head.append(f"reuses the release of pipeline {self.reuses}: charged 0")
         head.append(self.verdict if self.reason is None else f"{self.verdict}: {self.reason}")
         return head
 
