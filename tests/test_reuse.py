@@ -62,13 +62,15 @@ def consumed(client, key: str) -> np.ndarray:
     return next(b.consumed for b in client.blocks("reviews") if b.key == key)
 
 
-def test_the_same_statistic_again_returns_the_stored_release_byte_identical_at_no_charge(released: Released):
+def test_the_same_statistic_again_returns_the_stored_release_byte_identical_at_no_charge(released: Released, tmp_path: Path):
     with ps.connect(released.db) as client:
         before = consumed(client, "b0")
         run = client.submit(spec("again"))
         again, first = client.result(run.id), client.result(released.source)
         assert client.status(run.id).state == "completed" and client.audit().ok
         assert np.array_equal(consumed(client, "b0"), before)
+        (copy,), (original,) = client.download(run.id, tmp_path / "again"), client.download(released.source, tmp_path / "first")
+    assert copy.read_bytes() == original.read_bytes()
     assert json.dumps(again.releases) == json.dumps(first.releases)
     assert json.dumps(again.metrics["value"]) == json.dumps(first.metrics["value"])
     assert again.reused_from == released.source and again.metrics["reused_from"] == released.source
