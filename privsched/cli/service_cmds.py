@@ -48,6 +48,7 @@ _TIMING_ROWS = {
     "fail": "finished",
     "cancel": "finished",
     "expire": "finished",
+    "reuse": "finished",
 }
 
 
