@@ -187,7 +187,7 @@ def test_serve_waits_out_a_folder_turned_read_only_and_starts_the_job_once_it_is
             )
             (signals / "ro").touch()
             eventually((signals / "mounted").exists, lambda: "the folder was never mounted read-only")
-            pipeline = client.submit(PIPELINE).id
+            pipeline = client.submit({**PIPELINE, "reuse": False}).id  # runs again, not the first's release
             eventually(lambda: "storage read-only since" in log.read_text(), log.read_text)
             waiting = client.status(pipeline)
             assert waiting.state == "granted" and waiting.consumed is None, log.read_text()  # not started, not charged
