@@ -56,12 +56,14 @@ def counts_then_stops(ctx: JobContext) -> None:
 
 
 def leaves_a_daemon(ctx: JobContext) -> None:
-    """Double-forks a ``setsid`` grandchild that keeps running, writes its pid, and returns
+    """Double-forks a ``setsid`` grandchild that keeps running, writes its pid (and its PID
+    namespace, where a confined job's pids mean nothing outside), and returns
     (or, with ``params['hang']``, keeps running too)."""
     pid_file = Path(ctx.workdir, "daemon.pid")
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            Path(ctx.workdir, "daemon.ns").write_text(os.readlink("/proc/self/ns/pid"))
             Path(f"{pid_file}.tmp").write_text(str(os.getpid()))
             os.replace(f"{pid_file}.tmp", pid_file)
             while True:

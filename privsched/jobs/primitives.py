@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import select
+import os
 import shutil
 import socket
 from dataclasses import dataclass, field
@@ -158,6 +159,9 @@ class Account:
             shutil.copytree(source, target)
         else:
             shutil.copyfile(source, target)
+        owner = self.copies.stat()  # the job's uid, which may not be this process's (nobody under root)
+        for path in (target.parent, target, *target.rglob("*")):
+            os.chown(path, owner.st_uid, owner.st_gid)
         return target
 
     def _statistic(self, query: str, request: dict) -> Any:

@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -179,7 +179,8 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     package = Path(__file__).resolve().parents[1]
     checkout = _source_checkout(package)
-    read = [root for root in python_roots() if root != checkout] + [str(package)]
+    here = str(Path.cwd().resolve())  # ``-m`` put the supervisor's folder, its run folder, on sys.path
+    read = [root for root in python_roots() if root not in (checkout, here)] + [str(package)]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     if job.get("kind"):
         read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
@@ -259,22 +260,101 @@ def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+#: Variables a job keeps from its supervisor's environment; every other is dropped (the
+#: operator's tokens, cloud keys, the launch token). ``LC_*`` are kept as well.
+JOB_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def job_environment(inherited: dict[str, str] | os._Environ, home: Path, tmp: Path) -> dict[str, str]:
+    """A job's whole environment: :data:`JOB_VARIABLES` and ``LC_*`` from ``inherited``,
+    ``HOME`` its work folder and ``TMPDIR`` its private tmp; nothing else."""
+    env = {name: value for name, value in inherited.items() if name in JOB_VARIABLES or name.startswith("LC_")}
+    env.setdefault("PATH", _DEFAULT_PATH)
+    return {**env, "HOME": str(home), "TMPDIR": str(tmp)}
+
+
+def _erase_environment_block() -> None:
+    """Zero the environment block this process was started with (what ``/proc/self/environ``
+    shows, between the ``env_start`` and ``env_end`` fields of ``/proc/self/stat``,
+    proc(5)): clearing ``os.environ`` does not touch it."""
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as stream:
+        stat = stream.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
+    if env_end > env_start:
+        ctypes.memset(env_start, 0, env_end - env_start)
+
+
+def _hand_over(ctx: JobContext, rules: Confinement, blocks: Path, builtin: bool) -> Confinement:
+    """Ready a job that will run as another uid (``nobody`` under root): it owns its private
+    blocks folder, and a built-in job, which reads its granted blocks' files itself, gets
+    copies of them there (the block store stays unreadable to it)."""
+    from privsched.jobs.namespaces import job_ids
+
+    uid, gid = job_ids()
+    os.chown(blocks, uid, gid)
+    if not builtin:
+        return rules
+    originals = set()
+    for index, block in enumerate(ctx.blocks.values()):
+        if block.location is None or not os.path.exists(block.location):
+            continue
+        source = Path(block.location).resolve()
+        target = blocks / str(index) / source.name
+        target.parent.mkdir(mode=0o700)
+        if source.is_dir():
+            shutil.copytree(source, target)
+        else:
+            shutil.copyfile(source, target)
+        for path in (target.parent, target, *target.rglob("*")):
+            os.chown(path, uid, gid)
+        originals.add(str(source))
+        block.location = str(target)
+    return replace(rules, read=(*(p for p in rules.read if p not in originals), str(blocks)))
+
+
 def _run_child(
     document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket, tmp: Path, private_fds: tuple[int, ...]
 ) -> None:
-    """The job's process: close the supervisor's ``private_fds``, confine itself, then import
+    """The job's process: close the supervisor's ``private_fds``, take its environment from
+    the allow-list (:func:`job_environment`), enter its namespaces and confine itself
+    (:mod:`privsched.jobs.namespaces`, Landlock, :mod:`privsched.jobs.seccomp`), then import
     and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
     try:
         for fd in private_fds:
             os.close(fd)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.environ.pop("PRIVSCHED_LAUNCH_TOKEN", None)  # executors find the supervisor by it, never a job
-        os.environ["TMPDIR"] = str(tmp)
+        environment = job_environment(os.environ, ctx.workdir, tmp)
+        os.environ.clear()
+        os.environ.update(environment)
+        if sys.platform.startswith("linux"):
+            _erase_environment_block()
         tempfile.tempdir = str(tmp)
         os.chdir(ctx.workdir)
         if rules is not None:
+            from privsched.jobs import namespaces, seccomp
+
+            if namespaces.job_ids()[0] != os.geteuid():
+                rules = _hand_over(ctx, rules, tmp.parent / "blocks", bool(document["job"].get("kind")))
+            namespaces.isolate(rules, tmp.parent / "root", ctx.workdir)
             confine(rules)
+            seccomp.install()
         job = document["job"]
         ctx.channel = Channel(sock, mediates_blocks=rules is not None and not job.get("kind"))
         try:
@@ -312,7 +392,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
     try:
         rules = job_confinement(document, ctx, private, network) if mode == "landlock" else None
         if rules is not None:
-            hits = exposed(rules.read + rules.write, document.get("protected", ()))
+            hits = exposed(rules.read, document.get("protected", ()), rules.write)
             if hits:
                 return JobResult(
                     ctx.pipeline_id,
