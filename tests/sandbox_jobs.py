@@ -78,3 +78,46 @@ def leaves_a_daemon(ctx: JobContext) -> None:
 def records_start(ctx: JobContext) -> None:
     """Writes the time its code started running (``started``, seconds since the epoch)."""
     Path(ctx.workdir, "started").write_text(repr(time.time()))
+
+
+def probes(ctx: JobContext) -> None:
+    """Tries what a hostile job tries (a packet socket on the loopback, a device node, the
+    kernel log, every process's environment) and reports each outcome, its own environment
+    (printed as well), uid, capabilities and the processes it sees."""
+    import errno
+    import socket as sockets
+    import stat
+
+    def attempt(action) -> str:
+        try:
+            action()
+            return "allowed"
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno or 0, str(exc))
+
+    def packet_socket() -> None:
+        sockets.socket(sockets.AF_PACKET, sockets.SOCK_RAW, sockets.htons(0x0003)).close()  # ETH_P_ALL
+
+    def device_node() -> None:
+        os.mknod(Path(ctx.workdir, "kmsg"), 0o600 | stat.S_IFCHR, os.makedev(1, 11))
+
+    environs = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environs[entry.name] = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+    status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":\t" in line)
+    print("environment:", sorted(os.environ.items()))
+    ctx.report_metrics(
+        packet_socket=attempt(packet_socket),
+        device_node=attempt(device_node),
+        kernel_log=attempt(lambda: open("/dev/kmsg", "rb").close()),
+        environment=dict(os.environ),
+        environs=environs,
+        processes=sorted(int(p.name) for p in Path("/proc").glob("[0-9]*")),
+        uid=os.getuid(),
+        capabilities=status["CapEff"].strip(),
+        no_new_privs=status["NoNewPrivs"].strip(),
+        seccomp=status["Seccomp"].strip(),
+    )
