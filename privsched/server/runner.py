@@ -97,13 +97,29 @@ def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], Non
 
 
 @contextmanager
-def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None, policy: Any = None) -> Iterator[Listen]:
+def http_api(
+    db: str | os.PathLike,
+    listen: Listen,
+    log: Callable[[str], None] | None = None,
+    policy: Any = None,
+    header_timeout: float | None = None,
+) -> Iterator[Listen]:
     """Serve the API of database ``db`` while the block runs; yields the address bound
-    (port 0 picks a free one). A port in use raises ``ValueError``."""
+    (port 0 picks a free one). A port in use raises ``ValueError``. The open-file limit is
+    raised to its hard limit first, and clients are held to :mod:`privsched.server.limits`."""
     import uvicorn
 
     from privsched.server.app import create_app
+    from privsched.server.limits import (
+        HEADER_TIMEOUT,
+        KEEP_ALIVE,
+        connection_cap,
+        guarded_protocol,
+        open_descriptors,
+        raise_open_file_limit,
+    )
 
+    cap = connection_cap(raise_open_file_limit(), open_descriptors())
     config = uvicorn.Config(
         create_app(db, policy),
         host=listen.host,
@@ -114,8 +130,10 @@ def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] |
         access_log=False,
         proxy_headers=False,  # no X-Forwarded-* rewriting: the API reads no client address, and trusts no proxy
         lifespan="on",
-        http="httptools",
+        http=guarded_protocol(cap, HEADER_TIMEOUT if header_timeout is None else header_timeout),
         loop="uvloop",
+        limit_concurrency=cap + 1,  # uvicorn answers 503 from this many connections (or tasks) on
+        timeout_keep_alive=KEEP_ALIVE,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
