@@ -145,7 +145,7 @@ def http_api(
     port = server.servers[0].sockets[0].getsockname()[1]
     bound = Listen(listen.host, port, listen.tls_cert, listen.tls_key)
     if log is not None:
-        log(f"HTTP API on {bound.url} (OpenAPI page: {bound.url}/docs)")
+        log(f"HTTP API on {bound.url} (OpenAPI schema: {bound.url}/openapi.json)")
     try:
         yield bound
     finally:
