@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import resource
+import signal
 import socket
 import subprocess
 import sys
@@ -94,3 +95,47 @@ def _submit_once_served(client, spec: dict, process: subprocess.Popen) -> int:
             assert process.poll() is None, "the scheduler died"
             assert time.monotonic() < deadline, f"never served: {exc}"
             time.sleep(0.5)
+
+
+def _serve(db: Path, port: int) -> subprocess.Popen:
+    env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--tick", "100ms", "--cpus", "2", "--gpus", "0"]
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow
+def test_a_scheduler_that_takes_over_a_paused_ones_lease_binds_the_api_once_the_port_is_free(tmp_path: Path):
+    db = tmp_path / "p.db"
+    tokens = make_database(db)
+    port = free_port()
+    first = _serve(db, port)
+    standby = None
+    try:
+        assert "HTTP API on" in first.stdout.readline()
+        first.send_signal(signal.SIGSTOP)  # paused, holding the port and (until it expires) the lease
+        deadline = time.monotonic() + 120
+        while True:  # a standby retrying until the paused scheduler's lease has expired
+            standby = _serve(db, port)
+            holder = ps.connect(db).ledger.lease_holder
+            while standby.poll() is None and (holder() or {}).get("pid") != standby.pid:
+                time.sleep(0.1)
+            if standby.poll() is None:
+                break
+            assert "already serving" in standby.stdout.read() and time.monotonic() < deadline
+            time.sleep(0.5)
+        first.kill()  # the port is free from now on
+        first.wait(timeout=60)
+        client = ps.connect(f"http://127.0.0.1:{port}", token=tokens["admin"])
+        while True:
+            try:
+                assert [d.name for d in client.datasets()] == ["reviews", "secret"]
+                break
+            except RemoteError as exc:
+                assert standby.poll() is None and time.monotonic() < deadline, f"the API never came back: {exc}"
+                time.sleep(0.2)
+        assert standby.poll() is None
+    finally:
+        first.kill()
+        if standby is not None:
+            standby.terminate()
+            standby.communicate(timeout=60)
