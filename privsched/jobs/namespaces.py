@@ -59,8 +59,18 @@ def _check(result: int, what: str) -> None:
 
 
 def job_ids() -> tuple[int, int]:
-    """The uid and gid a job runs as: ``nobody`` under root, else the operator's own."""
-    return (NOBODY, NOBODY) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    """The uid and gid a job runs as: ``nobody`` under root, else the operator's own (also
+    under a root whose user namespace has no ``nobody`` to switch to)."""
+    return (NOBODY, NOBODY) if os.geteuid() == 0 and _mapped(NOBODY) else (os.getuid(), os.getgid())
+
+
+def _mapped(uid: int) -> bool:
+    """Whether ``uid`` exists in this process's user namespace (user_namespaces(7))."""
+    try:
+        lines = Path("/proc/self/uid_map").read_text().splitlines()
+    except OSError:
+        return True
+    return any(int(inside) <= uid < int(inside) + int(count) for inside, _, count in (line.split() for line in lines))
 
 
 @cache
@@ -77,7 +87,7 @@ def available() -> str | None:
         code = 1
         try:
             os.close(read)
-            if os.geteuid() == 0:
+            if job_ids()[0] != os.geteuid():
                 os.setgroups([])
                 os.setresgid(NOBODY, NOBODY, NOBODY)
                 os.setresuid(NOBODY, NOBODY, NOBODY)
@@ -205,7 +215,7 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
     its namespace, in ``workdir``; this process waits for it and exits with its status. Raises :class:`SandboxError`
     where a step fails."""
     uid, gid = job_ids()
-    privileged = os.geteuid() == 0
+    privileged = uid != os.geteuid()  # root, dropping to nobody
     if privileged:
         for folder in rules.write:
             os.chown(folder, uid, gid)

@@ -108,14 +108,16 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-#: Errors that say the file system has no room (now): retried until it has.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: Errors that say the result file cannot be written now (no room, a read-only file system
+#: or folder): retried until it can.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 
 
 def deliver(result: JobResult, path: Path, result_fd: int | None = None, first_wait: float = 0.1, longest_wait: float = 10.0) -> None:
     """Hand the result to the scheduler: first through the executor's result pipe (which
     needs no disk), then in the result file, retried (waits doubling from ``first_wait`` to
-    ``longest_wait`` seconds) for as long as the disk is full; any other error is raised."""
+    ``longest_wait`` seconds) for as long as the disk is full or the folder read-only
+    (:data:`NO_ROOM`); any other error is raised."""
     text = result.to_json()
     if result_fd is not None:
         try:
