@@ -110,6 +110,8 @@ def probes(ctx: JobContext) -> None:
     status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":\t" in line)
     print("environment:", sorted(os.environ.items()))
     ctx.report_metrics(
+        fifo=attempt(lambda: os.mkfifo(Path(ctx.workdir, "fifo"))),
+        unix_socket=attempt(lambda: sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM).close()),
         packet_socket=attempt(packet_socket),
         device_node=attempt(device_node),
         kernel_log=attempt(lambda: open("/dev/kmsg", "rb").close()),

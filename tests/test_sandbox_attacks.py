@@ -32,12 +32,12 @@ def _nobody_possible() -> bool:
         return False
 
 
-pytestmark = pytest.mark.skipif(
+needs_namespaces = pytest.mark.skipif(
     abi_version() == 0 or available() is not None, reason="this kernel offers no Landlock or no user namespaces"
 )
 USERS = [
-    pytest.param("root", marks=pytest.mark.skipif(os.geteuid() != 0, reason="the tests do not run as root")),
-    pytest.param("nobody", marks=pytest.mark.skipif(not _nobody_possible(), reason="unshare cannot map a user here")),
+    pytest.param("root", marks=[needs_namespaces, pytest.mark.skipif(os.geteuid() != 0, reason="the tests do not run as root")]),
+    pytest.param("nobody", marks=[needs_namespaces, pytest.mark.skipif(not _nobody_possible(), reason="unshare cannot map a user here")]),
 ]
 
 
@@ -67,6 +67,10 @@ def test_a_job_cannot_open_a_packet_socket(probed):
 
 def test_a_job_cannot_make_a_device_node(probed):
     assert probed[1]["device_node"] == "EPERM"
+
+
+def test_what_the_filter_refuses_is_only_devices_and_packet_sockets(probed):
+    assert probed[1]["fifo"] == probed[1]["unix_socket"] == "allowed"
 
 
 def test_a_job_cannot_open_the_kernel_log(probed):
@@ -111,3 +115,14 @@ def test_another_runs_folder_cannot_become_a_namespace_package_code_root(user: s
     assert not result.completed and not result.touched_data
     assert result.message.startswith("not started") and str(runs) in result.message
     assert "stolen" not in result.metrics
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_every_jump_of_the_seccomp_filter_lands_on_an_instruction_and_every_path_returns(machine: str):
+    from privsched.jobs.seccomp import program
+
+    code = program(machine)
+    for index, (opcode, taken, not_taken, _) in enumerate(code):
+        if opcode & 0x07 == 0x05:  # BPF_JMP: targets are relative to the next instruction
+            assert index + 1 + max(taken, not_taken) < len(code)
+    assert code[-1][0] == 0x06  # BPF_RET
