@@ -212,10 +212,11 @@ def drop_capabilities() -> None:
 def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
     """Move this process's job into its own namespaces (module docstring), with ``root`` (an
     empty folder) as the mount point of its new root. Returns in the job's process, PID 1 of
-    its namespace, in ``workdir``; this process waits for it and exits with its status. Raises :class:`SandboxError`
-    where a step fails."""
+    its namespace, in ``workdir``; this process waits for it and exits with its status.
+    Raises :class:`SandboxError` where a step fails."""
     uid, gid = job_ids()
     privileged = uid != os.geteuid()  # root, dropping to nobody
+    supervisor = os.getppid()
     if privileged:
         for folder in rules.write:
             os.chown(folder, uid, gid)
@@ -234,9 +235,8 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
         _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # a change of uid made /proc/self root's
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if rules.network else CLONE_NEWNET))
     _map_self(uid, gid)
-    supervisor = os.getppid()
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a change of uid cleared it
-    if os.getppid() != supervisor:
+    if os.getppid() != supervisor:  # the supervisor died meanwhile: nothing to report to
         os._exit(1)
     pid = os.fork()
     if pid != 0:
