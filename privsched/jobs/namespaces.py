@@ -249,13 +249,12 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
 
 def _wait_and_exit(pid: int) -> None:
     """The process between the supervisor and the job's namespace: holds none of the job's
-    descriptors but its output, waits for it and exits as it did."""
+    descriptors but its output, waits for it and ends as it did (killed by the same signal, or
+    with the same exit code)."""
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-    while True:
-        try:
-            status = os.waitpid(pid, 0)[1]
-            break
-        except InterruptedError:
-            continue
-    code = os.waitstatus_to_exitcode(status)
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code < 0:  # through the C library: Python's signal() is for its main thread, which this may not be
+        _libc().signal(-code, ctypes.c_void_p(0))  # SIG_DFL
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [-code])
+        os.kill(os.getpid(), -code)
     os._exit(code if code >= 0 else 128 - code)
