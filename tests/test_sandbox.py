@@ -178,6 +178,16 @@ def test_serving_without_landlock_is_refused_unless_the_operator_opts_out(client
         client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
 
 
+def test_serving_without_user_namespaces_is_refused_in_one_line_unless_the_operator_opts_out(client: Client, monkeypatch):
+    import privsched.jobs.namespaces as namespaces
+
+    monkeypatch.setattr(namespaces, "available", lambda: "user namespaces are unavailable (unshare failed: Operation not permitted)")
+    with pytest.raises(ServiceError, match="user namespaces are unavailable .*: pass --sandbox none") as refused:
+        client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
+    assert "\n" not in str(refused.value)
+    client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0, sandbox="none")  # served unconfined on request
+
+
 def test_an_unknown_sandbox_mode_is_a_one_line_error(monkeypatch):
     monkeypatch.setenv("PRIVSCHED_SANDBOX", "chroot")
     with pytest.raises(ValueError, match="unknown sandbox 'chroot'"):
