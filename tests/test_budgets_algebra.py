@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from privsched.budgets import DEFAULT_ALPHAS, Accounting, leq
+from privsched.budgets.exact import units
 
 K = len(DEFAULT_ALPHAS)
 RDP = Accounting.rdp()
@@ -33,14 +34,16 @@ def test_a_fitting_demand_still_fits_when_more_is_available_or_less_is_asked(dem
 @fast
 @given(rdp_vectors, rdp_signed, arrays(bool, K))
 def test_rdp_fits_iff_some_live_order_fits(demand, available, live):
-    expected = any(live[i] and demand[i] <= available[i] for i in range(K))
+    need, have = units(demand, up=True), units(available, up=False)  # exact quanta
+    expected = any(live[i] and need[i] <= have[i] for i in range(K))
     assert bool(RDP.fits(demand, available, live)) == expected
 
 
 @fast
 @given(basic_vectors, arrays(float, 2, elements=signed))
 def test_basic_fits_iff_every_dimension_fits(demand, available):
-    expected = all(leq(demand[i], available[i]) for i in range(2))
+    need, have = units(demand, up=True), units(available, up=False)  # exact quanta
+    expected = all(need[i] <= have[i] for i in range(2))
     assert bool(BASIC.fits(demand, available, np.ones(2, dtype=bool))) == expected
 
 

@@ -8,7 +8,7 @@ and dimension (docs/design.md §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
-- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``;
+- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``, in exact quanta;
 and per pipeline: a granted or running pipeline holds exactly its demand on each of its
 blocks, every other holds nothing, and its recorded consumption matches the log.
 """
@@ -22,8 +22,10 @@ import numpy as np
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.budgets.exact import minus, plus
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
+from privsched.ledger.moves import ROUNDED_UP
 from privsched.ledger.schema import unpack
 
 
@@ -54,23 +56,24 @@ class _Replay:
     def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
         balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
         flow = self.flows.setdefault(block_id, np.zeros_like(amount))
+        # The arithmetic of Moves.move, in exact quanta (privsched.budgets.exact).
         if source is None:
             balance["capacity"] = balance["capacity"] + amount
         else:
-            balance[source] = balance.get(source, 0.0) - amount
-        balance[target] = balance.get(target, 0.0) + amount
+            balance[source] = minus(balance.get(source, 0.0), amount, up=source in ROUNDED_UP)
+        balance[target] = plus(balance.get(target, 0.0), amount, up=target in ROUNDED_UP)
         self.flows[block_id] = flow + np.abs(amount)
         if pipeline_id is None:
             return
         key = (pipeline_id, block_id)
         if target == "allocated":
-            self.held[key] = self.held[key] + amount
+            self.held[key] = plus(self.held[key], amount, up=True)
         if source == "allocated":
-            self.held[key] = self.held[key] - amount
+            self.held[key] = minus(self.held[key], amount, up=True)
         if target == "consumed":
-            self.spent[key] = self.spent[key] + amount
+            self.spent[key] = plus(self.spent[key], amount, up=True)
         if source == "consumed":
-            self.spent[key] = self.spent[key] - amount
+            self.spent[key] = minus(self.spent[key], amount, up=True)
 
 
 def audit_database(db: Database, expect: str | None = None) -> AuditReport:
@@ -162,9 +165,9 @@ def _check_block(
         bad = ~_nonnegative(stored[bucket], magnitude)
         if bad.any():
             out.append(f"{label}: negative {bucket} at {_dims(labels, bad)}")
-    given = stored["allocated"] + stored["consumed"]
-    if not accounting.is_safe(given, capacity):
-        over = ~(given <= capacity * (1 + RELATIVE_TOLERANCE)) & accounting.live(capacity)
+    if not accounting.is_safe([stored["allocated"], stored["consumed"]], capacity):
+        over = ~accounting.is_safe([stored["allocated"][:, None], stored["consumed"][:, None]], capacity[:, None])
+        over &= accounting.live(capacity)
         where = _dims(labels, over) if not accounting.is_rdp else "every live order"
         out.append(f"{label}: allocated + consumed exceeds capacity at {where} (safety invariant broken)")
     return out

@@ -25,14 +25,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from privsched.budgets.exact import clamp, minus, plus, sum_at, units, value
 from privsched.policies.base import Allocation, PolicySpec
 from privsched.policies.unlock import (
     UnlockGrid,
-    block_unlock_amounts,
-    block_unlock_step,
     block_unlocked_fraction,
     unlock_amounts,
-    unlock_step,
     unlocked_fraction,
 )
 from privsched.simulation.instance import Instance
@@ -93,13 +91,8 @@ class Simulator:
         self.consumed = np.zeros((B, K))
         self.wasted = np.zeros((B, K))
         self.arrivals = [0.0] * B  # pipelines that asked for each block so far
-        # Per block, for the one-pipeline unlock: its creation time, capacity, the dimension
-        # unlock_step measures in (the first largest capacity) and the capacity there, as
-        # Python numbers.
+        # Per block, for the one-pipeline unlock: its creation time as a Python number.
         self.created = instance.block_arrival.tolist()
-        self.cap_rows = self.cap.tolist()
-        self.top_dim = self.cap.argmax(axis=1).tolist()
-        self.top = self.cap[np.arange(B), self.top_dim].tolist()
         #: False once a block has nothing locked (all zero): it stays so, only unlocks move locked budget.
         self.maybe_locked = [True] * B
         self.status = np.zeros(P, dtype=np.int8)
@@ -117,8 +110,11 @@ class Simulator:
         self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
         self.n_pending = 0
         self.passes = 0
-        #: Decides which passes run and over which pipelines.
-        self.allocation = PassSkipping(self) if shortcuts else EveryInstant(self)
+        #: What each team holds on each block (T, B, K), under team quotas.
+        self.held = np.zeros((len(instance.share), B, K)) if instance.has_quotas and instance.share is not None else None
+        #: Decides which passes run and over which pipelines. Under quotas a pipeline's fit
+        #: also depends on its team's holdings, which the shortcuts do not follow: every pass runs.
+        self.allocation = PassSkipping(self) if shortcuts and self.held is None else EveryInstant(self)
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -131,34 +127,29 @@ class Simulator:
             return blocks[:0]
         elapsed = self._counted(now) - self.inst.block_arrival[blocks]
         target = unlocked_fraction(self.spec.unlock, np.array(self.arrivals)[blocks], elapsed)
-        cap = self.cap[blocks]
-        step = unlock_step(cap, locked, target)
-        moved = unlock_amounts(cap, locked, step)
-        self.locked[blocks] -= moved
-        self.unlocked[blocks] += moved
-        return blocks[step > 0]
+        moved = unlock_amounts(self.cap[blocks], locked, target)
+        self.locked[blocks] = minus(locked, moved, up=False)
+        self.unlocked[blocks] = plus(self.unlocked[blocks], moved, up=False)
+        return blocks[(moved > 0).any(axis=1)]
 
     def _unlock_one(self, i: int, now: float) -> np.ndarray:
-        """:meth:`_unlock` for pipeline i's few (distinct) blocks, block by block in Python
-        floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`).
-        Blocks with nothing locked are skipped: they step by 0 and move nothing, and locked
-        budget never comes back (:attr:`maybe_locked`)."""
+        """:meth:`_unlock` for pipeline i's few (distinct) blocks, block by block (the same
+        target in Python floats, :func:`~privsched.policies.unlock.block_unlocked_fraction`).
+        Blocks with nothing locked are skipped: they move nothing, and locked budget never
+        comes back (:attr:`maybe_locked`)."""
         rule, counted = self.spec.unlock, self._counted(now)
         gained = []
         for j in self.block_ids[i]:
             if not self.maybe_locked[j]:
                 continue
-            row = self.locked[j].tolist()
-            if not any(row):
+            if not (self.locked[j] > 0).any():
                 self.maybe_locked[j] = False
                 continue
             target = block_unlocked_fraction(rule, self.arrivals[j], counted - self.created[j])
-            locked = target >= 1.0 and any(x > 0 for x in row)  # the step reads it at a target of 1 only
-            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, locked)
-            moved = block_unlock_amounts(self.cap_rows[j], row, step)
-            self.locked[j] -= moved
-            self.unlocked[j] += moved
-            if step > 0:
+            moved = unlock_amounts(self.cap[j : j + 1], self.locked[j : j + 1], np.array([target]))[0]
+            if (moved > 0).any():
+                self.locked[j] = minus(self.locked[j], moved, up=False)
+                self.unlocked[j] = plus(self.unlocked[j], moved, up=False)
                 gained.append(j)
         return np.array(gained, dtype=np.int64) if gained else _NO_BLOCKS
 
@@ -216,7 +207,7 @@ class Simulator:
     def full_pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
         """One call of the policy on ``pipelines`` (ascending); applies and returns the grants."""
         inst = self.inst
-        snapshot, edges = inst.snapshot(pipelines, self.unlocked.copy(), now, self.reserved)
+        snapshot, edges = inst.snapshot(pipelines, self.unlocked.copy(), now, self.reserved, self.held)
         if snapshot.reserved is None:
             snapshot = replace(snapshot, reserved=np.zeros((len(edges), self.acc.dims)))
         old = snapshot.reserved
@@ -245,15 +236,19 @@ class Simulator:
             edges, blocks = self.edge_span[i], self.block_span[i]
             demand = self.inst.edge_demand[edges]
             if not self.reserving:
-                self.unlocked[blocks] -= demand
-            self.consumed[blocks] += demand
+                self.unlocked[blocks] = minus(self.unlocked[blocks], demand, up=False)
+            self.consumed[blocks] = plus(self.consumed[blocks], demand, up=True)
         else:
             edges, _ = self.inst.edges_of(granted)
             blocks = self.inst.edge_block[edges]
             demand = self.inst.edge_demand[edges]
+            total = sum_at(self.inst.n_blocks, blocks, units(demand, up=True))
+            touched = np.unique(blocks)
             if not self.reserving:
-                np.subtract.at(self.unlocked, blocks, demand)
-            np.add.at(self.consumed, blocks, demand)
+                self.unlocked[touched] = value(clamp(units(self.unlocked[touched], up=False) - total[touched]))
+            self.consumed[touched] = value(clamp(units(self.consumed[touched], up=True) + total[touched]))
+        if self.held is not None:
+            self._hold(granted)
         if self.reserving:
             self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
         if not checked and not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
@@ -261,6 +256,21 @@ class Simulator:
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
         self.n_pending -= granted.size
+
+    def _hold(self, granted: np.ndarray) -> None:
+        """Count the granted pipelines' demands as held by their teams (under quotas; a
+        simulated pipeline consumes its grant, so a team never holds less)."""
+        assert self.held is not None and self.inst.team is not None
+        under = granted[self.inst.team[granted] >= 0]
+        if not under.size:
+            return
+        edges, owner = self.inst.edges_of(under)
+        n_blocks = self.inst.n_blocks
+        cell = self.inst.team[under][owner] * n_blocks + self.inst.edge_block[edges]
+        flat = self.held.reshape(-1, self.acc.dims)
+        total = sum_at(len(flat), cell, units(self.inst.edge_demand[edges], up=True))
+        touched = np.unique(cell)
+        flat[touched] = value(clamp(units(flat[touched], up=True) + total[touched]))
 
     # -- the event loop ---------------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from privsched.budgets.exact import sum_at, units
 from privsched.policies.admission import admit_in_order
 from privsched.policies.base import PerPipelineOrder, orders_per_pipeline
 from privsched.simulation.instance import Instance
@@ -195,10 +196,10 @@ class PassSkipping:
             return True
         edges, _ = self.sim.inst.edges_of(pipelines)
         blocks = self.sim.inst.edge_block[edges]
-        total = np.zeros_like(self.sim.unlocked)
-        np.add.at(total, blocks, self.sim.inst.edge_demand[edges])
+        total = sum_at(len(self.sim.unlocked), blocks, units(self.sim.inst.edge_demand[edges], up=True))  # exact quanta
         touched = np.unique(blocks)
-        return bool(np.all(fits(self.sim.acc, total[touched], self.sim.unlocked[touched], self.sim.live[touched])))
+        available = units(self.sim.unlocked[touched], up=False)
+        return bool(np.all(self.sim.acc.fits_units(total[touched], available, self.sim.live[touched])))
 
 
 def _distinct(arrays: list[np.ndarray]) -> np.ndarray:

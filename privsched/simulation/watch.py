@@ -15,16 +15,16 @@ from privsched.budgets.accounting import Accounting
 
 
 def _fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Whether each demand fits ``available`` under plain ``<=`` (reduces the last axis)."""
+    """Whether each demand fits ``available`` under plain ``<=`` on floats (reduces the last
+    axis): implied by an exact fit (:func:`fits`), so a filter that never drops one."""
     ok = demand <= available
     return (ok & live).any(axis=-1) if rdp else ok.all(axis=-1)
 
 
 def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Exactly ``accounting.fits(demand, available, live)`` for float (rows, K) arrays, without
-    its conversions: :func:`~privsched.budgets.accounting.leq` is the plain ``<=`` (no
-    tolerance, docs/design.md §3.3), NaN never fitting."""
-    return _fits_under(accounting.is_rdp, demand, available, live)
+    """``accounting.fits(demand, available, live)``: the exact fit in quanta of the ledger and
+    the policies (docs/design.md §3.3)."""
+    return accounting.fits(demand, available, live)
 
 
 class WatchLists:
@@ -77,8 +77,8 @@ class WatchLists:
         return blocks[ok]
 
     def may_fit(self, j: int, unlocked: np.ndarray) -> np.ndarray:
-        """Pending watchers of block j whose demand there fits ``unlocked`` (under
-        :func:`~privsched.budgets.accounting.leq`)."""
+        """Pending watchers of block j whose demand there may fit ``unlocked`` (under plain
+        ``<=``, implied by an exact fit)."""
         n = self.count[j]
         if n == 0:
             return self.pipeline[j][:0]
