@@ -6,7 +6,7 @@ budgets as integers of one quantum, 10⁻¹² (:data:`DIGITS`), so that sums of 
 
 A float becomes quanta (:func:`units`) exactly when it *is* a decimal of at most twelve
 digits after the point: the float nearest to ``n · 10⁻¹²`` for an integer n (the user's 0.1,
-0.01, 1e-9), within ±2⁵¹ quanta (about ±2,250). Any other value is rounded towards refusal:
+0.01, 1e-9), within ±8,000 (:data:`EXACT`). Any other value is rounded towards refusal:
 a demand up (``up=True``), a capacity, unlocked budget or quota down. Magnitudes beyond
 :data:`LIMIT` (demands) or :data:`BUDGET` (budgets) saturate. The ledger stores each balance as
 the float of its quanta (:func:`quantize`), so it reads back as the same integer.
@@ -23,15 +23,16 @@ if TYPE_CHECKING:
 DIGITS = 12
 #: Quanta per unit of budget (exact as a float).
 SCALE = 10.0**DIGITS
-#: Budgets of up to this many quanta in magnitude are taken exactly (the float product of a
-#: decimal with :data:`SCALE` is then within half a quantum of its integer).
-EXACT = 2**51
+#: Decimals of up to this many quanta in magnitude (8,000) are taken exactly: below 2¹³ two
+#: decimals 10⁻¹² apart are distinct floats, and a float's product with :data:`SCALE` lies
+#: within two quanta of its decimal.
+EXACT = 8 * 10**15
 #: Saturation: a demand is at most LIMIT quanta and any value at least −LIMIT, so that a
 #: sum of two never overflows.
 LIMIT = 2**61
-#: A budget (capacity, unlocked, quota) counts at most this many quanta (about 4,500): more
-#: is never needed, and sums of thousands of demands clipped to it stay within int64.
-BUDGET = 2**52
+#: A budget (capacity, unlocked, quota) counts at most this many quanta (8,000): more is
+#: never needed, and sums of hundreds of demands clipped to it stay within int64.
+BUDGET = EXACT
 
 
 def units(x: np.ndarray | float, up: bool) -> np.ndarray:
@@ -45,6 +46,13 @@ def units(x: np.ndarray | float, up: bool) -> np.ndarray:
         scaled = x * SCALE
         near = np.rint(scaled)
         exact = (np.abs(near) <= EXACT) & (near / SCALE == x)
+        # Beyond 2⁵¹ quanta the product may miss its decimal by up to two quanta.
+        far = ~exact & (np.abs(near) > 2**51) & (np.abs(near) <= EXACT + 2)
+        if far.any():
+            for offset in (-2.0, -1.0, 1.0, 2.0):
+                hit = far & ~exact & (np.abs(near + offset) <= EXACT) & ((near + offset) / SCALE == x)
+                near = np.where(hit, near + offset, near)
+                exact |= hit
         # The float product is within half an ulp of x · SCALE: one more ulp bounds it.
         bound = np.ceil(np.nextafter(scaled, np.inf)) if up else np.floor(np.nextafter(scaled, -np.inf))
         value = np.where(exact, near, bound)
@@ -62,8 +70,8 @@ def clamp(u: np.ndarray) -> np.ndarray:
 
 
 def value(u: np.ndarray) -> np.ndarray:
-    """Quanta as budget floats: the float nearest to ``u · 10⁻¹²`` (exact within ±2⁵³ quanta),
-    which :func:`units` reads back as ``u`` within ±:data:`EXACT`."""
+    """Quanta as budget floats: the float nearest to ``u · 10⁻¹²``, which :func:`units` reads
+    back as ``u`` within ±:data:`EXACT`."""
     import numpy as np
 
     return np.asarray(u, dtype=np.int64).astype(float) / SCALE
