@@ -45,7 +45,10 @@ def units(x: np.ndarray | float, up: bool) -> np.ndarray:
     with np.errstate(invalid="ignore", over="ignore"):
         scaled = x * SCALE
         near = np.rint(scaled)
-        exact = (np.abs(near) <= EXACT) & (near / SCALE == x)
+        exact = near / SCALE == x
+        if exact.all() and (near.size == 0 or -EXACT <= near.min() and near.max() <= EXACT):
+            return near.astype(np.int64)  # every value a decimal on the grid (the usual case)
+        exact &= np.abs(near) <= EXACT
         # Beyond 2⁵¹ quanta the product may miss its decimal by up to two quanta.
         far = ~exact & (np.abs(near) > 2**51) & (np.abs(near) <= EXACT + 2)
         if far.any():

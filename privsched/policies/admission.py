@@ -70,7 +70,16 @@ class EdgeTable:
     block: np.ndarray  # (E,)
     demand: np.ndarray  # (E, K)
     live: np.ndarray  # (B, K) dimensions that count on each block
-    quanta: np.ndarray  # (E, K) int64: ``demand`` in exact quanta, rounded up
+    given_quanta: np.ndarray | None = None  # (E, K) ``demand`` in quanta if known (see ``quanta``)
+
+    @property
+    def quanta(self) -> np.ndarray:
+        """(E, K) int64: ``demand`` in exact quanta, rounded up (computed on first use: an
+        ordering such as DPF's needs only the demands)."""
+        if self.given_quanta is None:
+            object.__setattr__(self, "given_quanta", units(self.demand, up=True))
+        assert self.given_quanta is not None
+        return self.given_quanta
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> EdgeTable:
@@ -85,7 +94,6 @@ class EdgeTable:
             block=np.asarray(snapshot.edge_block, dtype=np.intp),
             demand=demand,
             live=snapshot.accounting.live(snapshot.capacity),
-            quanta=units(demand, up=True),
         )
 
     @classmethod
@@ -115,7 +123,7 @@ class EdgeTable:
             block=blocks[order],
             demand=table.demand[edges[order]],
             live=np.concatenate([table.live, np.tile(table.live, (len(quotas.share), 1))]),
-            quanta=table.quanta[edges[order]],
+            given_quanta=table.quanta[edges[order]],
         )
         return augmented, np.concatenate([budget, room])
 
