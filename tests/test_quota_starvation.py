@@ -26,7 +26,7 @@ from privsched.simulation.status import STATUS_NAMES
 from privsched.simulation.trace import parse_trace
 from tests.support.executors import InstantExecutor
 
-POLICIES = {"fcfs": {}, "dpf-n": {"n": 2}, "dpack-n": {"n": 2, "k": 2}}
+POLICIES = {"fcfs": {}, "dpf-n": {"n": 2}, "dpack-n": {"n": 2, "k": 2}, "rr-n": {"n": 2}}
 WORKLOAD = [("blue", 0.0, 0.2)] * 4 + [("red", 1.0, 0.5)]  # (team, arrival, ε)
 
 
