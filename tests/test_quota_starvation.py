@@ -17,7 +17,9 @@ import privsched as ps
 from privsched.ledger import Ledger
 from privsched.ledger.identities import Identities, User
 from privsched.ledger.models import PipelineRequest
-from privsched.policies import make_policy
+from privsched.budgets import Accounting
+from privsched.policies import Snapshot, admit_in_order, make_policy
+from privsched.policies.base import Quotas
 from privsched.service.resources import Pool
 from privsched.service.rundirs import RunDirs
 from privsched.service.scheduler import Scheduler
@@ -83,3 +85,20 @@ def test_in_the_live_scheduler_another_team_is_granted_while_one_team_sits_at_it
     held_back = [reasons[i] for i in ids[1:4]]
     assert {(r.code, r.team, r.block) for r in held_back} == {("quota", "blue", "b0")}
     assert all("quota" in r.text() for r in held_back)
+
+
+def test_a_snapshot_whose_quotas_do_not_match_its_pipelines_is_refused():
+    snapshot = Snapshot(
+        accounting=Accounting.basic(),
+        capacity=np.array([[1.0, 1e-6]]),
+        unlocked=np.array([[1.0, 1e-6]]),
+        pipeline_ids=np.arange(2),
+        arrival=np.zeros(2),
+        weight=np.ones(2),
+        edge_pipeline=np.arange(2),
+        edge_block=np.zeros(2, dtype=np.intp),
+        edge_demand=np.full((2, 2), 0.1),
+        quotas=Quotas(team=np.array([0, 1]), share=np.array([0.3]), held=np.zeros((1, 1, 2))),
+    )
+    with pytest.raises(ValueError, match="team is not among"):
+        admit_in_order(snapshot, np.arange(2))

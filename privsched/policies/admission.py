@@ -51,6 +51,15 @@ def validate(snapshot: Snapshot) -> None:
         raise ValueError("snapshot edges must be grouped by pipeline in ascending order")
     if not np.all(np.isfinite(snapshot.edge_demand)) or np.any(np.asarray(snapshot.edge_demand) < 0):
         raise ValueError("demands must be finite and non-negative")
+    quotas = snapshot.quotas
+    if quotas is not None:
+        teams = len(quotas.share)
+        if np.shape(quotas.team) != (n,) or np.shape(quotas.held) != (teams, n_blocks, dims):
+            raise ValueError(f"quotas need one team per pending pipeline and holdings of shape (teams, blocks, {dims})")
+        if n and (np.min(quotas.team) < -1 or np.max(quotas.team) >= teams):
+            raise ValueError("a pipeline's team is not among the quotas' teams")
+        if teams and not (np.all(np.asarray(quotas.share) >= 0) and np.all(np.asarray(quotas.share) <= 1)):
+            raise ValueError("quota shares must be in [0, 1]")
 
 
 def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -86,13 +95,12 @@ class EdgeTable:
         validate(snapshot)
         pipeline = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
         count = np.bincount(pipeline, minlength=snapshot.n_pipelines)
-        demand = np.asarray(snapshot.edge_demand, dtype=float)
         return cls(
             accounting=snapshot.accounting,
             start=np.cumsum(count) - count,
             count=count,
             block=np.asarray(snapshot.edge_block, dtype=np.intp),
-            demand=demand,
+            demand=np.asarray(snapshot.edge_demand, dtype=float),
             live=snapshot.accounting.live(snapshot.capacity),
         )
 
