@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.budgets import Accounting
-from privsched.budgets.exact import BUDGET, DIGITS, EXACT, LIMIT, minus, plus, share_of, units
+from privsched.budgets.exact import BUDGET, DIGITS, EXACT, LIMIT, minus, plus, raised_of, raised_units, share_of, units, units_of
 from privsched.ledger import Ledger
 from privsched.ledger.identities import Identities, User
 from privsched.ledger.models import PipelineRequest
@@ -178,3 +178,20 @@ def test_the_safety_invariant_adds_what_was_given_out_exactly():
     assert BASIC.is_safe([np.array([0.1, 0.0]), np.array([0.2, 0.0])], np.array([0.3, 1e-6]))
     assert not BASIC.is_safe([np.array([0.1, 0.0]), np.array([0.2 + 1e-12, 0.0])], np.array([0.3, 1e-6]))
     assert BASIC.fits(np.array([0.3, 0.0]), plus(np.array([0.1, 0.0]), np.array([0.2, 1e-6]), up=False), live)
+
+
+@given(st.floats(allow_nan=True, allow_infinity=True) | st.integers(-EXACT, EXACT).map(lambda n: decimal(n, DIGITS)), st.booleans())
+def test_one_float_in_python_numbers_gives_the_quanta_of_the_vector_rule(x, up):
+    assert units_of(x, up) == int(units(x, up))
+
+
+@given(
+    st.lists(st.tuples(st.floats(-10.0, 100.0), st.floats(0.0, 1.0)), min_size=1, max_size=12),
+    st.floats(0.0, 1.0) | st.just(1.0),
+)
+def test_raising_one_block_in_python_numbers_moves_what_the_vector_rule_moves(dims, target):
+    capacity = np.array([[c for c, _ in dims]])
+    capacity_units = units(capacity, up=False)
+    locked_units = (capacity_units * np.array([[f for _, f in dims]])).astype(np.int64)
+    expected = raised_units(capacity, capacity_units, locked_units, np.array([target]))[0]
+    assert raised_of(capacity[0].tolist(), capacity_units[0].tolist(), locked_units[0].tolist(), target) == expected.tolist()

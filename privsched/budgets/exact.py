@@ -60,7 +60,7 @@ def units(x: np.ndarray | float, up: bool) -> np.ndarray:
         bound = np.ceil(np.nextafter(scaled, np.inf)) if up else np.floor(np.nextafter(scaled, -np.inf))
         value = np.where(exact, near, bound)
         value = np.where(np.isnan(value), LIMIT if up else -LIMIT, value)
-        value = np.clip(value, -LIMIT, LIMIT if up else BUDGET)
+        value = np.minimum(np.maximum(value, -LIMIT), LIMIT if up else BUDGET)  # not np.clip: slow on small arrays
     return value.astype(np.int64)
 
 
@@ -69,7 +69,7 @@ def clamp(u: np.ndarray) -> np.ndarray:
     fits anyway, and no demand is larger than LIMIT."""
     import numpy as np
 
-    return np.clip(u, -LIMIT, LIMIT)
+    return np.minimum(np.maximum(u, -LIMIT), LIMIT)
 
 
 def value(u: np.ndarray) -> np.ndarray:
@@ -137,11 +137,54 @@ def raised(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) -> np.n
     and one unlocked at once hold the same budget; asking again gives 0 (idempotent)."""
     import numpy as np
 
-    target = np.asarray(target, dtype=float)
     capacity = np.asarray(capacity, dtype=float)
-    cap, left = units(capacity, up=False), units(locked, up=False)
+    return value(raised_units(capacity, units(capacity, up=False), units(locked, up=False), target))
+
+
+def raised_units(capacity: np.ndarray, capacity_units: np.ndarray, locked_units: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """:func:`raised` in quanta, for balances already in quanta (the simulator's)."""
+    import numpy as np
+
+    target = np.asarray(target, dtype=float)
     goal = units(target[:, None] * capacity, up=False)
-    amount = np.clip(goal - (cap - left), 0, np.maximum(left, 0))
+    amount = np.minimum(np.maximum(goal - (capacity_units - locked_units), 0), np.maximum(locked_units, 0))
     full = target >= 1.0
-    amount[full] = np.maximum(left[full], 0)
-    return value(amount)
+    amount[full] = np.maximum(locked_units[full], 0)
+    return amount
+
+
+def units_of(x: float, up: bool) -> int:
+    """:func:`units` of one float, in Python arithmetic (the same IEEE operations, hence the
+    same result, without array overheads: the simulator's one-block paths)."""
+    import math
+
+    scaled = x * SCALE
+    if -(2**51) < scaled < 2**51:  # the common case: no saturation, no far decimal
+        near = round(scaled)
+        if near / SCALE == x:
+            return near
+        return math.ceil(math.nextafter(scaled, math.inf)) if up else math.floor(math.nextafter(scaled, -math.inf))
+    if math.isnan(x):
+        return LIMIT if up else -LIMIT
+    if math.isinf(scaled):
+        return LIMIT if up and scaled > 0 else (-LIMIT if scaled < 0 else BUDGET)
+    near = round(scaled)
+    exact = abs(near) <= EXACT and near / SCALE == x
+    if not exact and abs(near) <= EXACT + 2:
+        for offset in (-2, -1, 1, 2):
+            if abs(near + offset) <= EXACT and (near + offset) / SCALE == x:
+                near, exact = near + offset, True
+                break
+    if not exact:
+        near = math.ceil(math.nextafter(scaled, math.inf)) if up else math.floor(math.nextafter(scaled, -math.inf))
+    return max(-LIMIT, min(near, LIMIT if up else BUDGET))
+
+
+def raised_of(capacity: list[float], capacity_units: list[int], locked_units: list[int], target: float) -> list[int]:
+    """:func:`raised_units` of one block, in Python arithmetic (the same result)."""
+    if target >= 1.0:
+        return [max(left, 0) for left in locked_units]
+    return [
+        min(max(units_of(target * cap, up=False) - (total - left), 0), max(left, 0))
+        for cap, total, left in zip(capacity, capacity_units, locked_units)
+    ]
