@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.exact import quantize
 from privsched.budgets.bounds import MAX_NOISE, MIN_NOISE, check_number
 from privsched.budgets.curves import gaussian_curve, gaussian_sigma, pure_dp_curve
 from privsched.policies.base import Quotas, Snapshot
@@ -42,11 +41,6 @@ class Instance:
     #: under none) and each team's share of every block's capacity; None without quotas.
     team: np.ndarray | None = None  # (P,) int
     share: np.ndarray | None = None  # (T,)
-
-    def __post_init__(self) -> None:
-        # Demands on the exact quantum grid, rounded up, as the ledger records them
-        # (docs/design.md §3.3): the simulator's balances then stay on the grid too.
-        object.__setattr__(self, "edge_demand", quantize(self.edge_demand, up=True))
 
     @property
     def has_quotas(self) -> bool:
