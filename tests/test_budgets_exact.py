@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from privsched.budgets import Accounting
-from privsched.budgets.exact import BUDGET, DIGITS, EXACT, LIMIT, minus, plus, raised_of, raised_units, share_of, units, units_of
+from privsched.budgets.exact import BUDGET, DIGITS, EXACT, LIMIT, minus, on_grid, plus, raised_of, raised_units, share_of, units, units_of
 from privsched.ledger import Ledger
 from privsched.ledger.identities import Identities, User
 from privsched.ledger.models import PipelineRequest
@@ -195,3 +195,8 @@ def test_raising_one_block_in_python_numbers_moves_what_the_vector_rule_moves(di
     locked_units = (capacity_units * np.array([[f for _, f in dims]])).astype(np.int64)
     expected = raised_units(capacity, capacity_units, locked_units, np.array([target]))[0]
     assert raised_of(capacity[0].tolist(), capacity_units[0].tolist(), locked_units[0].tolist(), target) == expected.tolist()
+
+
+def test_off_the_grid_values_are_not_on_it_and_decimals_are():
+    assert on_grid(np.array([0.1, 1e-9, 0.0, -2.5]))
+    assert not on_grid(np.array([0.1, 1 / 3]))

@@ -80,6 +80,13 @@ def value(u: np.ndarray) -> np.ndarray:
     return np.asarray(u, dtype=np.int64).astype(float) / SCALE
 
 
+def on_grid(x: np.ndarray | float) -> bool:
+    """Whether every value of ``x`` is a decimal on the quantum grid (taken exactly)."""
+    import numpy as np
+
+    return bool(np.array_equal(units(x, up=True), units(x, up=False)))
+
+
 def quantize(x: np.ndarray | float, up: bool) -> np.ndarray:
     """``x`` on the quantum grid: ``value(units(x, up))``."""
     return value(units(x, up))

@@ -22,10 +22,9 @@ import numpy as np
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
-from privsched.budgets.exact import minus, plus
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
-from privsched.ledger.moves import ROUNDED_UP
+from privsched.ledger.moves import ROUNDED_UP, shifted
 from privsched.ledger.schema import unpack
 
 
@@ -56,24 +55,24 @@ class _Replay:
     def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
         balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
         flow = self.flows.setdefault(block_id, np.zeros_like(amount))
-        # The arithmetic of Moves.move, in exact quanta (privsched.budgets.exact).
+        # The arithmetic of Moves.move (moves.shifted: exact quanta on the grid, floats off it).
         if source is None:
             balance["capacity"] = balance["capacity"] + amount
         else:
-            balance[source] = minus(balance.get(source, 0.0), amount, up=source in ROUNDED_UP)
-        balance[target] = plus(balance.get(target, 0.0), amount, up=target in ROUNDED_UP)
+            balance[source] = shifted(balance.get(source, 0.0), amount, up=source in ROUNDED_UP, subtract=True)
+        balance[target] = shifted(balance.get(target, 0.0), amount, up=target in ROUNDED_UP, subtract=False)
         self.flows[block_id] = flow + np.abs(amount)
         if pipeline_id is None:
             return
         key = (pipeline_id, block_id)
         if target == "allocated":
-            self.held[key] = plus(self.held[key], amount, up=True)
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=False)
         if source == "allocated":
-            self.held[key] = minus(self.held[key], amount, up=True)
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=True)
         if target == "consumed":
-            self.spent[key] = plus(self.spent[key], amount, up=True)
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=False)
         if source == "consumed":
-            self.spent[key] = minus(self.spent[key], amount, up=True)
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=True)
 
 
 def audit_database(db: Database, expect: str | None = None) -> AuditReport:

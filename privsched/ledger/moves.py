@@ -85,13 +85,13 @@ class Moves:
         (:mod:`privsched.budgets.exact`): the amount rounded down when it enters ``locked``
         or ``unlocked`` and up otherwise, so that rounding only ever refuses (a value on the
         grid, such as a submitted demand, moves exactly)."""
-        from privsched.budgets.exact import minus, plus, quantize
+        from privsched.budgets.exact import quantize
 
         amount = quantize(amount, up=target in ROUNDED_UP)
         balance = self.balances[block_id]
         if source is not None:
-            balance[source] = minus(balance[source], amount, up=source in ROUNDED_UP)
-        balance[target] = plus(balance[target], amount, up=target in ROUNDED_UP)
+            balance[source] = shifted(balance[source], amount, up=source in ROUNDED_UP, subtract=True)
+        balance[target] = shifted(balance[target], amount, up=target in ROUNDED_UP, subtract=False)
         self._dirty.add(block_id)
         self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason, detail)
 
@@ -164,6 +164,18 @@ class Moves:
             rows = [(last_id + i, *event) for i, event in enumerate(self.events, start=1)]
             self.db.conn.executemany(INSERT_EVENT, [(*row, digest) for row, digest in zip(rows, chain.extend(previous, rows))])
             self.events = []
+
+
+def shifted(balance: np.ndarray | float, amount: np.ndarray, *, up: bool, subtract: bool) -> np.ndarray:
+    """``balance ± amount``: in exact quanta when both are on the quantum grid, as every
+    balance of a ledger written since exact arithmetic is; in floats otherwise (a balance
+    written before keeps being added as it was, so that the audit's replay, which shifts
+    alike, agrees with it bit for bit)."""
+    from privsched.budgets.exact import minus, on_grid, plus
+
+    if on_grid(amount) and on_grid(balance):
+        return minus(balance, amount, up=up) if subtract else plus(balance, amount, up=up)
+    return balance - amount if subtract else balance + amount
 
 
 def settle(
