@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from privsched.budgets.bounds import MAX_ORDER
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -59,8 +61,8 @@ class Accounting:
             if not self.alphas:
                 raise ValueError("rdp accounting needs at least one order")
             alphas = [float(a) for a in self.alphas]
-            if not all(math.isfinite(a) and a > 1 for a in alphas):
-                raise ValueError("RDP orders must be finite and greater than 1")
+            if not all(math.isfinite(a) and 1 < a <= MAX_ORDER for a in alphas):
+                raise ValueError(f"RDP orders must be finite, greater than 1 and at most {MAX_ORDER:g}")
             if any(later <= earlier for earlier, later in zip(alphas, alphas[1:])):
                 raise ValueError("RDP orders must be strictly increasing")
 

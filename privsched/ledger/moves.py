@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from privsched.ledger.database import Database
 from privsched.ledger import chain
-from privsched.ledger.models import BUCKETS
+from privsched.ledger.models import BUCKETS, BlockSpec
 from privsched.ledger.schema import pack, unpack
 
 if TYPE_CHECKING:
@@ -95,16 +95,19 @@ class Moves:
         self._dirty.add(block_id)
         self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason, detail)
 
-    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, key: str, location: str | None) -> None:
+    def add_block(self, block_id: int, dataset_id: int, capacity: np.ndarray, spec: BlockSpec) -> None:
         """Register a block just inserted with empty balances; its capacity enters ``locked``
-        (the event's detail records the block's key and location)."""
+        (the event's detail records the block's key and location, and its data's SHA-256 and
+        row count when it has them)."""
         import numpy as np
 
         zero = np.zeros_like(capacity)
         self.balances[block_id] = {"capacity": capacity} | {name: zero for name in BUCKETS}
         self.states[block_id] = "active"
         self.datasets[block_id] = dataset_id
-        self.move(block_id, None, "locked", capacity, kind="create", detail=detail_text({"key": key, "location": location}))
+        fields: dict[str, Any] = {"key": spec.key, "location": spec.location}
+        fields |= {name: value for name, value in (("sha256", spec.sha256), ("rows", spec.rows)) if value is not None}
+        self.move(block_id, None, "locked", capacity, kind="create", detail=detail_text(fields))
 
     def state_event(
         self,

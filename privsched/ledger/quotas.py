@@ -109,6 +109,19 @@ class QuotaCheck:
         held = {team: {b: value(np.asarray(q)) for b, q in self.held(dataset_id, team).items()} for team in used}
         return TeamQuotas(teams=teams, shares={team: quoted[team] for team in used}, held=held)
 
+    def consumed(self, dataset_id: int, team: str) -> dict[int, np.ndarray]:
+        """What the team's ended pipelines consumed on each block of the dataset (block id →
+        vector): the part of what it holds that never comes back."""
+        found: dict[int, np.ndarray] = {}
+        for block_id, consumed in self.db.execute(
+            "SELECT e.block_id, e.consumed FROM demands e "
+            "JOIN pipelines p ON p.id = e.pipeline_id JOIN submissions s ON s.pipeline_id = p.id "
+            "WHERE p.dataset_id = ? AND s.team = ? AND p.state IN ('completed', 'failed') AND e.consumed IS NOT NULL",
+            [dataset_id, team],
+        ):
+            found[block_id] = found[block_id] + unpack(consumed) if block_id in found else unpack(consumed)
+        return found
+
     def refusal(
         self, pipeline_id: int, dataset_id: int, block_ids: list[int], demand: np.ndarray, capacity: np.ndarray, accounting: Accounting
     ) -> tuple[str, int] | None:

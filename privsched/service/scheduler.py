@@ -37,6 +37,7 @@ from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
+from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PipelineInfo
 from privsched.errors import validation_message
@@ -108,6 +109,7 @@ class Scheduler:
         self._reread = False  # the ledger refused a grant: the next tick reads everything again
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
+        self._fingerprints: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> SHA-256 of its data
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
         self._unsettled: dict[int, JobResult] = {}  # ended jobs whose settling the ledger refused for lack of space
 
@@ -358,7 +360,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id)) or self._data_problem(info)
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
@@ -437,6 +439,26 @@ class Scheduler:
             self._locations[info.dataset] = locations
         return {key: locations[key] for key in info.block_keys}
 
+    def _data_problem(self, info: PipelineInfo) -> str | None:
+        """A granted block whose data is missing or changed since it was registered (its
+        fingerprint, :mod:`privsched.ledger.fingerprints`), or None."""
+        fingerprints = self._fingerprints.get(info.dataset, {})
+        if any(key not in fingerprints for key in info.block_keys):
+            fingerprints = self._refresh_fingerprints(info.dataset)
+        locations = self._block_locations(info)
+        for key in info.block_keys:
+            problem = data_problem(locations[key], fingerprints[key])
+            if problem is not None:  # a user block may have grown since: its registered fingerprint decides
+                problem = data_problem(locations[key], self._refresh_fingerprints(info.dataset)[key])
+            if problem is not None:
+                return f"block {key!r}: {problem}"
+        return None
+
+    def _refresh_fingerprints(self, dataset: str) -> dict[str, str | None]:
+        fingerprints = {b.key: b.sha256 for b in self.ledger.list_blocks(dataset)}
+        self._fingerprints[dataset] = fingerprints
+        return fingerprints
+
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
         """What the granted job sees: its blocks and grant, the mechanism the ledger charged
         (typed, as ``plan``), the (ε, δ) and longest run it was submitted with, and its own
@@ -460,6 +482,9 @@ class Scheduler:
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
             epsilon=job.get("epsilon"),
             max_runtime=job.get("max_runtime"),
+            unit=dataset.unit,
+            user_column=dataset.user_column,
+            max_rows_per_user=dataset.max_rows_per_user,
         )
 
     def collect(self, now: float) -> list[int]:

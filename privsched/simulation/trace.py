@@ -37,7 +37,7 @@ from pydantic import (
     field_validator,
 )
 
-from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON
+from privsched.budgets.bounds import MAX_DEMAND, MAX_ORDER, MIN_EPSILON
 from privsched.budgets.fields import Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
@@ -128,7 +128,7 @@ class Trace(_Entry):
     validates it and compiles it for the simulator."""
 
     accounting: Literal["basic", "rdp"]
-    alphas: list[bounded(1.0, 1e4, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
+    alphas: list[bounded(1.0, MAX_ORDER, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
     blocks: list[TraceBlock]
     pipelines: list[TracePipeline]
     quotas: dict[Name, QuotaShare] | None = None
