@@ -28,17 +28,29 @@ the time of DP-SGD goes; a third times the secure and the one-draw noise alone (
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import tempfile
 import time
 
+import numpy as np
 import torch
 from opacus.optimizers import DPOptimizerFastGradientClipping
+from torch.utils.data import DataLoader, TensorDataset
 
 from privsched.jobs.records import read_block_files
-from privsched.trainers.dpsgd import Trainer, default_mode, fit, plain_trainer, private_trainer, train_heldout
+from privsched.trainers.dpsgd import (
+    Trainer,
+    default_mode,
+    fit,
+    initial_model,
+    make_optimizer,
+    plain_trainer,
+    private_trainer,
+    train_heldout,
+)
 from privsched.trainers.models import build_model
-from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, parse_job
+from privsched.trainers.plans import GRAD_SAMPLE_MODES, MODEL_NAMES, DPSGDJob, parse_job
 from privsched.trainers.secure_noise import SecureNoise
 from workloads.reviews import write_blocks
 
@@ -146,6 +158,116 @@ def per_step_ms(trainers: dict[str, Trainer], steps: int, repeats: int) -> dict[
     return {name: {part: 1e3 * statistics.median(values) for part, values in times.items()} for name, times in parts.items()}
 
 
+def click_table(rows: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """A synthetic events table: eight numeric features in [0, 1), two categorical ones
+    (10 and 100 categories) and a binary label that depends on some of them."""
+    rng = np.random.default_rng(seed)
+    table = {f"x{i}": rng.random(rows) for i in range(8)}
+    table["country"] = rng.integers(0, 10, rows)
+    table["campaign"] = rng.integers(0, 100, rows)
+    score = table["x0"] + table["x1"] - table["x2"] + (table["country"] < 3) - 0.5
+    table["clicked"] = (score + 0.3 * rng.standard_normal(rows) > 0.5).astype(np.int64)
+    return table
+
+
+def table_job(rows: int, batch: int, hidden: list[int]) -> DPSGDJob:
+    """The built-in tabular MLP job on :func:`click_table` at q = batch / rows."""
+    job = parse_job(
+        {
+            "kind": "dpsgd",
+            "model": "mlp",
+            "sample_rate": batch / rows,
+            "epochs": 1,
+            "expected_batch_size": batch,
+            "features": [*(f"x{i}" for i in range(8)), "country", "campaign"],
+            "label": "clicked",
+            "bounds": {f"x{i}": [0, 1] for i in range(8)},
+            "categories": {"country": list(range(10)), "campaign": list(range(100))},
+            "hidden": hidden,
+            **TRAINING,
+        }
+    )
+    assert isinstance(job, DPSGDJob)
+    return job
+
+
+def opacus_hooks(model: torch.nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device) -> Trainer:
+    """Opacus' own path: ``PrivacyEngine.make_private`` with its defaults (per-sample
+    gradients from hooks, Poisson sampling by its data loader), σ = 1."""
+    from opacus import PrivacyEngine
+
+    model.to(device)
+    loader = DataLoader(train, batch_size=int(job.expected_batch_size or 1))
+    module, optimizer, loader = PrivacyEngine().make_private(
+        module=model, optimizer=make_optimizer(model, job), data_loader=loader, noise_multiplier=1.0, max_grad_norm=job.max_grad_norm
+    )
+    return Trainer(model, module, optimizer, torch.nn.CrossEntropyLoss(), loader, device)  # type: ignore[arg-type]
+
+
+def data_parallel(fresh, train: TensorDataset, job: DPSGDJob, steps: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Median seconds of an epoch of DP-SGD on one gloo process and on ``args.workers``, at
+    the same global batch (timed between barriers after a warm-up epoch, without the
+    processes' start)."""
+    from privsched.trainers.distributed import train_distributed
+
+    out = {}
+    for workers in (1, args.workers):
+        runs = [train_distributed(fresh(), train, job, 1.0, steps, args.batch, workers, warmup=steps) for _ in range(args.repeats)]
+        seconds = [ranks[0]["seconds"] for ranks in runs]
+        out[f"DP-SGD on {workers} gloo process(es)"] = {"wall": statistics.median(seconds), "cpu": float("nan")}
+    return out
+
+
+def table(args: argparse.Namespace) -> None:
+    """Seconds per epoch of the tabular MLP: non-private, the built-in DP-SGD job's trainer,
+    Opacus' ``make_private`` defaults, and ``ctx.dp_sgd``'s trainer on a model the job
+    built itself, on the same encoded rows and expected batch."""
+    from privsched.trainers.code_training import plan_trainer
+    from privsched.trainers.networks import OneHotFeatures
+
+    device = torch.device(args.device)
+    hidden = [int(h) for h in args.hidden.split(",")]
+    job = table_job(args.rows, args.batch, hidden)
+    data, train, _ = train_heldout(click_table(args.rows), job)
+    job = job.model_copy(update={"sample_rate": args.batch / len(train)})
+    steps = int(1 / job.sample_rate)
+
+    def fresh() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return initial_model(job, data)
+
+    def users_own() -> torch.nn.Module:
+        torch.manual_seed(0)
+        layers: list[torch.nn.Module] = [OneHotFeatures(8, [11, 101])]
+        widths = [8 + 11 + 101, *hidden]
+        for before, after in zip(widths, widths[1:]):
+            layers += [torch.nn.Linear(before, after), torch.nn.ReLU()]
+        return torch.nn.Sequential(*layers, torch.nn.Linear(widths[-1], 2))
+
+    trainers = {
+        "non-private": plain_trainer(fresh(), train, job, device, args.batch),
+        "built-in DP-SGD": private_trainer(fresh(), train, job, 1.0, default_mode(fresh()), device, args.batch),
+        "Opacus make_private (hooks)": opacus_hooks(fresh(), train, job, device),
+        "ctx.dp_sgd": plan_trainer(users_own(), train, job, 1.0, device, args.batch),
+    }
+    times = dict(zip(trainers, epoch_seconds(list(trainers.values()), steps, args.repeats)))
+    if args.workers > 1:
+        times.update(data_parallel(fresh, train, job, steps, args))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    params = sum(p.numel() for p in trainers["non-private"].model.parameters())
+    print(
+        f"{len(train):,} training rows of {args.rows:,}, MLP {hidden} ({params:,} parameters), expected batch {args.batch}, "
+        f"{steps} steps per epoch, {name}, {torch.get_num_threads()} torch thread(s), median of {args.repeats}\n"
+    )
+    print("| training | s/epoch | ÷ non-private | CPU-time ÷ non-private | ÷ built-in DP-SGD |")
+    print("|---|---:|---:|---:|---:|")
+    base, ours = times["non-private"], times["built-in DP-SGD"]
+    for label, t in times.items():
+        cpu = "—" if math.isnan(t["cpu"]) else f"{t['cpu'] / base['cpu']:.2f}×"
+        ratios = f"{t['wall'] / base['wall']:.2f}× | {cpu} | {t['wall'] / ours['wall']:.2f}×"
+        print(f"| {label} | {t['wall']:.3f} | {ratios} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000, help="synthetic reviews (a fifth held out)")
@@ -155,8 +277,16 @@ def main() -> None:
     parser.add_argument("--models", default=",".join(MODEL_NAMES))
     parser.add_argument("--modes", default=",".join(GRAD_SAMPLE_MODES), help="clipping modes timed besides each model's default")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--table", action="store_true", help="time the tabular MLP instead of the review models")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows of the table (a fifth held out)")
+    parser.add_argument("--batch", type=int, default=1000, help="the table's expected batch size")
+    parser.add_argument("--hidden", default="128,128", help="the table's MLP hidden widths")
+    parser.add_argument("--workers", type=int, default=1, help="also time data-parallel DP-SGD on this many gloo processes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.table:
+        table(args)
+        return
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as tmp:
         records = read_block_files(write_blocks(tmp, days=1, per_day=args.records, seed=0))

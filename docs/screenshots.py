@@ -2,8 +2,10 @@
 
     ./dev demo && .venv/bin/python docs/screenshots.py [--db runs/demo/privsched.db] [--out docs/images]
 
-Works on a copy of the database (an admin user is added to the copy only), serves it on the
-loopback as ``privsched serve --listen`` does, and photographs the blocks and queue pages
+Works on a copy of the database and its run folders (an admin, a viewer and team ``research``'s quota of half of
+every block of ``reviews`` are added to the copy only, so the teams page has a row), serves it
+on the loopback as ``privsched serve --listen`` does, and photographs the blocks, pipelines,
+queue, teams and one pipeline's pages as the admin, and the audit page as the viewer (refused),
 in headless Chromium (Debian's ``chromium`` and ``chromium-driver``).
 """
 
@@ -19,12 +21,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from privsched import connect  # noqa: E402
 from privsched.ledger.identities import Identities  # noqa: E402
 from privsched.server.runner import Listen, http_api  # noqa: E402
+from privsched.service.rundirs import RunDirs  # noqa: E402
 from tests.support.dashboard import browser_missing, headless_chromium  # noqa: E402
 
-#: The pages photographed, by file name.
-PAGES = {"dashboard-blocks.png": "#blocks", "dashboard-queue.png": "#queue"}
+#: The pages photographed, by file name, and whose token opens them.
+PAGES = {
+    "dashboard-blocks.png": ("#blocks", "admin"),
+    "dashboard-pipelines.png": ("#pipelines", "admin"),
+    "dashboard-pipeline.png": ("#pipeline/{model}", "admin"),
+    "dashboard-queue.png": ("#queue", "admin"),
+    "dashboard-teams.png": ("#teams", "admin"),
+    "dashboard-refused.png": ("#audit", "viewer"),
+}
 
 
 def main() -> None:
@@ -40,16 +51,23 @@ def main() -> None:
         for suffix in ("", "-wal", "-shm"):
             if Path(f"{args.db}{suffix}").exists():
                 shutil.copy(f"{args.db}{suffix}", f"{copy}{suffix}")
+        runs = RunDirs(args.db).root  # what the jobs released and left: the result column, the model
+        if runs.is_dir():
+            shutil.copytree(runs, RunDirs(copy).root)
         with Identities(copy) as identities:
-            token = identities.add_user("screenshots", "admin")
+            tokens = {"admin": identities.add_user("screenshots", "admin"), "viewer": identities.add_user("viewer", "viewer")}
+        with connect(copy, create=False) as client:
+            model = max(info.id for info in client.list(states=["completed"]) if info.job.get("kind") == "dpsgd")
+            client.set_quota("reviews", "research", 0.5)
         browser = headless_chromium(Path(folder))
         try:
             with http_api(copy, Listen("127.0.0.1", 0)) as bound:
                 browser.get(bound.url + "/")
-                browser.execute_script("sessionStorage.setItem('privsched-token', arguments[0])", token)
                 args.out.mkdir(parents=True, exist_ok=True)
-                for name, page in PAGES.items():
-                    browser.get(f"{bound.url}/{page}")
+                for name, (page, role) in PAGES.items():
+                    browser.set_window_size(1280, 900)
+                    browser.execute_script("sessionStorage.setItem('privsched-token', arguments[0])", tokens[role])
+                    browser.get(f"{bound.url}/{page.format(model=model)}")
                     browser.refresh()  # start signed in
                     time.sleep(2.5)  # one poll of the page
                     height = browser.execute_script("return document.documentElement.scrollHeight")

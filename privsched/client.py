@@ -12,14 +12,17 @@ follow their runs, and (for notebooks and tests) run a scheduler in-process.
     run = train.submit(lr=0.1)                                 # keyword arguments -> ctx.params
     client.run_until_idle(policy="dpf-n", n=100)               # or `privsched serve` elsewhere
     run.wait(); print(run.status, run.consumed)
+    print(run.metrics); run.download("out/")                   # what it released, its model
 
 Every CLI command calls one method here (``privsched submit`` -> :meth:`Client.submit`,
-``status`` -> :meth:`Client.status`, ``serve`` -> :meth:`Client.serve`, ...).
+``status`` -> :meth:`Client.status`, ``result`` -> :meth:`Client.result`, ``download`` ->
+:meth:`Client.download`, ``serve`` -> :meth:`Client.serve`, ...).
 """
 
 from __future__ import annotations
 
 import builtins
+import getpass
 import os
 import sys
 import threading
@@ -27,13 +30,13 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, TypeAlias
 
 from privsched.blocks import BlockLike, block_spec
 from privsched.handles import PipelineHandle
 from privsched.ledger.errors import LedgerError
 from privsched.ledger.states import PipelineState
-from privsched.readouts import BudgetReads
+from privsched.readouts import BudgetReads, QuotaUsage, demand_share
 from privsched.service.rundirs import RunDirs
 
 # What a command that only reads (``privsched list``, ``status``) does not use is imported
@@ -42,12 +45,14 @@ from privsched.service.rundirs import RunDirs
 if TYPE_CHECKING:
     import numpy as np
 
+    from privsched.data.importer import ImportReport
     from privsched.jobs.runner import JobResult
-    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, Event, Ledger, PipelineInfo, PipelineRequest
+    from privsched.ledger import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, Ledger, PipelineInfo, PipelineRequest
     from privsched.ledger.identities import Identities
+    from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.resources import Pool
-    from privsched.service.serve import ServeOptions, ServeSummary
+    from privsched.service.serve import ServeOptions, ServeSummary, Startup
     from privsched.service.waiting import WaitingReason
     from privsched.spec import BlockSelector, PipelineSpec
 
@@ -109,19 +114,9 @@ class Run(PipelineHandle):
         return self.info.message
 
     @property
-    def result(self) -> JobResult | None:
-        """What the job process reported (metrics included), once it has ended."""
-        from privsched.jobs.runner import JobResult
-
-        try:
-            return JobResult.from_json(self.client.runs.result(self.id).read_text())
-        except (OSError, ValueError, KeyError):
-            return None
-
-    @property
-    def metrics(self) -> dict[str, Any]:
-        result = self.result
-        return result.metrics if result is not None else {}
+    def job_result(self) -> JobResult | None:
+        """What the job's supervisor wrote of how it ended, once it has (None before)."""
+        return self.client.job_result(self.id)
 
 
 class PipelineFunction:
@@ -198,11 +193,28 @@ class Client(BudgetReads):
         conversion: str = "paper",
         *,
         actor: str | None = None,
+        unit: str = "record",
+        user_column: str | None = None,
+        max_rows_per_user: int | None = None,
     ) -> DatasetInfo:
-        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2).
+        """A dataset whose every block guarantees (ε_G, δ_G)-DP (docs/design.md §3.2) to its
+        ``unit``: a record, or a person named by ``user_column`` (``user``: across the whole
+        dataset; ``user-time``: in each period), every read holding at most
+        ``max_rows_per_user`` rows of a person (docs/privacy.md "Units").
         ``actor`` (here and in every write): who the ledger records as causing it (default:
         the operator, :class:`~privsched.ledger.Ledger`)."""
-        return self.ledger.create_dataset(name, epsilon, delta, accounting, alphas=alphas, conversion=conversion, actor=actor)
+        return self.ledger.create_dataset(
+            name,
+            epsilon,
+            delta,
+            accounting,
+            alphas=alphas,
+            conversion=conversion,
+            actor=actor,
+            unit=unit,
+            user_column=user_column,
+            max_rows_per_user=max_rows_per_user,
+        )
 
     def datasets(self) -> list[DatasetInfo]:
         return self.ledger.list_datasets()
@@ -214,6 +226,49 @@ class Client(BudgetReads):
         """Add blocks given as keys, ``(key, location)`` pairs, dicts or :class:`BlockSpec`,
         with ``unlocked`` × capacity unlocked at once."""
         return self.ledger.add_blocks(dataset, [block_spec(b) for b in blocks], unlocked_fraction=unlocked, actor=actor)
+
+    def import_blocks(
+        self,
+        dataset: str,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        by: str | None = None,
+        every: str | None = None,
+        partitions: int | None = None,
+        store: str | os.PathLike | None = None,
+        bounds: Mapping[str, tuple[float, float]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+        unlocked: float = 0.0,
+        actor: str | None = None,
+    ) -> ImportReport:
+        """Import a CSV, Parquet or JSON Lines file (or several, one transaction) into
+        ``dataset``: one sealed Parquet block per value of column ``by``, or per ``every``
+        day, week or month of it, in the block store (default ``<db>.blocks/``). ``bounds``
+        and ``categories`` declare public column bounds and values at the first import
+        (docs/design.md §9). A user-unit dataset's rows go to ``partitions`` user blocks
+        (fixed at its first import; per period of ``by`` for ``user-time``), each person's
+        always to the same one (:mod:`privsched.data.people`)."""
+        from privsched.data.importer import import_blocks
+
+        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        return import_blocks(
+            self.ledger,
+            dataset,
+            paths,
+            by=by,
+            every=every,
+            partitions=partitions,
+            store=store,
+            bounds=bounds,
+            categories=categories,
+            unlocked=unlocked,
+            actor=actor,
+        )
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's columns, types and declared public bounds and categories (None until
+        its first import)."""
+        return self.ledger.dataset_schema(dataset)
 
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self.ledger.list_blocks(dataset, active_only=active_only)
@@ -254,6 +309,23 @@ class Client(BudgetReads):
             return PipelineSpec.parse(dict(spec))
         return load_spec(os.fspath(spec))
 
+    def _declared_bounds(self, spec: PipelineSpec) -> PipelineSpec:
+        """A statistic without ``bounds`` on a column its dataset declared public bounds for
+        takes those bounds (docs/design.md §9); any other spec is returned as it is."""
+        params = spec.job.params
+        if spec.job.kind != "statistic" or params.get("bounds") is not None or not isinstance(params.get("column"), str):
+            return spec
+        if params.get("query", "count") == "count":
+            return spec
+        try:
+            schema = self.ledger.dataset_schema(spec.dataset)
+        except LedgerError:  # an unknown dataset: refused, with its own message, when the request is built
+            return spec
+        if schema is None or params["column"] not in schema.bounds:
+            return spec
+        job = spec.job.model_copy(update={"params": {**params, "bounds": list(schema.bounds[params["column"]])}})
+        return spec.model_copy(update={"job": job})
+
     def submit(
         self, spec: SpecLike, *, owner: str | None = None, claim: Callable[[list[int]], None] | None = None, actor: str | None = None
     ) -> Run:
@@ -278,32 +350,86 @@ class Client(BudgetReads):
         return [Run(self, i) for i in ids]
 
     def requests(self, specs: Iterable[SpecLike], *, owner: str | None = None) -> list[PipelineRequest]:
-        """The ledger claims of ``specs`` (demands computed, compute checked), not yet recorded."""
-        from privsched.service.submissions import build_request
+        """The ledger claims of ``specs`` (demands computed, compute checked, code jobs
+        checked by their preflight once everything else passed), not yet recorded."""
+        from privsched.service.submissions import build_request, checked_code
 
-        parsed = [self._spec(s) for s in specs]
+        parsed = [self._declared_bounds(self._spec(s)) for s in specs]
         datasets: dict[str, DatasetInfo] = {}
         blocks: dict[str, list[BlockInfo]] = {}
-        requests = []
         pool = self.pool()
+
+        def request(spec: PipelineSpec) -> PipelineRequest:
+            return build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner)
+
+        requests = []
         for spec in parsed:
             if spec.dataset not in datasets:
                 datasets[spec.dataset] = self.ledger.get_dataset(spec.dataset)
             if not isinstance(spec.blocks, list) and spec.dataset not in blocks:  # explicit keys need no listing
                 blocks[spec.dataset] = self.ledger.list_blocks(spec.dataset)
-            requests.append(build_request(spec, datasets[spec.dataset], blocks.get(spec.dataset, []), pool, owner))
+            requests.append(request(spec))
+        if any(spec.job.function for spec in parsed):  # the costly check last
+            protected = self._protected()
+            checked: dict[str, str | None] = {}
+            requests = [request(checked_code(spec, protected, checked)) if spec.job.function else r for spec, r in zip(parsed, requests)]
         return requests
 
-    def dry_run(self, spec: SpecLike, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
-        from privsched.service.dryrun import dry_run
-        from privsched.service.submissions import build_request
+    def _protected(self) -> builtins.list[str]:
+        """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""
+        from privsched.service.preflight import protected_paths
 
-        parsed = self._spec(spec)
+        return protected_paths(self.path, self.runs.root, [b.location for b in self.ledger.list_blocks()])
+
+    def dry_run(self, spec: SpecLike, *, owner: str | None = None, team: str | None = None) -> DryRun:
+        """What submitting ``spec`` would claim and whether it would be granted: fits now,
+        waits (and why) or can never fit, weighing ``team``'s quota (the submitter's team, if
+        any); writes nothing (:mod:`privsched.service.dryrun`)."""
+        from privsched.service.dryrun import dry_run
+        from privsched.service.submissions import build_request, checked_code
+
+        parsed = self._declared_bounds(self._spec(spec))
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
-        request = build_request(parsed, dataset, blocks, self.pool(), owner)
-        return dry_run(request, dataset, blocks, parsed.delta)
+        compute = self.pool().refusal(parsed.resources)
+        build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
+        request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
+        quota = None if team is None else self._quota(dataset, blocks, team)
+        return dry_run(request, dataset, blocks, quota=quota, compute=compute)
+
+    def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
+        """Every team quota (on ``dataset`` only, of ``team`` only, when given) with what the
+        team holds and has consumed, each as the largest share of a block's capacity."""
+        infos = [self.dataset(dataset)] if dataset is not None else self.datasets()
+        found = []
+        for info in infos:
+            with self._identities() as identities:
+                shares = identities.quotas(info.id)
+            blocks = self.blocks(info.name)
+            for name, share in shares.items():
+                quota = self._quota(info, blocks, name) if team in (None, name) else None
+                if quota is not None:
+                    held, consumed = ([demand_share(v, info) for v in part.values()] for part in (quota.held, quota.consumed))
+                    found.append(QuotaUsage(info.name, name, share, max(held, default=0.0), max(consumed, default=0.0)))
+        return found
+
+    def _quota(self, dataset: DatasetInfo, blocks: builtins.list[BlockInfo], team: str) -> Any:
+        """``team``'s :class:`~privsched.service.dryrun.Quota` on ``dataset``, or None without one."""
+        from privsched.ledger.connection import open_database
+        from privsched.ledger.quotas import QuotaCheck
+        from privsched.service.dryrun import Quota
+
+        keys = {b.id: b.key for b in blocks}
+        db = open_database(self.path, create=False)  # its own connection, as reasons() takes
+        try:
+            check = QuotaCheck.load(db)
+            if check is None or (dataset.id, team) not in check.shares:
+                return None
+            held = {keys[b]: v for b, v in check.held(dataset.id, team).items() if b in keys}
+            consumed = {keys[b]: v for b, v in check.consumed(dataset.id, team).items() if b in keys}
+            return Quota(team, check.shares[(dataset.id, team)], held, consumed)  # type: ignore[arg-type]
+        finally:
+            db.close()
 
     def pipeline(
         self,
@@ -351,8 +477,19 @@ class Client(BudgetReads):
         self.ledger.get_pipeline(pipeline_id)
         return Run(self, pipeline_id)
 
-    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
-        return self.ledger.list_pipelines(states=states, dataset=dataset)
+    def list(
+        self,
+        states: Iterable[str] | None = None,
+        dataset: str | None = None,
+        *,
+        owner: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+    ) -> list[PipelineInfo]:
+        """Pipelines, oldest first: only those in ``states``, on ``dataset``, of ``owner`` (or
+        with ``mine`` of this machine's user, the local submitter), the ``limit`` most recent."""
+        found = self.ledger.list_pipelines(states=states, dataset=dataset)
+        return filter_pipelines(found, owner=getpass.getuser() if mine else owner, limit=limit)
 
     def status(self, pipeline_id: int) -> PipelineInfo:
         return self.ledger.get_pipeline(pipeline_id)
@@ -398,6 +535,48 @@ class Client(BudgetReads):
             raise
         self.runs.request_cancel(pipeline_id)
         return "cancelling"
+
+    def job_result(self, pipeline_id: int) -> JobResult | None:
+        """What the job's supervisor wrote of how it ended (None before it has, or when it
+        wrote nothing)."""
+        from privsched.jobs.runner import JobResult
+
+        try:
+            return JobResult.from_json(self.runs.result(pipeline_id).read_text())
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def result(self, pipeline_id: int) -> PipelineResult:
+        """What a pipeline released (its job's metrics and primitives' values), its charge per
+        block as ε at the dataset's δ_G, its state and reason, and its artifacts (listed once
+        it has ended). The local operator reads every pipeline's."""
+        from privsched.results import pipeline_result
+
+        info = self.status(pipeline_id)
+        artifacts = self.runs.artifacts(pipeline_id) if info.state.is_final() else []
+        return pipeline_result(info, self.dataset(info.dataset), self.job_result(pipeline_id), artifacts, info.message)
+
+    def open_artifact(self, pipeline_id: int, name: str) -> tuple[BinaryIO, int]:
+        """A file an ended pipeline's job left in its work folder, open for reading, and its
+        size (:meth:`~privsched.service.rundirs.RunDirs.open_artifact` says which are refused)."""
+        from privsched.errors import NotFound
+
+        if not self.status(pipeline_id).state.is_final():
+            raise NotFound(f"pipeline {pipeline_id} has not ended: its artifacts are not ready")
+        return self.runs.open_artifact(pipeline_id, name)
+
+    def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> builtins.list[Path]:
+        """Copy an ended pipeline's artifacts (all, or ``names``) into the folder ``out``,
+        each under its name there; returns the files written."""
+        from privsched.results import save_artifact
+
+        wanted = [a.name for a in self.result(pipeline_id).artifacts] if names is None else builtins.list(names)
+        written = []
+        for name in wanted:
+            stream, _ = self.open_artifact(pipeline_id, name)
+            with stream:
+                written.append(save_artifact(Path(out), name, iter(lambda: stream.read(1 << 20), b"")))
+        return written
 
     def log_path(self, pipeline_id: int) -> Path:
         self.ledger.get_pipeline(pipeline_id)
@@ -535,13 +714,15 @@ class Client(BudgetReads):
 
         return Identities(self.path)
 
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        """Create a user of the HTTP API and return its bearer token (shown only this once)."""
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        """Create a user of the HTTP API and return its bearer token (shown only this once);
+        ``code``: a submitter that may submit code jobs (``function:``)."""
         with self._identities() as identities:
-            return identities.add_user(name, role, team)
+            return identities.add_user(name, role, team, code=code)
 
     def users(self) -> builtins.list[dict[str, Any]]:
-        """Every user: name, role, team, created_at and revoked_at (None while valid)."""
+        """Every user: name, role, team, created_at, revoked_at (None while valid) and code
+        (whether it may submit code jobs)."""
         with self._identities() as identities:
             return [vars(user) for user in identities.users()]
 
@@ -549,6 +730,12 @@ class Client(BudgetReads):
         """Revoke a user's token: every request with it is refused from now on."""
         with self._identities() as identities:
             identities.revoke(name)
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        """Allow a submitter to submit code jobs, or deny it again (recorded in the user
+        changes); returns the user afterwards."""
+        with self._identities() as identities:
+            return vars(identities.set_code(name, allowed))
 
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold (allocated plus consumed) on each block of ``dataset``
@@ -566,6 +753,7 @@ class Client(BudgetReads):
         *,
         stop: threading.Event | None = None,
         log: Callable[[str], None] | None = None,
+        on_start: Callable[[Startup], None] | None = None,
         **fields: Any,
     ) -> ServeSummary:
         """Run a scheduler on this database in this process (what ``privsched serve`` does).
@@ -576,15 +764,24 @@ class Client(BudgetReads):
         confining jobs, ``landlock`` by default or ``none``: see ``docs/sandbox.md``;
         ``allow_network`` letting jobs that ask for it keep TCP access). Returns a :class:`~privsched.service.serve.ServeSummary`
         when ``stop`` is set or, with ``until_idle``, when nothing more can happen without
-        new submissions."""
+        new submissions. ``on_start`` is given the :class:`~privsched.service.serve.Startup`
+        once the scheduler holds the database (a second scheduler fails before it)."""
         from privsched.service.serve import ServeOptions, serve_with
 
         if isinstance(options, str):
             options = ServeOptions.parse(policy=options, **fields)
         elif fields:
             raise TypeError("give the serve options either as ServeOptions or as keywords, not both")
-        return serve_with(self.path, options, stop=stop, log=log)
+        return serve_with(self.path, options, stop=stop, log=log, on_start=on_start)
 
     def run_until_idle(self, policy: str = "fcfs", **options: Any) -> ServeSummary:
         """Serve until every pipeline that can progress has ended (notebooks, tests)."""
         return self.serve(policy, until_idle=True, **options)
+
+
+def filter_pipelines(pipelines: list[PipelineInfo], *, owner: str | None = None, limit: int | None = None) -> list[PipelineInfo]:
+    """``pipelines`` (oldest first) of ``owner`` only, and the ``limit`` most recent of them."""
+    if limit is not None and limit < 1:
+        raise LedgerError(f"limit must be a positive number of pipelines, got {limit}")
+    kept = [p for p in pipelines if owner is None or p.owner == owner]
+    return kept if limit is None else kept[-limit:]

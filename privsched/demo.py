@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from privsched.budgets.curves import rdp_to_epsilon
-from privsched.ledger.models import PipelineInfo
+from privsched.ledger.models import DatasetInfo, PipelineInfo
+from privsched.readouts import readout
 
 #: Marks a folder as written by the demo, so that a rerun may clear it.
 MARKER = ".privsched-demo"
@@ -170,15 +170,11 @@ def serve_with_progress(client, config: DemoConfig, ids: list[int], console) -> 
     return time.monotonic() - started
 
 
-def epsilon_of(vector: np.ndarray | None, info: PipelineInfo, accounting, dataset_delta: float) -> float | None:
-    """A budget vector as one ε: under RDP converted at the pipeline's δ (the dataset's for a
-    pure-ε mechanism); under basic accounting its ε."""
-    if vector is None:
-        return None
-    if not accounting.is_rdp:
-        return float(vector[0])
-    delta = float(info.job.get("delta") or 0.0) or dataset_delta
-    return rdp_to_epsilon(vector, accounting.alphas, delta)[0]
+def epsilon_of(vector: np.ndarray, dataset: DatasetInfo) -> float:
+    """A charged budget vector as one ε, as every charged curve is shown: under RDP what the
+    curve converts to on the dataset's orders at its δ_G (:func:`privsched.readouts.readout`);
+    under basic accounting its ε."""
+    return readout(vector, dataset).epsilon
 
 
 def baselines(client, infos: list[PipelineInfo]) -> dict[int, float]:
@@ -251,7 +247,7 @@ def report(client, ids: list[int], console) -> None:
 
     dataset = client.ledger.get_dataset("reviews")
     infos = [client.status(i) for i in ids]
-    table = Table(title="Pipelines (ε at δ = 1e-9 for models, at the dataset's δ for statistics)")
+    table = Table(title=f"Pipelines (ε: the charged curve at the dataset's δ_G = {dataset.delta:g})")
     for column in ("id", "name", "blocks", "status", "ε granted", "ε consumed", "result", "run time"):
         table.add_column(column, justify="right" if column in ("id", "blocks", "ε granted", "ε consumed") else "left")
     for info in infos:
@@ -265,8 +261,8 @@ def report(client, ids: list[int], console) -> None:
             info.name,
             str(len(info.block_keys)),
             info.state,
-            f"{epsilon_of(demand, info, dataset.accounting, dataset.delta):.2f}" if granted else "-",
-            f"{epsilon_of(consumed, info, dataset.accounting, dataset.delta):.2f}" if consumed is not None else "-",
+            f"{epsilon_of(demand, dataset):.2f}" if granted else "-",
+            f"{epsilon_of(consumed, dataset):.2f}" if consumed is not None else "-",
             result_text(run.metrics) or info.message or WAITING.get(info.state, ""),
             f"{seconds:.1f} s" if seconds is not None else "-",
         )
@@ -274,14 +270,14 @@ def report(client, ids: list[int], console) -> None:
 
     accuracy = baselines(client, infos)
     models = Table(title="DP-SGD models against the same model trained without privacy")
-    for column in ("name", "ε", "blocks", "private accuracy", "non-private accuracy"):
+    for column in ("name", "ε charged", "blocks", "private accuracy", "non-private accuracy"):
         models.add_column(column)
     for info in infos:
         if info.id in accuracy:
             metrics = client.run(info.id).metrics
             models.add_row(
                 info.name,
-                f"{info.job['epsilon']:g}",
+                f"{epsilon_of(next(iter(info.demands.values())), dataset):.2f}",
                 str(len(info.block_keys)),
                 f"{metrics['heldout_accuracy']:.3f}",
                 f"{accuracy[info.id]:.3f}",

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import time
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:  # the data classes load NumPy, which a remote submission never needs
     from privsched.ledger.models import PipelineInfo
     from privsched.ledger.states import PipelineState
+    from privsched.results import PipelineResult
 
 H = TypeVar("H", bound="PipelineHandle")
 
@@ -20,6 +24,10 @@ class PipelineSource(Protocol):
     def cancel(self, pipeline_id: int) -> str: ...
 
     def logs(self, pipeline_id: int) -> str: ...
+
+    def result(self, pipeline_id: int) -> PipelineResult: ...
+
+    def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> list[Path]: ...
 
 
 class PipelineHandle:
@@ -62,3 +70,17 @@ class PipelineHandle:
 
     def logs(self) -> str:
         return self.client.logs(self.id)
+
+    @property
+    def result(self) -> PipelineResult:
+        """What the pipeline released, what it was charged, and its artifacts."""
+        return self.client.result(self.id)
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        """What its job released (empty before it ends)."""
+        return self.result.metrics
+
+    def download(self, out: str | os.PathLike, names: Sequence[str] | None = None) -> list[Path]:
+        """Copy its artifacts (all, or ``names``) into the folder ``out``; the files written."""
+        return self.client.download(self.id, out, names)

@@ -1,5 +1,6 @@
 """Budgets read as (ε, δ) for people: every block's balances (``privsched budget show``)
-and a pipeline's demand and consumption per block (``privsched status``).
+and a pipeline's demand and consumption per block (``privsched status``), and each as a
+share of the block's capacity (:func:`block_shares`, :func:`demand_share`).
 
 The local and the remote client share these reads (:class:`BudgetReads`): both compute
 them here from what the ledger records about budgets and grants, which the privacy
@@ -33,6 +34,95 @@ def readout(vector: np.ndarray, dataset: DatasetInfo) -> Readout:
     from privsched.budgets.readout import as_epsilon_delta  # NumPy: not at import (the remote CLI)
 
     return Readout(*as_epsilon_delta(vector, dataset.accounting, dataset.capacity, dataset.delta))
+
+
+@dataclass(frozen=True)
+class Shares:
+    """A block's budget as fractions of its capacity, all read in one dimension (``at``), so
+    that ``consumed + allocated + left = 1`` and ``left = locked + unlocked``."""
+
+    at: str  # the dimension read: "α=8" under RDP, "ε" or "δ" under basic accounting
+    consumed: float
+    allocated: float
+    left: float  # capacity − allocated − consumed, not yet given out
+    unlocked: float  # the part of ``left`` grantable now
+
+
+def block_shares(block: BlockInfo, dataset: DatasetInfo) -> Shares:
+    """``block``'s balances as fractions of its capacity in the dimension that bounds what it
+    can still give: under RDP the live order with the largest share left (a demand fits the
+    block if it fits at some live order, docs/design.md §3.3; Luo et al., OSDI'21 §4.2),
+    under basic accounting the one of ε and δ with the smallest share left (a demand must
+    fit both). A block with no live order has nothing left."""
+    import numpy as np
+
+    accounting = dataset.accounting
+    capacity = np.asarray(block.capacity, dtype=float)
+    live = accounting.live(capacity) & (capacity > 0)
+    if not live.any():
+        return Shares("-", 1.0, 0.0, 0.0, 0.0)
+    left = accounting.shares(block.remaining, capacity)
+    if accounting.is_rdp:
+        index = int(np.argmax(np.where(live, left, -np.inf)))
+    else:
+        index = int(np.argmin(np.where(live, left, np.inf)))
+    scale = capacity[index]
+    return Shares(
+        accounting.dimension_labels()[index],
+        float(block.consumed[index] / scale),
+        float(block.allocated[index] / scale),
+        float(block.remaining[index] / scale),
+        float(block.unlocked[index] / scale),
+    )
+
+
+def demand_share(demand: np.ndarray, dataset: DatasetInfo) -> float:
+    """The fraction of a block's capacity that ``demand`` takes: under RDP its smallest share
+    over the live orders (the order where it costs the block least, where an RDP demand is
+    served, docs/design.md §3.3), under basic accounting its larger share of ε and δ (both
+    must fit). Infinite for a demand no live order can hold."""
+    import numpy as np
+
+    capacity = dataset.capacity
+    live = dataset.accounting.live(capacity) & (np.asarray(capacity) > 0)
+    if not live.any():
+        return float("inf")
+    shares = dataset.accounting.shares(demand, capacity)[live]
+    return float(shares.min() if dataset.accounting.is_rdp else shares.max())
+
+
+def demand_text(epsilon: float, share: float, key: str) -> str:
+    """A demand on one block as people read it: "ε = 0.1 → 1.1 % of block 2026-11-08"."""
+    taken = "more than its capacity" if share > 1 else f"{100 * share:.2g} %"
+    return f"ε = {epsilon:.4g} → {taken} of block {key}"
+
+
+def tenths(parts: tuple[float, ...]) -> tuple[int, ...]:
+    """Fractions that sum to 1 as whole tenths of a percent that sum to exactly 1000, each
+    within 0.1 % of its value (largest remainder rounding, Hamilton's method): the
+    percentages printed for a block add up to 100.0 %."""
+    scaled = [max(part, 0.0) * 1000 for part in parts]
+    total = sum(scaled)
+    if total <= 0:
+        return tuple(0 for _ in parts)
+    scaled = [value * 1000 / total for value in scaled]
+    floors = [int(value) for value in scaled]
+    order = sorted(range(len(parts)), key=lambda i: scaled[i] - floors[i], reverse=True)
+    for i in order[: 1000 - sum(floors)]:
+        floors[i] += 1
+    return tuple(floors)
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """A team's quota on a dataset and how much of it is taken, each as a share of a block's
+    capacity: the largest over the dataset's blocks of :func:`demand_share`."""
+
+    dataset: str
+    team: str
+    share: float  # the quota: the share of each block's capacity the team may hold
+    held: float  # granted, running and consumed
+    consumed: float  # the part of ``held`` spent for good
 
 
 def _balance(name: str) -> cached_property[Readout]:

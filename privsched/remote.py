@@ -17,19 +17,23 @@ import builtins
 import http.client
 import json
 import os
+import select
 import ssl
 import time
 import types
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from privsched.errors import PrivschedError
 from privsched.handles import PipelineHandle
-from privsched.readouts import BudgetReads
+from privsched.readouts import BudgetReads, QuotaUsage
 
 if TYPE_CHECKING:
-    from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, Event, PipelineInfo
+    from privsched.data.importer import ImportReport
+    from privsched.ledger.models import AuditReport, BlockInfo, DatasetInfo, DatasetSchema, Event, PipelineInfo
+    from privsched.results import PipelineResult
     from privsched.service.dryrun import DryRun
     from privsched.service.waiting import WaitingReason
 
@@ -135,6 +139,19 @@ def _json_values(value: Any) -> bool:
     return True
 
 
+def _closed_by_server(conn: http.client.HTTPConnection) -> bool:
+    """Whether the server has closed an idle keep-alive connection (as it does after its
+    keep-alive timeout): its socket reads as ready while no answer is due. A request sent on
+    it would be lost, so a new connection is opened (urllib3 checks the same before reuse)."""
+    sock = conn.sock
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
+
+
 class RemoteClient(BudgetReads):
     """The methods of :class:`privsched.client.Client`, served by a privsched server."""
 
@@ -165,6 +182,8 @@ class RemoteClient(BudgetReads):
 
     # -- transport ------------------------------------------------------------------------------
     def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is not None and _closed_by_server(self._conn):
+            self.close()
         if self._conn is None:
             host, port = self._parts.hostname or "", self._parts.port
             if self._context is not None:
@@ -176,9 +195,25 @@ class RemoteClient(BudgetReads):
     def request(
         self, method: str, path: str, body: Any = None, query: Mapping[str, Any] | None = None, *, retry: bool | None = None
     ) -> Any:
-        """One API call: the decoded JSON answer, or :class:`RemoteError`. A dropped
-        keep-alive connection is reopened and a request that is safe to repeat (reads, and
+        """One API call: the decoded JSON answer, or :class:`RemoteError`. A keep-alive
+        connection the server closed while idle is replaced before sending; one dropped
+        during the call is reopened and a request that is safe to repeat (reads, and
         submissions with an id) is sent again once."""
+        response, data = self._send(method, path, body, query, retry)
+        return self._answer(response, data)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        query: Mapping[str, Any] | None = None,
+        retry: bool | None = None,
+        *,
+        whole: bool = True,
+    ) -> tuple[http.client.HTTPResponse, bytes]:
+        """Send one request and read its answer's status and headers, and its body when
+        ``whole`` (else the caller reads it, then calls :meth:`_done`); see :meth:`request`."""
         target = self._parts.path.rstrip("/") + path
         if query:
             target += "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
@@ -194,19 +229,51 @@ class RemoteClient(BudgetReads):
                 conn = self._connection()
                 conn.request(method, target, body=payload, headers=headers)
                 response = conn.getresponse()
-                data = response.read()
+                data = response.read() if whole or response.status >= 400 else b""
                 break
             except (ConnectionError, http.client.HTTPException, OSError) as exc:
                 self.close()
                 if attempt == 0 and repeat and not isinstance(exc, (TimeoutError, ssl.SSLCertVerificationError)):
                     continue
                 raise RemoteError(f"cannot reach privsched server at {self.url}: {exc}") from None
+        if whole or response.status >= 400:
+            self._done(response)
+        return response, data
+
+    def _done(self, response: http.client.HTTPResponse) -> None:
+        """Close the connection after an answer whose server closes it."""
         if response.will_close:
             self.close()
+
+    def _answer(self, response: http.client.HTTPResponse, data: bytes) -> Any:
+        """An answer's decoded JSON, or :class:`RemoteError` for a refusal."""
         try:
             answer = json.loads(data) if data else None
         except ValueError:
             raise RemoteError(f"server answered {response.status} with a body that is not JSON", response.status) from None
+        if response.status >= 400:
+            message = answer.get("error") if isinstance(answer, dict) else None
+            raise RemoteError(message or f"server answered {response.status}", response.status)
+        return answer
+
+    def upload(self, path: str, handle: Any, query: Mapping[str, Any]) -> Any:
+        """POST a file's bytes (streamed, never retried) and decode the JSON answer."""
+        target = self._parts.path.rstrip("/") + path + "?" + urlencode({k: v for k, v in query.items() if v is not None}, doseq=True)
+        headers = {"Accept": "application/json", "Content-Type": "application/octet-stream"}
+        headers["Content-Length"] = str(os.fstat(handle.fileno()).st_size)
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        try:
+            conn = self._connection()
+            conn.request("POST", target, body=handle, headers=headers)
+            response = conn.getresponse()
+            data = response.read()
+        except (ConnectionError, http.client.HTTPException, OSError) as exc:
+            self.close()
+            raise RemoteError(f"cannot reach privsched server at {self.url}: {exc}") from None
+        if response.will_close:
+            self.close()
+        answer = json.loads(data) if data else None
         if response.status >= 400:
             message = answer.get("error") if isinstance(answer, dict) else None
             raise RemoteError(message or f"server answered {response.status}", response.status)
@@ -226,6 +293,10 @@ class RemoteClient(BudgetReads):
         alphas: Sequence[float] | None = None,
         conversion: str = "paper",
         teams: Sequence[str] = (),
+        *,
+        unit: str = "record",
+        user_column: str | None = None,
+        max_rows_per_user: int | None = None,
     ) -> DatasetInfo:
         body = {
             "name": name,
@@ -235,6 +306,9 @@ class RemoteClient(BudgetReads):
             "alphas": None if alphas is None else list(alphas),
             "conversion": conversion,
             "teams": list(teams),
+            "unit": unit,
+            "user_column": user_column,
+            "max_rows_per_user": max_rows_per_user,
         }
         return _models().DatasetOut.model_validate(self.request("POST", "/v1/datasets", body)).info()
 
@@ -252,6 +326,49 @@ class RemoteClient(BudgetReads):
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/blocks", body)
         return [_models().BlockOut.model_validate(b).info() for b in answer]
 
+    def import_blocks(
+        self,
+        dataset: str,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        by: str | None = None,
+        every: str | None = None,
+        partitions: int | None = None,
+        bounds: Mapping[str, Sequence[float]] | None = None,
+        categories: Mapping[str, Sequence[str]] | None = None,
+        unlocked: float = 0.0,
+        store: str | os.PathLike | None = None,
+    ) -> ImportReport:
+        """Upload one table file (.csv, .parquet or .jsonl) to be imported as the local
+        client's :meth:`~privsched.client.Client.import_blocks` does (administrators only;
+        the server keeps the blocks in its own block store)."""
+        if store is not None:
+            raise RemoteError("a server keeps imported blocks in its own block store: --store is for a local database")
+        files = [path] if isinstance(path, (str, os.PathLike)) else list(path)
+        if len(files) != 1:
+            raise RemoteError("a server imports one file per request")
+        from privsched.data.tables import file_format
+
+        name = os.fspath(files[0])
+        kind = file_format(Path(name))
+        query: dict[str, Any] = {"by": by, "every": every, "partitions": partitions, "format": kind, "unlocked": unlocked}
+        query["bounds"] = [f"{column}={low!r}:{high!r}" for column, (low, high) in (bounds or {}).items()]
+        query["categories"] = [f"{column}={','.join(values)}" for column, values in (categories or {}).items()]
+        try:
+            with open(name, "rb") as handle:
+                answer = self.upload(f"/v1/datasets/{quote(dataset, safe='')}/import", handle, query)
+        except OSError as exc:
+            raise RemoteError(f"{name}: {exc.strerror or exc}") from None
+        return _models().ImportOut.model_validate(answer).report()
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's columns and declared public bounds and categories (None until its
+        first import)."""
+        from privsched.ledger.models import DatasetSchema
+
+        table = self.request("GET", f"/v1/datasets/{quote(dataset, safe='')}").get("table")
+        return None if table is None else DatasetSchema.from_dict(table)
+
     def blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         answer = self.request("GET", "/v1/blocks", query={"dataset": dataset, "active_only": active_only})
         return [_models().BlockOut.model_validate(b).info() for b in answer]
@@ -260,6 +377,12 @@ class RemoteClient(BudgetReads):
         body = {"fraction": fraction, "keys": None if keys is None else list(keys)}
         answer = self.request("POST", f"/v1/datasets/{quote(dataset, safe='')}/unlock", body)
         return [_models().BlockOut.model_validate(b).info() for b in answer]
+
+    def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
+        """The team quotas the caller may see (an admin: every team's; others: their own
+        team's), with what each team holds and consumed (``GET /v1/quotas``)."""
+        found = [QuotaUsage(**q) for q in self.request("GET", "/v1/quotas", query={"dataset": dataset})]
+        return [q for q in found if team in (None, q.team)]
 
     def set_quota(self, dataset: str, team: str, share: float | None) -> dict[str, float]:
         """Cap what ``team`` may hold on each block of ``dataset`` (admins; None lifts it)."""
@@ -294,7 +417,8 @@ class RemoteClient(BudgetReads):
         return RemoteRun(self, answer["id"])
 
     def dry_run(self, spec: Any, *, owner: str | None = None) -> DryRun:
-        """What submitting ``spec`` would claim and whether it fits now; writes nothing."""
+        """What submitting ``spec`` would claim and whether it would be granted (fits now,
+        waits or can never fit, under the caller's team quota); writes nothing."""
         from privsched.service.dryrun import BlockFit, DryRun
 
         answer = self._send_spec("/v1/pipelines/dry-run", spec, owner, {})
@@ -307,9 +431,20 @@ class RemoteClient(BudgetReads):
         self.status(pipeline_id)
         return RemoteRun(self, pipeline_id)
 
-    def list(self, states: Iterable[str] | None = None, dataset: str | None = None) -> list[PipelineInfo]:
+    def list(
+        self,
+        states: Iterable[str] | None = None,
+        dataset: str | None = None,
+        *,
+        owner: str | None = None,
+        mine: bool = False,
+        limit: int | None = None,
+    ) -> list[PipelineInfo]:
+        """Pipelines the caller may read, oldest first: only those in ``states``, on
+        ``dataset``, of ``owner`` (or with ``mine`` the caller's own), the ``limit`` most recent."""
         wanted = None if states is None else [states] if isinstance(states, str) else list(states)
-        answer = self.request("GET", "/v1/pipelines", query={"state": wanted, "dataset": dataset})
+        query = {"state": wanted, "dataset": dataset, "owner": owner, "mine": "true" if mine else None, "limit": limit}
+        answer = self.request("GET", "/v1/pipelines", query=query)
         return [_models().PipelineOut.model_validate(p).info() for p in answer]
 
     def status(self, pipeline_id: int) -> PipelineInfo:
@@ -332,6 +467,36 @@ class RemoteClient(BudgetReads):
     def log_chunk(self, pipeline_id: int, offset: int = 0, limit: int | None = None) -> tuple[bytes, bool]:
         answer = self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/logs", query={"offset": offset})
         return answer["text"].encode(), bool(answer["ended"])
+
+    def result(self, pipeline_id: int) -> PipelineResult:
+        """What a pipeline released, its charge, state, reason and artifacts (its submitter,
+        admins and, for a built-in job, its dataset's readers may read it)."""
+        from privsched.results import PipelineResult
+
+        return PipelineResult.from_dict(self.request("GET", f"/v1/pipelines/{int(pipeline_id)}/result"))
+
+    def download(self, pipeline_id: int, out: str | os.PathLike, names: Sequence[str] | None = None) -> builtins.list[Path]:
+        """Copy an ended pipeline's artifacts (all, or ``names``) into the folder ``out``,
+        streamed; returns the files written."""
+        from privsched.results import check_artifact_name, save_artifact
+
+        wanted = [a.name for a in self.result(pipeline_id).artifacts] if names is None else builtins.list(names)
+        written = []
+        for name in wanted:
+            check_artifact_name(name)  # a name from the server, too, stays below ``out``
+            response, data = self._send("GET", f"/v1/pipelines/{int(pipeline_id)}/artifacts/{quote(name)}", whole=False)
+            if response.status >= 400:
+                self._answer(response, data)  # raises the server's refusal
+            try:
+                written.append(save_artifact(Path(out), name, iter(lambda: response.read(1 << 20), b"")))
+            except (ConnectionError, http.client.HTTPException, OSError) as exc:
+                self.close()
+                raise RemoteError(f"the download of {name!r} broke off: {exc}") from None
+            except BaseException:  # refused (too large): the rest of the answer is never read
+                self.close()
+                raise
+            self._done(response)
+        return written
 
     def logs(self, pipeline_id: int) -> str:
         text, offset = [], 0
@@ -365,11 +530,14 @@ class RemoteClient(BudgetReads):
         return AuditReport(**self.request("GET", "/v1/audit", query={"expect": expect}))
 
     # -- users --------------------------------------------------------------------------------
-    def add_user(self, name: str, role: str, team: str | None = None) -> str:
-        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team})["token"]
+    def add_user(self, name: str, role: str, team: str | None = None, *, code: bool = False) -> str:
+        return self.request("POST", "/v1/users", {"name": name, "role": role, "team": team, "code": code})["token"]
 
     def users(self) -> builtins.list[dict[str, Any]]:
         return self.request("GET", "/v1/users")
 
     def revoke_user(self, name: str) -> None:
         self.request("POST", f"/v1/users/{quote(name, safe='')}/revoke")
+
+    def set_code_rights(self, name: str, allowed: bool) -> dict[str, Any]:
+        return self.request("POST", f"/v1/users/{quote(name, safe='')}/code", {"allowed": allowed})

@@ -1,5 +1,6 @@
 """Fixtures shared by the test suite: a database path, the CLI in a subprocess, and a
-content dump of a database for before/after comparisons."""
+content dump of a database for before/after comparisons; and the Hypothesis profile every
+property test runs under (:mod:`tests.support.profiles`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.support import profiles
+
+profiles.load()
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,3 +60,14 @@ def dump_database(path: Path) -> list[str]:
 def dump_db() -> Callable[[Path], list[str]]:
     """``dump_db(path)``: a database's content as SQL lines (see :func:`dump_database`)."""
     return dump_database
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Jobs run with one torch thread per CPU they were placed on (one by default)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

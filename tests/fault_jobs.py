@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from privsched.jobs.context import JobContext
+from tests.support.waiting import wait_for
 
 
 def counted_sleep_then_spend(ctx: JobContext) -> None:
@@ -19,20 +20,18 @@ def counted_sleep_then_spend(ctx: JobContext) -> None:
         runs.write("run\n")
     time.sleep(float(ctx.params.get("seconds", 1.0)))
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
 
 
 def counted_wait_then_spend(ctx: JobContext) -> None:
-    """Like :func:`counted_sleep_then_spend`, but waits (at most a minute) until a file
-    named ``go`` appears in its work folder."""
+    """Like :func:`counted_sleep_then_spend`, but waits until a file named ``go`` appears in
+    its work folder (and fails if none does: :func:`~tests.support.waiting.wait_for`)."""
     with open(Path(ctx.workdir, "runs.txt"), "a") as runs:
         runs.write("run\n")
-    deadline = time.monotonic() + 60
-    while not Path(ctx.workdir, "go").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(Path(ctx.workdir, "go").exists, f"pipeline {ctx.pipeline_id} was told to go", poll=0.02)
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
 
 

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from privsched.jobs.context import JobContext
+from tests.support.waiting import wait_for
 
 
 def _trace(ctx: JobContext, event: str) -> None:
@@ -21,14 +22,17 @@ def _trace(ctx: JobContext, event: str) -> None:
 
 
 def reports_gpus(ctx: JobContext) -> None:
-    """Reads its blocks, says which GPUs it sees, holds them ``seconds``, spends half its grant
-    and records the GPUs and its running interval in its metrics."""
+    """Reads its blocks, says which GPUs it sees, holds them ``seconds`` (with ``hold``: until
+    a file named ``release`` appears in its work folder), spends half its grant and records
+    the GPUs and its running interval in its metrics."""
     started = time.time()
     _trace(ctx, "started")
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     print(f"pipeline {ctx.pipeline_id} sees GPUs {visible!r}", flush=True)
+    if ctx.params.get("hold"):
+        wait_for(Path(ctx.workdir, "release").exists, f"pipeline {ctx.pipeline_id} was released")
     time.sleep(float(ctx.params.get("seconds", 0)))
     ctx.report_metrics(gpus=visible, started=started, ended=time.time())
     ctx.report_spent(ctx.budget / 2)
@@ -37,7 +41,7 @@ def reports_gpus(ctx: JobContext) -> None:
 def prints_then_hangs(ctx: JobContext) -> None:
     """Reads its first block, writes its process id and PID namespace next to the pipeline
     (a confined job is PID 1 of a namespace of its own), says so, and hangs."""
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0]).close()
     Path(ctx.workdir, "job.pid").write_text(f"{os.getpid()} {os.readlink('/proc/self/ns/pid')}")
     print(f"pipeline {ctx.pipeline_id} is reading", flush=True)
     time.sleep(3600)

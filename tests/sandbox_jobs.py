@@ -38,7 +38,7 @@ def connects(ctx: JobContext) -> None:
 def reads_then_reports_zero(ctx: JobContext) -> None:
     """Reads every granted block itself, then claims it spent nothing."""
     for key in ctx.block_keys:
-        ctx.block_path(key).read_bytes()
+        ctx.open_block(key).read()
     ctx.report_spent(ctx.budget * 0)
 
 
@@ -123,3 +123,50 @@ def probes(ctx: JobContext) -> None:
         no_new_privs=status["NoNewPrivs"].strip(),
         seccomp=status["Seccomp"].strip(),
     )
+
+
+def waits(ctx: JobContext) -> None:
+    """Opens its first block when ``params['read']``, writes ``started``, then waits to be
+    stopped."""
+    if ctx.params.get("read"):
+        ctx.open_block(ctx.block_keys[0]).read(1)
+    Path(ctx.workdir, "started").write_text("ok")
+    while True:
+        time.sleep(0.1)
+
+
+def probes_its_blocks(ctx: JobContext) -> None:
+    """Tries to open each path of ``params['files']`` and to list each folder of
+    ``params['folders']`` itself; reports which it could, and what its context says of where
+    its blocks are; then reads one granted block through the supervisor."""
+    reached = []
+    for path in ctx.params["files"]:
+        try:
+            open(path, "rb").close()
+            reached.append(path)
+        except OSError:
+            pass
+    for folder in ctx.params["folders"]:
+        try:
+            os.listdir(folder)
+            reached.append(folder)
+        except OSError:
+            pass
+    with ctx.open_block(ctx.block_keys[0]) as stream:
+        size = len(stream.read())
+    ctx.report_metrics(reached=reached, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
+
+
+def reads_block_files(ctx: JobContext) -> None:
+    """Reads each file of its first block through the supervisor; reports their sizes by name."""
+    files = ctx.block_files(ctx.block_keys[0])
+    ctx.report_metrics(sizes={name: len(stream.read()) for name, stream in files.items()})
+
+
+def reads_parquet(ctx: JobContext) -> None:
+    """Reads its first block, a Parquet file, from the supervisor's descriptor with pyarrow."""
+    import pyarrow.parquet as pq
+
+    with ctx.open_block(ctx.block_keys[0]) as stream:
+        table = pq.read_table(stream)
+    ctx.report_metrics(columns=table.column_names, rows=table.num_rows)

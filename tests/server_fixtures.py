@@ -50,7 +50,8 @@ class Server:
 
 def make_database(path: Path) -> dict[str, str]:
     """Datasets ``reviews`` (open to all) and ``secret`` (team red only), each with blocks
-    b0..b3 fully unlocked (basic accounting, ε_G = 1), and four users; returns their tokens."""
+    b0..b3 fully unlocked (basic accounting, ε_G = 1), and five users (the submitters may
+    submit code jobs); returns their tokens."""
     with connect(path) as client:
         for name in ("reviews", "secret"):
             client.create_dataset(name, epsilon=1.0, delta=1e-6, accounting="basic")
@@ -60,9 +61,9 @@ def make_database(path: Path) -> dict[str, str]:
         identities.restrict(secret, ["red"])
         return {
             "admin": identities.add_user("admin", "admin"),
-            "alice": identities.add_user("alice", "submitter", "blue"),
-            "bob": identities.add_user("bob", "submitter", "blue"),
-            "rita": identities.add_user("rita", "submitter", "red"),
+            "alice": identities.add_user("alice", "submitter", "blue", code=True),
+            "bob": identities.add_user("bob", "submitter", "blue", code=True),
+            "rita": identities.add_user("rita", "submitter", "red", code=True),
             "vera": identities.add_user("vera", "viewer", "blue"),
         }
 

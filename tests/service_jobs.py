@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 
 from privsched.jobs.context import JobContext
+from tests.support.waiting import wait_for
 
 
 def spend_half(ctx: JobContext) -> None:
     """Reads every granted block, then reports half of its budget as spent."""
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
     ctx.report_spent(ctx.budget / 2)
     ctx.report_metrics(blocks=len(ctx.block_keys))
 
@@ -23,7 +24,7 @@ def spend_half(ctx: JobContext) -> None:
 def no_report(ctx: JobContext) -> None:
     """Reads its data and returns without reporting: charged its whole grant."""
     for key in ctx.block_keys:
-        ctx.block_path(key)
+        ctx.open_block(key)
 
 
 def sleep_then_spend(ctx: JobContext) -> None:
@@ -32,16 +33,15 @@ def sleep_then_spend(ctx: JobContext) -> None:
     spend_half(ctx)
 
 
+def waits_for_go_then_spends(ctx: JobContext) -> None:
+    """Waits until a file named ``go`` appears in its work folder, then spends half its budget."""
+    wait_for(Path(ctx.workdir, "go").exists, f"pipeline {ctx.pipeline_id} was told to go")
+    spend_half(ctx)
+
+
 def raises_after_reading(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     raise RuntimeError("the model diverged")
-
-
-def reads_directly_then_raises(ctx: JobContext) -> None:
-    """Takes a granted block's location without ``block_path`` (as code that opens the file
-    itself does), then fails."""
-    location = ctx.blocks[ctx.block_keys[0]].location
-    raise RuntimeError(f"failed after reading {location}")
 
 
 def raises_before_reading(ctx: JobContext) -> None:
@@ -49,17 +49,17 @@ def raises_before_reading(ctx: JobContext) -> None:
 
 
 def hangs(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     time.sleep(3600)
 
 
 def exits_without_result(ctx: JobContext) -> None:
-    ctx.block_path(ctx.block_keys[0])
+    ctx.open_block(ctx.block_keys[0])
     os._exit(0)
 
 
 def reads_foreign_block(ctx: JobContext) -> None:
-    ctx.block_path("not-granted")
+    ctx.open_block("not-granted")
 
 
 def writes_environment(ctx: JobContext) -> None:
@@ -67,3 +67,22 @@ def writes_environment(ctx: JobContext) -> None:
     Path(ctx.workdir, "env.txt").write_text(f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r} {ctx.device}\n")
     print(f"hello from pipeline {ctx.pipeline_id}", flush=True)
     ctx.report_spent(ctx.budget * 0)
+
+
+#: What the marker jobs write into everything they release or say (tests/test_trust_outputs.py).
+MARKER = "MARKER-7f3a9c"
+
+
+def speaks_marker_then_raises(ctx: JobContext) -> None:
+    """Reads its data, then puts the marker in its metrics, its log and its exception."""
+    ctx.open_block(ctx.block_keys[0]).close()
+    ctx.report_metrics(note=MARKER)
+    print(MARKER, flush=True)
+    raise RuntimeError(MARKER)
+
+
+def speaks_marker_then_completes(ctx: JobContext) -> None:
+    """Reads its data, puts the marker in its metrics and its log, and spends half its grant."""
+    print(MARKER, flush=True)
+    ctx.report_metrics(note=MARKER)
+    spend_half(ctx)

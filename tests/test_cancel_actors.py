@@ -113,3 +113,24 @@ def test_a_stop_request_for_a_pipeline_not_running_is_refused_and_records_nothin
     with pytest.raises(LedgerError, match=f"cannot cancel pipeline {run.id}: it is pending"):
         client.ledger.request_stop(run.id, actor="carol")
     assert actors(client.path, run.id) == before
+
+
+def test_a_running_job_cancelled_before_it_reached_its_data_has_its_allocation_released(client: Client):
+    from tests.conftest import REPO
+
+    waiting = {**spec("wait", "reviews", ["b0"], epsilon=0.2), "job": {"function": "tests.sandbox_jobs:waits", "pythonpath": [str(REPO)]}}
+    with Serving(client.path):
+        run = client.submit(waiting)
+        started = client.runs.workdir(run.id) / "started"
+        deadline = time.monotonic() + 120
+        while not started.exists():
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+        client.cancel(run.id)
+        run.wait()
+    assert actors(client.path, run.id)[4:] == [
+        ("stop", "running", "running", OPERATOR),
+        ("fail", "allocated", "unlocked", OPERATOR),
+        ("fail", "running", "failed", OPERATOR),
+    ]
+    assert float(client.ledger.get_block("reviews", "b0").consumed[0]) == 0.0 and client.audit().ok

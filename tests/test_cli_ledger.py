@@ -42,11 +42,12 @@ def test_init_dataset_blocks_budget_and_audit_round_trip(run_cli, tmp_db):
         ledger.grant([pid])
         info = ledger.get_dataset("reviews")
     shown = ok(run_cli("budget", "show", env=env))
-    assert "0.25, 1e-07" in shown  # allocated on d1
-    assert "0.75, 9e-07" in shown  # remaining on d1
+    d1 = next([c.strip() for c in line.split("│")[1:-1]] for line in shown.splitlines() if line.startswith("│ d1 "))
+    assert d1[2:5] == ["0.0 %", "25.0 %", "75.0 %"]  # consumed, allocated, left (ε binds)
+    assert "0.75, 9e-07" in shown  # remaining on d1 as (ε, δ)
     live = info.capacity > 0
     fresh, _ = rdp_to_epsilon(info.capacity[live], np.array(info.accounting.alphas)[live], info.delta)
-    assert f"({fresh:.4g}, 1e-07)" in shown  # remaining of the untouched RDP block, as (ε, δ)
+    assert f"│ {fresh:.4g} " in shown  # remaining of the untouched RDP block, as ε at δ_G
     assert "audit ok" in ok(run_cli("audit", env=env))
 
 

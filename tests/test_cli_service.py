@@ -7,15 +7,16 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from privsched import connect
 from privsched.ledger import Ledger
+from privsched.service.rundirs import RunDirs
 from tests.conftest import REPO, dump_database
 from tests.support.blockdata import block_files
+from tests.support.waiting import wait_for
 
 
 def write_pipeline(folder: Path, name: str, function: str, blocks: str, epsilon: float, extra: str = "", params: str = "{}") -> Path:
@@ -93,7 +94,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
     assert consumed(tmp_path / "p.db", "b1") == pytest.approx(0.4 + 0.3)  # the crash touched data
     assert cli("audit").returncode == 0
     status = cli("status", "3")
-    assert "failed (RuntimeError: the model diverged)" in status.stdout and "placement" in status.stdout
+    assert "failed (the job raised RuntimeError: the model diverged)" in status.stdout and "placement" in status.stdout
     assert "Traceback" in cli("logs", "3").stdout
     listed = cli("list", "--state", "completed").stdout
     assert "half" in listed and "whole" in listed and "crash" not in listed
@@ -104,7 +105,7 @@ def test_a_mix_of_pipelines_ends_as_policy_and_budget_imply(cli, tmp_path: Path)
 def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(tmp_path / "p.db"), "PYTHONPATH": str(REPO)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "2", "-q"],
+        [sys.executable, "-m", "privsched", "serve", "--policy", "fcfs", "--tick", "200ms", "--cpus", "2", "-q"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -116,7 +117,7 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait()
-    assert waited.returncode == 0 and waited.stdout.strip() == "pipeline 1 completed"
+    assert waited.returncode == 0 and waited.stdout == "pipeline 1 completed\nartifact env.txt (7 bytes)\n"  # and what it left
     assert cli("logs", "1", "--follow").stdout == "hello from pipeline 1\n"  # ended: follow stops at once
     with Ledger(tmp_path / "p.db") as ledger:
         assert ledger.lease_holder() is None  # a stopped scheduler hands its lease back
@@ -125,23 +126,24 @@ def test_submit_wait_prints_the_outcome(cli, db: Path, tmp_path: Path):
 def test_a_killed_scheduler_restarts_without_losing_or_regranting_anything(cli, db: Path, tmp_path: Path):
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
     for i in range(3):
-        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "sleep_then_spend", f"[b{i}]", 0.2, params="{seconds: 2}").resolve())
+        submitted = cli("submit", write_pipeline(tmp_path, f"slow{i}", "waits_for_go_then_spends", f"[b{i}]", 0.2).resolve())
         assert submitted.returncode == 0, submitted.stderr
     first = subprocess.Popen(
-        [sys.executable, "-m", "privsched", "serve", "--tick", "200ms", "--cpus", "4"],
+        [sys.executable, "-m", "privsched", "serve", "--policy", "fcfs", "--tick", "200ms", "--cpus", "4"],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    while list(states(db).values()) != ["running"] * 3:
-        time.sleep(0.1)
-    second = cli("serve", "--until-idle")
+    wait_for(lambda: list(states(db).values()) == ["running"] * 3, "the first scheduler runs all three jobs")
+    second = cli("serve", "--policy", "fcfs", "--until-idle")
     assert second.returncode != 0 and "another scheduler is already serving" in second.stderr
     first.send_signal(signal.SIGKILL)
     first.wait()
+    for pipeline_id in (1, 2, 3):  # the jobs outlive their scheduler: let them end
+        (RunDirs(db).workdir(pipeline_id) / "go").touch()
     cli("submit", write_pipeline(tmp_path, "later", "spend_half", "[b3]", 0.2))  # arrives while no scheduler runs
-    restarted = cli("serve", "--until-idle", "--tick", "200ms", "--cpus", "4")
+    restarted = cli("serve", "--policy", "fcfs", "--until-idle", "--tick", "200ms", "--cpus", "4")
     assert restarted.returncode == 0, restarted.stderr
     assert states(db) == {"slow0": "completed", "slow1": "completed", "slow2": "completed", "later": "completed"}
     with Ledger(db) as ledger:

@@ -69,7 +69,7 @@ def test_control_characters_in_names_and_owners_are_refused(db, tmp_path, bad, d
     assert after_setup != before
     assert invoke("blocks", "add", "d", bad, db=db).code == 1
     spec = tmp_path / "p.json"
-    spec.write_text('{"name": "p", "dataset": "d", "blocks": ["b"], "epsilon": 0.1, "job": {"function": "m:f"}}')
+    spec.write_text('{"name": "p", "dataset": "d", "blocks": ["b"], "epsilon": 0.1, "job": {"function": "tests.service_jobs:spend_half"}}')
     refused = invoke("submit", spec, "--owner", bad, db=db)
     assert refused.code == 1 and "owner" in refused.stderr and not unsafe_in(refused.stderr)
     assert dump_db(db) == after_setup

@@ -103,8 +103,8 @@ def test_a_viewer_reads_but_cannot_cancel(served, browser, tmp_path: Path):
     wait_for(browser, lambda b: b.find_elements(By.CSS_SELECTOR, "tr.block"), "the blocks page")
     browser.get(f"{url}/#pipeline/{waiting}")
     wait_for(browser, lambda b: b.find_elements(By.ID, "cancel"), "the cancel button")
-    assert browser.find_element(By.ID, "log").text == "(job logs are shown to admins only)"
-    assert browser.find_element(By.ID, "metrics").text == "(a user job's metrics are shown to admins only)"
+    assert browser.find_element(By.ID, "log").text.startswith("(this job's log is not shown to you")
+    assert browser.find_element(By.ID, "result").text == "What this code job released is shown to its submitter and admins only."
     browser.find_element(By.ID, "cancel").click()
     wait_for(browser, lambda b: "403" in b.find_element(By.ID, "cancel-result").text, "the refusal")
     browser.save_screenshot(str(tmp_path / "viewer-cancel.png"))

@@ -72,20 +72,20 @@ def test_views_show_every_block_queue_and_pipeline(client):
     assert [p["name"] for p in queue["pending"]] == ["wait"]
     assert queue["pending"][0]["reason"].startswith("budget: block d1 ε needs 0.9, unlocked 0.8")
     assert queue["pending"][0]["owner"] == "bo[/]<b>"
-    assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"]["gpus"] == ["0"]
+    assert [p["name"] for p in queue["running"]] == ["busy"] and queue["running"][0]["placement"] == "cpus 1; gpus 0"
     assert [p["name"] for p in queue["recent"]] == ["stop", "done"]
-    done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, trusted_reader=True)
+    done = views.pipeline_page(client, client.status(queue["recent"][1]["id"]), None, outputs=True, job_text=True)
     assert done["demands"][0]["demand"]["epsilon"] == pytest.approx(0.4)
     assert done["demands"][0]["consumed"]["epsilon"] == pytest.approx(0.2)
     assert views.audit_page(client)["ok"] is True
 
 
-def test_a_user_jobs_metrics_and_log_are_withheld_from_untrusted_readers(client):
+def test_the_pipeline_page_withholds_the_metrics_and_log_a_reader_may_not_read(client):
     done = next(info for info in client.list() if info.name == "done")
-    assert "kind" not in done.job  # a user job: untrusted code
-    page = views.pipeline_page(client, done, None, trusted_reader=False)
-    assert page["metrics"] is None and page["log_tail"] is None
-    assert views.pipeline_page(client, done, None, trusted_reader=True)["metrics"] == {}
+    page = views.pipeline_page(client, done, None, outputs=False, job_text=False)
+    assert page["result"] is None and page["log_tail"] is None
+    shown = views.pipeline_page(client, done, None, outputs=True, job_text=True)
+    assert shown["result"]["metrics"] == [] and shown["log_tail"] == ""
 
 
 def test_only_readable_datasets_reach_the_metrics(client):

@@ -37,7 +37,9 @@ def client(tmp_db: Path) -> Client:
 
 
 def test_a_write_of_a_superseded_lease_holder_is_refused_and_changes_nothing(client, dump_db):
-    client.submit({"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.5, "job": {"function": "m:f"}})
+    client.submit(
+        {"name": "p", "dataset": "reviews", "blocks": ["b0"], "epsilon": 0.5, "job": {"function": "tests.service_jobs:spend_half"}}
+    )
     first, second = Ledger(client.path), Ledger(client.path)
     assert first.acquire_lease("first", ttl=1.0, now=100.0)
     assert second.acquire_lease("second", ttl=30.0, now=102.0)  # the first one's lease expired

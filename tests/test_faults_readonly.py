@@ -90,8 +90,8 @@ COMMANDS = [
     ["blocks", "add", "d", "b2"],
     ["submit", "{spec}"],
     ["cancel", "1"],
-    ["serve", "--until-idle", "--tick", "100ms"],
-    ["serve", "--until-idle", "--tick", "100ms", "--listen", "127.0.0.1:0"],
+    ["serve", "--policy", "fcfs", "--until-idle", "--tick", "100ms"],
+    ["serve", "--policy", "fcfs", "--until-idle", "--tick", "100ms", "--listen", "127.0.0.1:0"],
     ["user", "add", "alice", "--role", "submitter"],
     ["list"],
     ["status", "1"],
@@ -151,7 +151,7 @@ def test_a_database_file_mounted_read_only_in_a_writable_folder_is_named_as_such
 SERVE_THEN_READ_ONLY = """
 ledger=$1 signals=$2
 until_exists() { while [ ! -e "$signals/$1" ] && [ ! -e "$signals/stop" ]; do sleep 0.05; done; }
-"$3" -m privsched serve --tick 100ms --cpus 1 --listen 127.0.0.1:0 --db "$ledger/p.db" > "$signals/serve.log" 2>&1 &
+"$3" -m privsched serve --policy fcfs --tick 100ms --cpus 1 --listen 127.0.0.1:0 --db "$ledger/p.db" > "$signals/serve.log" 2>&1 &
 scheduler=$!
 until_exists ro; mount --bind "$ledger" "$ledger" && mount -o remount,bind,ro "$ledger" && touch "$signals/mounted"
 until_exists rw; umount "$ledger"

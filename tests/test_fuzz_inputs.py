@@ -80,7 +80,14 @@ HOSTILE_TEXT = [
 HOSTILE = st.sampled_from(HOSTILE_NUMBERS + HOSTILE_TEXT + [nested(100), {"a": 1}, [], [1, 2]])
 NUMBERS_AS_TEXT = st.sampled_from(["1", "0.5", "-1", "0", "1e-300", "5e-324", "1e300", "inf", "nan", "9" * 30, "true", "[/]", "", "0x10"])
 
-BASE_SPEC = {"name": "p", "dataset": "d", "blocks": ["b0"], "epsilon": 0.1, "delta": 0.0, "job": {"function": "m:f"}}
+BASE_SPEC = {
+    "name": "p",
+    "dataset": "d",
+    "blocks": ["b0"],
+    "epsilon": 0.1,
+    "delta": 0.0,
+    "job": {"function": "tests.service_jobs:spend_half"},
+}
 FIELDS = [
     "name",
     "dataset",

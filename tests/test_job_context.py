@@ -23,17 +23,32 @@ def make_context(accounting: Accounting, grants: dict[str, list[float]]) -> JobC
     )
 
 
-def test_granted_block_path_is_returned_and_marks_data_touched():
+def test_a_granted_block_opened_in_process_is_read_only_and_marks_data_touched(tmp_path: Path):
     ctx = make_context(Accounting.basic(), {"d1": [1.0, 1e-9]})
+    ctx.blocks["d1"].location = str(tmp_path / "d1.npz")
+    (tmp_path / "d1.npz").write_bytes(b"records")
     assert not ctx.touched_data
-    assert ctx.block_path("d1") == Path("/data/d1.npz")
+    with ctx.open_block("d1") as stream:
+        assert stream.read() == b"records" and not stream.writable()
     assert ctx.touched_data
+
+
+def test_a_folder_block_is_read_as_its_files_by_name_within_the_block(tmp_path: Path):
+    ctx = make_context(Accounting.basic(), {"d1": [1.0, 1e-9]})
+    ctx.blocks["d1"].location = str(tmp_path)
+    (tmp_path / "part").mkdir()
+    (tmp_path / "part" / "b.parquet").write_bytes(b"b")
+    (tmp_path / "a.parquet").write_bytes(b"a")
+    files = ctx.block_files("d1")
+    assert {name: stream.read() for name, stream in files.items()} == {"a.parquet": b"a", "part/b.parquet": b"b"}
+    with pytest.raises(ValueError, match="holds 2 files"):
+        ctx.open_block("d1")
 
 
 def test_block_outside_the_grant_is_refused_without_touching_data():
     ctx = make_context(Accounting.basic(), {"d1": [1.0, 1e-9]})
     with pytest.raises(BlockAccessError, match="not granted block 'd2'"):
-        ctx.block_path("d2")
+        ctx.open_block("d2")
     assert not ctx.touched_data
 
 
@@ -66,7 +81,7 @@ def test_json_round_trip_preserves_grant_and_scope():
     np.testing.assert_allclose(copy.blocks["b"].grant, [0.3, 0.4])
     assert copy.params == {"kind": "dpsgd"}
     with pytest.raises(BlockAccessError):
-        copy.block_path("c")
+        copy.open_block("c")
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from privsched.ledger import Ledger, LedgerError, PipelineRequest, chain
 from privsched.ledger.schema import MIGRATES_FROM, SCHEMA_VERSION, pack
+from tests.support import links
 
 from .conftest import REPO
 
@@ -95,12 +96,10 @@ def event_id(path: Path, where: str, params: list) -> int:
 def test_every_event_row_links_to_the_previous_one(db):
     path, _ = db
     conn = sqlite3.connect(path)
-    rows = conn.execute(f"SELECT {', '.join(chain.COLUMNS)}, hash FROM events ORDER BY id").fetchall()
+    rows = conn.execute(f"SELECT {', '.join(links.COLUMNS)}, hash FROM events ORDER BY id").fetchall()
     conn.close()
-    previous = chain.GENESIS
-    for row in rows:
-        assert row[-1] == chain.link(previous, row[:-1])
-        previous = row[-1]
+    stored = [row[-1] for row in rows]
+    assert stored == list(links.links([row[:-1] for row in rows]))
     assert [row[0] for row in rows] == list(range(1, len(rows) + 1))
 
 
@@ -319,7 +318,7 @@ def test_history_rewritten_with_fresh_hashes_fails_only_against_a_kept_head(db):
     conn.execute("DROP TRIGGER events_no_update")
     rows = conn.execute(f"SELECT {', '.join(chain.COLUMNS)} FROM events ORDER BY id").fetchall()
     rows[3] = (*rows[3][:9], "rewritten reason", *rows[3][10:])
-    for row, digest in zip(rows, chain.extend(chain.GENESIS, rows)):
+    for row, digest in zip(rows, links.links(rows)):
         conn.execute("UPDATE events SET reason = ?, hash = ? WHERE id = ?", [row[9], digest, row[0]])
     conn.close()
     with Ledger(path) as ledger:

@@ -21,14 +21,15 @@ def readme_example() -> str:
 
 
 def test_the_readme_python_example_runs_and_touches_only_its_own_database(tmp_path):
-    (tmp_path / "example.py").write_text(readme_example())
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "example.py").write_text(readme_example())
     write_blocks(tmp_path / "data", days=2, per_day=500)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("PRIVSCHED_DB", None)
-    done = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "code/example.py"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
     status, rate = done.stdout.splitlines()[0].split()
     assert status == "completed" and 0.3 < float(rate) < 0.7
     assert "audit ok: True" in done.stdout
     # the job process imported example.py (and its connect call) without opening a database
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.db")) == [Path("privsched.db")]
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.db")) == [Path("ledger/privsched.db")]

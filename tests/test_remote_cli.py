@@ -45,6 +45,8 @@ class Served:
                 "-m",
                 "privsched",
                 "serve",
+                "--policy",
+                "fcfs",
                 "--listen",
                 f"127.0.0.1:{self.port}",
                 "--tick",
@@ -62,8 +64,8 @@ class Served:
             text=True,
             cwd=self.db.parent,
         )
-        line = self.process.stdout.readline()
-        assert "HTTP API on" in line, line + self.process.stdout.read()
+        summary = [self.process.stdout.readline() for _ in range(5)]  # printed once it holds the database
+        assert summary[-1].startswith("  HTTP API  http://127.0.0.1:"), "".join(summary) + self.process.stdout.read()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -102,7 +104,7 @@ def test_commands_through_the_server_print_what_they_print_locally(served: Serve
     first = run_cli("submit", write(tmp_path, "a", "[b0, b1]", 0.6), env=remote)
     assert (first.returncode, first.stdout) == (0, "1\n"), first.stderr
     done = run_cli("submit", write(tmp_path, "b", "[b2]", 0.3), "--wait", env=remote)
-    assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\n"), done.stderr
+    assert (done.returncode, done.stdout) == (0, "pipeline 2 completed\nmetric blocks: 1\n"), done.stderr  # and what it released
     wait_until(lambda: ps.connect(served.db).status(1).state == "completed")
     assert run_cli("submit", write(tmp_path, "c", "[b0]", 0.8), env=remote).stdout == "3\n"  # b0 has 0.7 left: never
     commands = [

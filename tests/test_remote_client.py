@@ -38,6 +38,8 @@ SHARED_METHODS = (
     "cancel",
     "log_chunk",
     "logs",
+    "result",
+    "download",
     "scheduler",
     "audit",
 )
@@ -117,6 +119,16 @@ def test_an_unreachable_server_names_an_invalid_specification_first(tmp_path):
 def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
     """Submitters and cancellers race a granting loop; the ledger stays within capacity."""
     stop = threading.Event()
+    errors: list[BaseException] = []  # what went wrong in any thread, asserted empty at the end
+
+    def collecting(target, *args) -> threading.Thread:
+        def body() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:
+                errors.append(exc)
+
+        return threading.Thread(target=body)
 
     def grant() -> None:
         with Ledger(server.db) as ledger:
@@ -131,17 +143,19 @@ def test_eight_concurrent_remote_clients_never_over_spend(server: Server):
                 try:
                     run.cancel()
                 except RemoteError as exc:  # already granted and running is fine; anything else is not
-                    assert "has already ended" in str(exc)
+                    if "has already ended" not in str(exc):
+                        raise
 
-    granter = threading.Thread(target=grant)
+    granter = collecting(grant)
     granter.start()
-    workers = [threading.Thread(target=work, args=(user, n)) for n, user in enumerate(["alice", "bob"] * 4)]
+    workers = [collecting(work, user, n) for n, user in enumerate(["alice", "bob"] * 4)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
     stop.set()
     granter.join()
+    assert errors == []
     with Ledger(server.db) as ledger:
         assert len(ledger.list_pipelines()) == 48
         assert ledger.audit().ok

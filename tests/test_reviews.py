@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from privsched.budgets import Accounting
+from privsched.budgets.mechanisms import demand_vector
 from privsched.trainers.builtin import plan_mechanism
 from privsched.service.submissions import builtin_job
 from privsched.spec import PipelineSpec
@@ -81,7 +82,7 @@ def test_pipeline_mix_is_three_quarters_mice(tmp_path):
     assert [json.loads(line) for line in path.read_text().splitlines()] == entries
 
 
-def test_every_pipeline_of_the_mix_is_a_valid_spec_whose_job_can_be_planned():
+def test_every_pipeline_of_the_mix_is_a_valid_spec_whose_job_plans_a_positive_finite_demand():
     distinct = {}
     for entry in pipeline_mix(days=2, per_day=100, seed=4):
         spec = PipelineSpec.model_validate(entry["pipeline"])
@@ -89,8 +90,10 @@ def test_every_pipeline_of_the_mix_is_a_valid_spec_whose_job_can_be_planned():
             continue  # calibrating noise costs a moment: one ε per model is enough here
         job = {k: v for k, v in builtin_job(spec).items() if k != "seed"}
         distinct.setdefault((json.dumps(job, sort_keys=True), spec.epsilon), (builtin_job(spec), spec))
+    assert {spec.job.kind for _, spec in distinct.values()} == {"statistic", "dpsgd"}
     for job, spec in distinct.values():
-        plan_mechanism(job, spec.epsilon, spec.delta, Accounting.rdp())
+        demand = demand_vector(plan_mechanism(job, spec.epsilon, spec.delta, Accounting.rdp()), Accounting.rdp())
+        assert np.all(np.isfinite(demand)) and np.all(demand > 0), (job, demand)
 
 
 def test_non_private_baseline_learns_the_sentiment(tmp_path):

@@ -18,6 +18,7 @@ import pytest
 from privsched import connect
 from privsched.client import Client
 from privsched.jobs.sandbox import Confinement, abi_version, exposed, sandbox_mode
+from privsched.ledger import LedgerError
 from privsched.service.rundirs import RunDirs
 from privsched.service.serve import ServiceError
 
@@ -32,8 +33,8 @@ def client(tmp_path: Path) -> Client:
     """Dataset ``reviews`` (basic, ε_G = 10) with blocks b0, b1 backed by real .npz files."""
     data = tmp_path / "data"
     data.mkdir()
-    for key in ("b0", "b1"):
-        np.savez(data / f"{key}.npz", rating=np.arange(10.0), vocab_size=np.asarray(5), n_categories=np.asarray(2))
+    for i, key in enumerate(("b0", "b1")):  # distinct records: the same data is never registered twice
+        np.savez(data / f"{key}.npz", rating=np.arange(10.0) + i, vocab_size=np.asarray(5), n_categories=np.asarray(2))
     client = connect(tmp_path / "ledger.db")
     client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
     client.add_blocks("reviews", [(k, str(data / f"{k}.npz")) for k in ("b0", "b1")])
@@ -41,14 +42,14 @@ def client(tmp_path: Path) -> Client:
     client.close()
 
 
-def run(client: Client, function: str, blocks: tuple[str, ...] = ("b0",), **params):
+def run(client: Client, function: str, blocks: tuple[str, ...] = ("b0",), pythonpath: tuple[str, ...] = (str(REPO),), **params):
     """Submit one user job, serve until idle, and return its final record."""
     spec = {
         "name": function,
         "dataset": "reviews",
         "blocks": list(blocks),
         "epsilon": GRANT,
-        "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": [str(REPO)], "params": params},
+        "job": {"function": f"tests.sandbox_jobs:{function}", "pythonpath": list(pythonpath), "params": params},
     }
     pipeline = client.submit(spec)
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
@@ -64,7 +65,7 @@ def assert_failed_with_permission_error(client: Client, info) -> None:
     namespace holds only what it may reach)."""
     assert info.state == "failed"
     assert any(word in (info.message or "") for word in ("PermissionError", "Permission denied", "FileNotFoundError")), info.message
-    assert consumed(client, "b0") == pytest.approx(GRANT)
+    assert consumed(client, "b0") == 0.0  # refused before it reached its own data: charged nothing
 
 
 @needs_landlock
@@ -209,8 +210,8 @@ def client_in_checkout(tmp_path: Path) -> Client:
     try:
         data = folder / "data"
         data.mkdir()
-        for key in ("b0", "b1"):
-            np.savez(data / f"{key}.npz", rating=np.arange(10.0))
+        for i, key in enumerate(("b0", "b1")):  # distinct records: the same data is never registered twice
+            np.savez(data / f"{key}.npz", rating=np.arange(10.0) + i)
         client = connect(folder / "ledger.db")
         client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
         client.add_blocks("reviews", [(k, str(data / f"{k}.npz")) for k in ("b0", "b1")])
@@ -237,5 +238,7 @@ def test_a_ledger_inside_the_source_checkout_stays_out_of_reach_and_jobs_still_r
     )
     client.run_until_idle("fcfs", tick=0.05, cpus=2, gpus=0)
     assert client.status(count.id).state == "completed", client.status(count.id).message
-    info = run(client, "reads_file", blocks=("b1",), path=str(client.path))
+    with pytest.raises(LedgerError, match="holds"):  # a pythonpath holding the ledger is refused at submit
+        run(client, "reads_file", blocks=("b1",), path=str(client.path))
+    info = run(client, "reads_file", blocks=("b1",), pythonpath=(), path=str(client.path))  # found on the import path
     assert info.state == "failed" and ("Permission" in (info.message or "") or "FileNotFound" in (info.message or ""))

@@ -4,6 +4,7 @@ operator."""
 
 from __future__ import annotations
 
+from privsched.jobs.runner import JOB_RAISED
 from privsched.ledger import Ledger
 from privsched.ledger.models import OPERATOR
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
@@ -59,10 +60,20 @@ def test_status_shows_who_submitted_and_who_cancelled(server: Server, run_cli):
         assert rows["finished"].rstrip(" │").endswith("by admin"), shown.stdout
 
 
-def test_a_failure_message_in_the_events_is_shown_to_admins_only(server: Server):
+def test_a_code_jobs_own_failure_message_in_the_events_reaches_its_submitter_and_admins_only(server: Server):
     pipeline = server.call("POST", "/v1/pipelines", {"spec": spec()}, user="alice")[1]["id"]
+    said = JOB_RAISED + "ValueError: raw record 42 leaked here"
     with Ledger(server.db) as ledger:
-        ledger.fail(pipeline, "raw record 42 leaked here", actor="scheduler")
-    for user, shown in (("alice", None), ("admin", "raw record 42 leaked here")):
+        ledger.fail(pipeline, said, actor="scheduler")
+    for user, shown in (("alice", said), ("admin", said), ("bob", None), ("vera", None)):
         answer = server.call("GET", f"/v1/pipelines/{pipeline}/events", user=user)[1]
         assert [e["reason"] for e in answer if e["kind"] == "fail"] == [shown], user
+
+
+def test_a_failure_privsched_decided_is_shown_in_the_events_to_every_reader(server: Server):
+    pipeline = server.call("POST", "/v1/pipelines", {"spec": spec()}, user="alice")[1]["id"]
+    with Ledger(server.db) as ledger:
+        ledger.fail(pipeline, "the job could not be started: no room", touched_data=False, actor="scheduler")
+    for user in ("alice", "bob", "vera"):
+        answer = server.call("GET", f"/v1/pipelines/{pipeline}/events", user=user)[1]
+        assert [e["reason"] for e in answer if e["kind"] == "fail"] == ["the job could not be started: no room"], user

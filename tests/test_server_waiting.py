@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import privsched as ps
+from privsched.budgets.exact import units
 from privsched.ledger import Ledger
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
 
@@ -55,17 +56,25 @@ def test_a_reason_says_turn_exactly_when_the_pipeline_fits_now(tmp_path_factory,
         client.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
         client.add_blocks("d", ["b0", "b1", "b2", "b3"], unlocked=unlocked)
         runs = [
-            client.submit({"name": "p", "dataset": "d", "blocks": sorted(keys), "epsilon": epsilon, "job": {"function": "m:f"}})
+            client.submit(
+                {
+                    "name": "p",
+                    "dataset": "d",
+                    "blocks": sorted(keys),
+                    "epsilon": epsilon,
+                    "job": {"function": "tests.service_jobs:spend_half"},
+                }
+            )
             for epsilon, keys in demands
         ]
         reasons = client.reasons("d")
         assert sorted(r.rank for r in reasons.values()) == list(range(1, len(runs) + 1))
         for run, (epsilon, _) in zip(runs, demands):
             why = reasons[run.id]
-            fits = epsilon <= unlocked + 1e-9 * max(epsilon, unlocked)
+            fits = units(epsilon, up=True) <= units(unlocked, up=False)  # exact quanta, rounding refuses
             assert (why.code == "turn") == fits
             if not fits:
-                assert why.shortfall == pytest.approx(epsilon - unlocked)
+                assert why.shortfall == pytest.approx(epsilon - unlocked, abs=2e-12)  # demand and budget in quanta
 
 
 def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing(server: Server, run_cli, tmp_path):
@@ -79,12 +88,17 @@ def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing
     assert (plan.epsilon, plan.labels, [b.fits_now for b in plan.blocks]) == (0.7, ["ε", "δ"], [True, False])
     assert (plan.blocks[1].dimension, plan.blocks[1].shortfall) == ("ε", pytest.approx(0.2))
     path = tmp_path / "p.yaml"
-    path.write_text("name: p\ndataset: reviews\nblocks: [b0, b1]\nepsilon: 0.7\njob: {function: 'm:f'}\n")
+    path.write_text("name: p\ndataset: reviews\nblocks: [b0, b1]\nepsilon: 0.7\njob: {function: 'tests.service_jobs:spend_half'}\n")
     here = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_DB": str(server.db)})
     there = run_cli("submit", path, "--dry-run", env={"PRIVSCHED_SERVER": server.url, "PRIVSCHED_TOKEN": server.tokens["alice"]})
+    assert here.returncode == there.returncode == 3  # waits
     assert (
         here.stdout
         == there.stdout
-        == ("pipeline p on reviews: demand ε=0.7 at δ=0\nblock b0: fits now\nblock b1: does not fit now: ε short 0.2\n")
+        == (
+            "pipeline p on reviews: demand ε=0.7 at δ=0\nε = 0.7 → 70 % of block b0: fits now\n"
+            "ε = 0.7 → 70 % of block b1: does not fit now: ε short 0.2\n"
+            "waits: budget: block b1 ε short 0.2 of the unlocked budget\n"
+        )
     )
     assert dump_database(server.db) == before

@@ -16,6 +16,7 @@ from privsched.service.executors import make_executor
 from privsched.service.executors.base import Launch
 from privsched.service.executors.local import LocalExecutor
 from privsched.service.resources import Placement
+from tests.support.waiting import PATIENCE, wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 GRANT = [1.0, 1e-9]
@@ -37,7 +38,7 @@ def launch_for(
         dataset="reviews",
         accounting=Accounting.basic(),
         delta=1e-9,
-        blocks={k: BlockGrant(k, f"/data/{k}", np.array(GRANT)) for k in ("d1", "d2")},
+        blocks={k: BlockGrant(k, block_file(folder, k), np.array(GRANT)) for k in ("d1", "d2")},
         device="cuda" if gpus else "cpu",
         workdir=folder,
         params=params or {},
@@ -49,14 +50,23 @@ def launch_for(
     )
 
 
+def block_file(folder: Path, key: str) -> str:
+    path = folder.parent / f"{folder.name}-{key}.npz"
+    np.savez(path, rating=np.arange(4.0))
+    return str(path)
+
+
 def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResult]:
     for launch in launches:
         executor.start(launch)
     results: dict[int, JobResult] = {}
-    while executor.running():
+
+    def ended() -> bool:
         for result in executor.poll(time.time()):
             results[result.pipeline_id] = result
-        time.sleep(0.05)
+        return not executor.running()
+
+    wait_for(ended, "every job the executor started has ended")
     return results
 
 
@@ -72,20 +82,18 @@ def test_a_job_that_does_not_report_is_charged_its_whole_grant(tmp_path: Path):
     assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
 
 
-def test_every_job_that_started_and_failed_counts_as_having_touched_data(tmp_path: Path):
+def test_a_job_that_failed_counts_as_having_touched_data_only_after_it_reached_it(tmp_path: Path):
     executor = LocalExecutor()
     results = run_to_end(
         executor,
         launch_for(tmp_path / "a", "raises_after_reading", pipeline_id=1),
         launch_for(tmp_path / "b", "raises_before_reading", pipeline_id=2),
         launch_for(tmp_path / "c", "reads_foreign_block", pipeline_id=3),
-        launch_for(tmp_path / "d", "reads_directly_then_raises", pipeline_id=4),
     )
     assert (results[1].completed, results[1].touched_data) == (False, True)
-    assert results[1].message == "RuntimeError: the model diverged"
-    assert (results[2].completed, results[2].touched_data) == (False, True)
-    assert results[3].message.startswith("BlockAccessError") and results[3].touched_data
-    assert (results[4].completed, results[4].touched_data) == (False, True)
+    assert results[1].message == "the job raised RuntimeError: the model diverged" and results[1].first_access is not None
+    assert (results[2].completed, results[2].touched_data, results[2].first_access) == (False, False, None)
+    assert results[3].message.startswith("the job raised BlockAccessError") and not results[3].touched_data
     assert "Traceback" in (tmp_path / "a" / "job.log").read_text()
 
 
@@ -95,12 +103,22 @@ def test_a_job_that_exits_without_its_result_fails_conservatively(tmp_path: Path
     assert result.message == "job exited with code 0 without writing its result"
 
 
+#: A job's longest run in the max_runtime tests: long enough for its supervisor to start and
+#: its job to open a block on a loaded machine, far shorter than the hour the jobs would sleep.
+MAX_RUNTIME = 10.0
+
+
 def test_a_job_past_its_max_runtime_is_killed_and_failed(tmp_path: Path):
-    started = time.time()
-    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "hangs", max_runtime=1.0))[1]
+    assert PATIENCE < 3600  # so run_to_end fails if the job is left to sleep its hour
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "hangs", max_runtime=MAX_RUNTIME))[1]
     assert not result.completed and result.touched_data
-    assert "max_runtime of 1 s" in result.message
-    assert time.time() - started < 60  # killed, not left to sleep its hour
+    assert "max_runtime of 10 s" in result.message  # killed, not left to sleep its hour
+
+
+def test_a_job_past_its_max_runtime_before_reaching_its_data_is_charged_nothing(tmp_path: Path):
+    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "sleep_then_spend", max_runtime=MAX_RUNTIME, params={"seconds": 3600}))[1]
+    assert not result.completed and not result.touched_data
+    assert "max_runtime of 10 s" in result.message
 
 
 def test_cancel_stops_the_job(tmp_path: Path):

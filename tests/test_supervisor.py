@@ -90,7 +90,7 @@ def test_a_user_job_report_is_not_believed(tmp_path: Path):
 
 
 @needs_landlock
-def test_a_user_job_reads_a_private_copy_of_its_granted_block(tmp_path: Path):
+def test_a_user_job_reads_its_granted_blocks_through_descriptors_and_is_charged_its_grant(tmp_path: Path):
     context = write_context(tmp_path / "run", hostile("reads_then_reports_zero"), blocks(tmp_path))
     result = result_of(context)
     assert result.completed and result.spent == {"d1": GRANT, "d2": GRANT}
@@ -107,11 +107,82 @@ def test_primitives_are_refused_beyond_the_grant_and_charged_as_they_go(tmp_path
 
 
 @needs_landlock
-def test_a_failed_user_job_has_touched_its_data_whatever_it_says(tmp_path: Path):
+def test_a_user_job_that_raises_before_reaching_its_data_is_charged_nothing(tmp_path: Path):
     job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
     result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
+    assert not result.completed and not result.touched_data and result.first_access is None
+    assert result.message.startswith("the job raised ValueError")
+
+
+@needs_landlock
+def test_a_user_job_that_raises_after_opening_a_block_has_touched_its_data(tmp_path: Path):
+    job = {"function": "tests.service_jobs:raises_after_reading", "pythonpath": [str(REPO)]}
+    started = time.time()
+    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)))
     assert not result.completed and result.touched_data
-    assert result.message.startswith("ValueError")
+    assert result.first_access is not None and result.first_access >= started
+
+
+@needs_landlock
+def test_a_confined_user_job_that_completes_without_reaching_its_data_is_charged_nothing(tmp_path: Path):
+    result = result_of(write_context(tmp_path / "run", hostile("records_start"), blocks(tmp_path)))
+    assert result.completed and result.spent == {"d1": [0.0, 0.0], "d2": [0.0, 0.0]} and result.first_access is None
+
+
+def test_an_unconfined_user_job_that_fails_counts_as_having_touched_its_data(tmp_path: Path):
+    job = {"function": "tests.service_jobs:raises_before_reading", "pythonpath": [str(REPO)]}
+    result = result_of(write_context(tmp_path / "run", job, blocks(tmp_path)), "--sandbox", "none")
+    assert not result.completed and result.touched_data  # it could have read context.json's locations
+
+
+@needs_landlock
+@pytest.mark.parametrize("read", [False, True])
+def test_a_stopped_job_is_charged_its_grant_only_once_it_reached_its_data(tmp_path: Path, read: bool):
+    context = write_context(tmp_path / "run", hostile("waits"), blocks(tmp_path), params={"read": read})
+    process = supervise(context)
+    started = tmp_path / "run" / "work" / "started"
+    deadline = time.monotonic() + 120
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert started.exists(), "the job never started"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 1
+    result = JobResult.from_json((tmp_path / "run" / "result.json").read_text())
+    assert not result.completed and result.touched_data is read
+    assert result.message == f"the job was stopped (signal {signal.SIGTERM}) before it ended"
+
+
+@needs_landlock
+def test_a_block_that_is_a_folder_reaches_the_job_as_one_descriptor_per_file(tmp_path: Path):
+    folder = tmp_path / "parts"
+    (folder / "2026").mkdir(parents=True)
+    (folder / "a.parquet").write_bytes(b"x" * 3)
+    (folder / "2026" / "b.parquet").write_bytes(b"y" * 5)
+    (folder / "link.parquet").symlink_to(folder / "a.parquet")  # not a file of the block
+    result = result_of(write_context(tmp_path / "run", hostile("reads_block_files"), {"d1": str(folder)}))
+    assert result.completed, result.message
+    assert result.metrics["sizes"] == {"2026/b.parquet": 5, "a.parquet": 3}
+
+
+@needs_landlock
+def test_a_confined_job_reads_a_parquet_block_from_its_descriptor(tmp_path: Path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"rating": [1.0, 2.0, 3.0]}), tmp_path / "b.parquet")
+    result = result_of(write_context(tmp_path / "run", hostile("reads_parquet"), {"d1": str(tmp_path / "b.parquet")}))
+    assert result.completed, result.message
+    assert (result.metrics["columns"], result.metrics["rows"]) == (["rating"], 3)
+
+
+@needs_landlock
+def test_a_confined_job_can_neither_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
+    files = blocks(tmp_path)
+    params = {"files": list(files.values()), "folders": [str(tmp_path / "data"), str(tmp_path)]}
+    result = result_of(write_context(tmp_path / "run", hostile("probes_its_blocks"), files, params=params))
+    assert result.completed, result.message
+    assert result.metrics["reached"] == [] and result.metrics["locations"] == [None, None]
+    assert result.metrics["brokered_bytes"] == Path(files["d1"]).stat().st_size
 
 
 @needs_landlock
@@ -139,7 +210,7 @@ def test_a_terminated_supervisor_takes_the_jobs_detached_processes_with_it(tmp_p
         time.sleep(0.05)
     daemon = int(pid_file.read_text())
     process.send_signal(signal.SIGTERM)
-    assert process.wait(timeout=30) == 128 + signal.SIGTERM
+    assert process.wait(timeout=30) == 1  # its job failed: stopped
     assert _gone(daemon)
 
 
@@ -196,7 +267,7 @@ def account_for(block_files: dict[str, str], folder: Path):
         {k: BlockGrant(k, loc, np.array(GRANT)) for k, loc in block_files.items()},
         workdir=folder,
     )
-    return Account(ctx, folder)
+    return Account(ctx)
 
 
 @given(st.lists(st.floats(0.001, 0.6), max_size=8))
@@ -211,14 +282,14 @@ def test_primitives_charge_what_they_released_and_refuse_anything_beyond_the_gra
         except PermissionError:
             assert released + epsilon > GRANT[0] * (1 - 1e-12)
     assert account.spent[0] == pytest.approx(released, rel=1e-12, abs=1e-15)
-    assert account.spent[0] <= GRANT[0] and account.used_primitives == bool(released)
+    assert account.spent[0] <= GRANT[0] and bool(account.releases) == bool(released)
 
 
 def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(account_blocks):
     account = account_for(account_blocks, Path(tempfile.mkdtemp()))
     with pytest.raises(ValueError, match="'noise'"):
         account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "mechanism": "gaussian"})
-    assert not account.used_primitives and account.spent[0] == 0
+    assert not account.releases and account.spent[0] == 0
     account.handle({"op": "count", "epsilon": 0.1, "delta": 1e-10, "noise": "gaussian"})
     assert account.spent == pytest.approx([0.1, 1e-10])
 
@@ -232,11 +303,11 @@ def test_a_primitive_takes_its_noise_by_name_and_refuses_the_word_mechanism(acco
 @settings(max_examples=100, deadline=None)
 def test_any_request_gets_an_answer_and_never_charges_beyond_the_grant(account_blocks, line):
     account = account_for(account_blocks, Path(tempfile.mkdtemp()))
-    report, answer = account._answer(line)
-    assert (report is None) != (answer is None)
+    report, answer, fds = account._answer(line)
+    assert (report is None) != (answer is None) and fds == []
     if answer is not None:
         assert set(json.loads(answer)) <= {"ok", "error"}
-    assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks
+    assert np.all(account.spent <= np.array(GRANT)) and not account.read_blocks and account.first_access is None
 
 
 @needs_landlock
@@ -252,4 +323,4 @@ def test_tcp_stays_open_only_when_the_pipeline_asks_and_the_operator_allows(tmp_
         context = write_context(tmp_path / "run", job, blocks(tmp_path), params={"port": server.getsockname()[1]})
         result = result_of(context, *(["--network"] if allowed else []))
     assert result.completed is connects
-    assert connects or result.message.startswith("PermissionError")
+    assert connects or result.message.startswith("the job raised PermissionError")

@@ -14,10 +14,10 @@ from privsched.trainers.clipping import GhostClipping, unsupported_layers
 from privsched.trainers.dpsgd import Trainer, default_mode, private_trainer
 from privsched.trainers.models import build_model, ghost_clipping_applies
 from privsched.trainers.plans import ALL_LINEAR_MODELS, MODEL_NAMES, parse_job
+from tests.support.devices import DEVICES
 
 VOCAB, CLASSES, TRAIN = 30, 3, 200
 JOB = {"kind": "dpsgd", "sample_rate": 0.1, "epochs": 1, "lr": 0.1}
-DEVICES = ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
 
 
 def batch(model_name: str, size: int, seed: int, vocab: int = VOCAB) -> tuple[torch.Tensor, torch.Tensor]:

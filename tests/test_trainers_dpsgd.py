@@ -6,7 +6,9 @@ ghost clipping as exactly as from single-pass ghost clipping (tests/test_trainer
 from __future__ import annotations
 
 import json
+import math
 import warnings
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opacus.accountants import RDPAccountant
 from opacus.grad_sample import GradSampleModuleFastGradientClipping
-from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -24,20 +25,16 @@ from privsched.budgets import Accounting, Composed, EpsilonDelta, demand_vector,
 from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 from privsched.jobs.records import load_blocks
-from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches, release_accuracy
+from privsched.budgets.bounds import MIN_SAMPLE_RATE
+from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches, inclusion_threshold, release_accuracy
 from privsched.trainers.models import build_model, ghost_clipping_applies
+from tests.support.devices import DEVICES
 from workloads.reviews import write_blocks
 
 DELTA = 1e-6
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Jobs run with one torch thread per CPU they were placed on (one by default)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +150,7 @@ def test_ghost_clipping_takes_noise_only_steps_on_empty_poisson_batches(small_bl
     assert ctx.spent == pytest.approx(demand_vector(plan_mechanism(job, 1.0, DELTA, Accounting.rdp()), Accounting.rdp()))
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["ghost", "opacus-ghost", "hooks"])
 def test_a_job_trains_with_secure_noise_on_the_device_it_is_placed_on(small_blocks, tmp_path, device, mode):
     # The noise generator lives on the model's device: a CPU generator fails on a GPU.
@@ -251,7 +248,9 @@ def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small
         "stopped",
         "accuracy_epsilon",
         "spent",
-    }  # depend on the plan and the grant, not on the data
+        "architecture",  # the model's name and shape: the job's and the blocks' declared metadata
+        "device",
+    }  # depend on the plan, the grant and the placement, not on the data
     assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
     # 200 records: no record count is released except the noisy held-out size (and the noisy
     # accuracy, a proportion clamped to [0, 1], which reads 1.0 when its noise is large)
@@ -271,7 +270,7 @@ def test_the_optimizer_draws_secure_noise_from_an_os_seeded_generator(small_bloc
         trainer = private_trainer(build_model("mlp", 1000, 2), data, spec, 1.0, mode, torch.device("cpu"))
         assert trainer.optimizer.secure_mode
         seeds.add(trainer.optimizer.generator.initial_seed())
-        seeds.add(trainer.batches.generator.initial_seed())
+        seeds.add(trainer.batches.rng.bit_generator.seed_seq.entropy)
     assert len(seeds) == 6 and 0 not in seeds
 
 
@@ -283,15 +282,41 @@ def test_patience_is_refused_with_one_line():
     assert "\n" not in str(info.value)
 
 
-def test_poisson_batches_are_the_batches_opacus_samples_at_rate_q():
+def test_poisson_batches_keep_each_record_when_its_64_bit_draw_is_below_the_threshold():
     records = TensorDataset(torch.arange(300), torch.arange(300) % 2)
-    ours = PoissonBatches(records, 0.07, torch.Generator().manual_seed(5))
-    sampler = UniformWithReplacementSampler(num_samples=300, sample_rate=0.07, generator=torch.Generator().manual_seed(5))
+    ours = PoissonBatches(records, 0.07, np.random.Generator(np.random.PCG64(5)))
+    draws = np.random.Generator(np.random.PCG64(5)).bit_generator
     epoch = list(ours)
     assert len(epoch) == len(ours) == 14  # int(1/q) steps per epoch
-    assert [inputs.tolist() for inputs, _ in epoch] == list(sampler)
+    assert [inputs.tolist() for inputs, _ in epoch] == [np.flatnonzero(draws.random_raw(300) < ours.threshold).tolist() for _ in epoch]
     assert all(torch.equal(labels, inputs % 2) for inputs, labels in epoch)
     assert [inputs.tolist() for inputs, _ in ours] != [inputs.tolist() for inputs, _ in epoch]  # fresh draws
+
+
+@given(st.floats(min_value=MIN_SAMPLE_RATE, max_value=1.0))
+def test_the_inclusion_probability_is_never_above_the_charged_rate_and_short_of_it_by_less_than_2_to_the_minus_64(q):
+    threshold = inclusion_threshold(q)
+    assert Fraction(threshold, 2**64) <= Fraction(q)
+    assert Fraction(q) - Fraction(threshold, 2**64) < Fraction(1, 2**64)
+
+
+def test_the_inclusion_rate_at_a_tiny_q_is_at_most_q_where_a_float32_draw_gives_sixty_times_it():
+    q = 1e-9
+    assert inclusion_threshold(q) / 2**64 <= q
+    assert math.ceil(q * 2**24) / 2**24 > 59 * q  # what ``torch.rand(n) < q`` includes with
+
+
+def test_a_sample_rate_the_sampler_cannot_resolve_is_refused():
+    with pytest.raises(ValueError, match="resolves"):
+        inclusion_threshold(2.0**-41)
+
+
+def test_poisson_batches_include_records_at_the_rate_q():
+    q, n, steps = 0.3, 2000, 50
+    batches = PoissonBatches(TensorDataset(torch.arange(n), torch.zeros(n)), q)
+    sizes = [len(batches.draw(n)) for _ in range(steps)]
+    mean, sd = np.mean(sizes), math.sqrt(n * q * (1 - q) / steps)
+    assert abs(mean - q * n) < 6 * sd
 
 
 def test_shuffled_batches_cover_every_record_once_per_epoch():

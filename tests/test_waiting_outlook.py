@@ -23,7 +23,7 @@ def pipeline(blocks: list[str], epsilon: float, gpus: int = 0, cpus: float = 1.0
         "dataset": "d",
         "blocks": blocks,
         "epsilon": epsilon,
-        "job": {"function": "m:f"},
+        "job": {"function": "tests.service_jobs:spend_half"},
         "resources": {"gpus": gpus, "cpus": cpus},
     }
 

@@ -18,6 +18,27 @@ min(ε, αε²/2) under RDP (Bun & Steinke 2016, Prop. 3.3); an elephant is a ``
 charged its training, calibrated to (0.9 ε, δ) (the subsampled Gaussian of its plan under
 RDP, Mironov et al. 2019), composed with its 0.1 ε-DP held-out accuracy release.
 Time is in seconds; a block period is one day by default.
+
+Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md). The
+layouts follow PrivateKube's artifact, whose raw blocks are (day × user bucket), 100 buckets
+by a hash of the reviewer id (``evaluation/macrobenchmark/dataset.py``):
+- ``event``: one block per day, ``day{d}``; a pipeline asks for the last k of them.
+- ``user-time``: ``partitions`` user partitions × days, block ``u{p}-day{d}`` holding the rows
+  of the people of partition p on day d (their guarantee is per person and day); a pipeline
+  asking for the last k days asks for every partition of each of those days (P·k blocks).
+- ``user``: ``partitions`` user blocks ``u{p}``, each holding its people's whole history
+  (the block grows; its budget is the person's budget for ever), all present from the
+  start; a pipeline asks for every user block, whatever days it reads, since any person may
+  have rows in them.
+Every pipeline asks every partition alike, so the grants do not depend on ``partitions``
+(4 unless given): it only shows the layout. At person level a statistic's sensitivity is
+the contribution bound K (``rows_per_user``, 1 unless given; rows a person has per day
+under ``user-time``): its error K/(ε n) reaches the target on K times the data, so a mouse
+reads ``ceil(K·target / ε)`` days (PrivateKube's artifact selects, per unit, the fewest
+blocks reaching the target at the unit's sensitivity: ``evaluation/macrobenchmark/models.py``,
+20 rows a user-day there). An elephant reads the days it reads at event level: what
+user-level DP-SGD needs in data is not modelled. Under ``user`` the days read do not change
+the blocks asked (all of them).
 """
 
 from __future__ import annotations
@@ -48,6 +69,9 @@ MICE_TARGETS = (0.02, 0.05, 0.1)
 ELEPHANT_EPSILONS = (0.5, 1.0, 5.0)
 ELEPHANT_DELTA = 1e-9
 MAX_BLOCKS = 500
+UNITS = ("event", "user-time", "user")
+#: Most user partitions, and most (pipeline, block) pairs a unit's layout may list.
+MAX_PARTITIONS, MAX_EDGES = 1000, 50_000_000
 
 #: DP-SGD plans: (model, the built-in zoo model its job trains, blocks needed at ε = 1,
 #: Poisson sampling rate, epochs). A small BERT stands as the zoo's text model.
@@ -111,8 +135,17 @@ def macrobenchmark(
     block_period: float = DAY,
     timeout_periods: float = 5.0,
     duration: float | None = None,
+    unit: str = "event",
+    partitions: Annotated[int | None, Between(1, MAX_PARTITIONS)] = None,
+    rows_per_user: Annotated[int | None, Between(1, MAX_BLOCKS)] = None,
 ) -> GeneratedTrace:
-    """Daily blocks and a mix of DP statistics (mice) and DP-SGD models (elephants)."""
+    """Daily data and a mix of DP statistics (mice) and DP-SGD models (elephants), on the
+    blocks of ``unit`` (``event``, ``user-time`` or ``user``: the module's docstring)."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
+    if unit == "event" and (partitions, rows_per_user) != (None, None):
+        raise ValueError("partitions and rows_per_user apply to the user and user-time units only")
+    partitions, rows_per_user = partitions or 4, rows_per_user or 1
     if not 0 < block_period <= MAX_TIME:
         raise ValueError(f"block_period must be positive and at most {MAX_TIME:g} seconds, got {block_period!r}")
     block_period = float(block_period)
@@ -124,6 +157,8 @@ def macrobenchmark(
     rng = np.random.default_rng(seed)
     horizon = days * block_period if duration is None else duration
     times = poisson_arrivals(rng, pipelines_per_day / block_period, horizon)
+    if unit == "user":
+        _check_edges(len(times) * partitions)
     demands: dict[str, int] = {}  # a demand description (as JSON) -> its index
     drawn: dict[tuple, int] = {}  # what a pipeline drew (its kind, model and ε) -> its demand's index
     demand, last, elephant = np.zeros(len(times), dtype=np.intp), np.zeros(len(times), dtype=np.int64), np.zeros(len(times), dtype=np.intp)
@@ -132,7 +167,7 @@ def macrobenchmark(
             epsilon = float(MICE_EPSILONS[rng.integers(len(MICE_EPSILONS))])
             target = MICE_TARGETS[rng.integers(len(MICE_TARGETS))]
             key: tuple = ("mouse", epsilon)
-            last[i] = blocks_needed(target, epsilon)
+            last[i] = blocks_needed(rows_per_user * target, epsilon)
         else:
             model = int(rng.integers(len(MODELS)))
             epsilon = float(ELEPHANT_EPSILONS[rng.integers(len(ELEPHANT_EPSILONS))])
@@ -143,18 +178,51 @@ def macrobenchmark(
             description = _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(model, epsilon, accounting)
             drawn[key] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
         demand[i] = drawn[key]
+    block_ids, block_arrival, block_lists = unit_layout(unit, days, partitions, block_period, times, last)
     return GeneratedTrace(
         accounting=accounting,
-        block_ids=[f"day{d}" for d in range(days)],
-        block_arrival=np.arange(days) * block_period,
-        block_epsilon=np.full(days, BLOCK_EPSILON),
-        block_delta=np.full(days, BLOCK_DELTA),
+        block_ids=block_ids,
+        block_arrival=block_arrival,
+        block_epsilon=np.full(len(block_ids), BLOCK_EPSILON),
+        block_delta=np.full(len(block_ids), BLOCK_DELTA),
         pipeline_ids=[f"p{i}" for i in range(len(times))],
         arrival=times,
-        last=last,
+        last=last if block_lists is None else None,
+        block_lists=block_lists,
         demand=demand,
         demands=tuple(json.loads(text) for text in demands),
         timeout=np.full(len(times), timeout_periods * block_period),
         klass=elephant,
         classes=("mice", "elephants"),
     )
+
+
+def unit_layout(
+    unit: str, days: int, partitions: int, block_period: float, arrival: np.ndarray, last: np.ndarray
+) -> tuple[list[str], np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+    """The blocks of ``unit`` (ids and arrival times) and, unless a pipeline simply asks for
+    its ``last`` k blocks (``event``), each pipeline's list of blocks as offsets and block
+    indices (:class:`~privsched.simulation.generated.GeneratedTrace`)."""
+    if unit == "event":
+        return [f"day{d}" for d in range(days)], np.arange(days) * block_period, None
+    if unit == "user":
+        ids = [f"u{p}" for p in range(partitions)]
+        index = np.tile(np.arange(partitions, dtype=np.int64), len(arrival))
+        start = np.arange(len(arrival) + 1, dtype=np.int64) * partitions
+        return ids, np.zeros(partitions), (start, index)
+    # user-time: block d·P + p is partition p of day d; the last k days existing at arrival
+    if days * partitions > MAX_WORKLOAD_BLOCKS:
+        raise ValueError(f"the workload would have {days * partitions} user-time blocks, more than the limit of {MAX_WORKLOAD_BLOCKS}")
+    existing = np.minimum(np.floor(arrival / block_period).astype(np.int64) + 1, days)
+    first_day = existing - np.minimum(last, existing)
+    counts = (existing - first_day) * partitions
+    _check_edges(int(counts.sum()))
+    ids = [f"u{p}-day{d}" for d in range(days) for p in range(partitions)]
+    start = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    index = np.repeat(first_day * partitions - start[:-1], counts) + np.arange(int(start[-1]))
+    return ids, np.repeat(np.arange(days) * block_period, partitions), (start, index.astype(np.int64))
+
+
+def _check_edges(edges: int) -> None:
+    if edges > MAX_EDGES:
+        raise ValueError(f"the pipelines would ask for {edges} blocks in all, more than the limit of {MAX_EDGES}")

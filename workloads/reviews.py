@@ -181,16 +181,14 @@ def non_private_baseline(block_paths: list[str | Path], job: dict, device: str =
     import torch
 
     from privsched.jobs.records import read_block_files
-    from privsched.trainers.dpsgd import evaluate, fit, plain_trainer, train_heldout
-    from privsched.trainers.models import build_model
+    from privsched.trainers.dpsgd import evaluate, expected_batch_size, fit, initial_model, plain_trainer, train_heldout
     from privsched.trainers.plans import DPSGDJob, parse_job
 
     spec = parse_job(job)
     if not isinstance(spec, DPSGDJob):
         raise ValueError("a non-private baseline needs a dpsgd job")
     data, train, heldout = train_heldout(read_block_files(block_paths), spec)
-    torch.manual_seed(spec.seed)
-    model = build_model(spec.model, data.vocab_size, data.n_classes, spec.embed_dim, spec.hidden)
-    fit(plain_trainer(model, train, spec, torch.device(device)), spec.steps)
+    model = initial_model(spec, data)
+    fit(plain_trainer(model, train, spec, torch.device(device), expected_batch_size(spec, data.rows)), spec.steps)
     loss, accuracy = evaluate(model, heldout, torch.device(device))
     return {"heldout_loss": loss, "heldout_accuracy": accuracy}

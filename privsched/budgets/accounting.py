@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from privsched.budgets.bounds import MAX_ORDER
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -28,11 +30,6 @@ DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.
 #: Relative tolerance of the audit's replay, which recomputes balances by summing events in
 #: another order and compares them with the stored ones. It is never used to grant budget.
 RELATIVE_TOLERANCE = 1e-9
-
-#: Relative rounding allowed when a *float sum* of budgets given out is checked against a
-#: capacity (:meth:`Accounting.is_safe`): a sum of n terms may round up by about n·2⁻⁵³
-#: (1e-12 covers thousands of terms). A check, never a grant: admission is exact (:func:`leq`).
-SUM_ROUNDING = 1e-12
 
 
 def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -64,8 +61,8 @@ class Accounting:
             if not self.alphas:
                 raise ValueError("rdp accounting needs at least one order")
             alphas = [float(a) for a in self.alphas]
-            if not all(math.isfinite(a) and a > 1 for a in alphas):
-                raise ValueError("RDP orders must be finite and greater than 1")
+            if not all(math.isfinite(a) and 1 < a <= MAX_ORDER for a in alphas):
+                raise ValueError(f"RDP orders must be finite, greater than 1 and at most {MAX_ORDER:g}")
             if any(later <= earlier for earlier, later in zip(alphas, alphas[1:])):
                 raise ValueError("RDP orders must be strictly increasing")
 
@@ -100,30 +97,44 @@ class Accounting:
         return np.ones(capacity.shape, dtype=bool)
 
     def fits(self, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-        """Whether each demand fits the available budget (reduces the last axis).
+        """Whether each demand fits the available budget (reduces the last axis), compared
+        exactly in quanta (:mod:`privsched.budgets.exact`: the demand rounded up, the budget
+        down, a decimal such as 0.1 taken as it is).
 
         basic: ``d ≤ available`` in ε and in δ. RDP: there exists a live α with
         ``d(α) ≤ available(α)`` (docs/design.md §3.3).
         """
+        from privsched.budgets.exact import units
+
+        return self.fits_units(units(demand, up=True), units(available, up=False), live)
+
+    def fits_units(self, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+        """:meth:`fits` for budgets already in quanta (int64)."""
         import numpy as np
 
-        ok = leq(demand, available)
+        ok = demand <= available
         if self.is_rdp:
             return np.any(ok & live, axis=-1)
         return np.all(ok, axis=-1)
 
-    def is_safe(self, spent: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-        """The ledger's safety invariant for budgets already given out (allocated + consumed).
+    def is_safe(self, spent: np.ndarray | list[np.ndarray], capacity: np.ndarray) -> np.ndarray:
+        """The ledger's safety invariant for budgets already given out (allocated + consumed),
+        in exact quanta (:mod:`privsched.budgets.exact`). ``spent`` is the list of the
+        buckets given out, summed here in quanta (or one array).
 
         basic: spent ≤ capacity in every dimension. RDP: some live order keeps
-        spent(α) ≤ capacity(α) (docs/design.md §3.3), up to the float rounding of the sum that
-        ``spent`` is (:data:`SUM_ROUNDING`). Reduces the last axis.
+        spent(α) ≤ capacity(α) (docs/design.md §3.3). Reduces the last axis.
         """
         import numpy as np
 
+        from privsched.budgets.exact import clamp, units
+
+        parts = spent if isinstance(spent, (list, tuple)) else [spent]
+        total = units(parts[0], up=True)
+        for part in parts[1:]:
+            total = clamp(total + units(part, up=True))
         capacity = np.asarray(capacity, dtype=float)
-        bound = capacity + SUM_ROUNDING * np.abs(capacity)
-        return self.fits(spent, bound, self.live(capacity))
+        return self.fits_units(total, units(capacity, up=False), self.live(capacity))
 
     def shares(self, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Per-dimension share ``d / capacity``; 0 on dead or zero-capacity dimensions.

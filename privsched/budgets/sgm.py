@@ -18,6 +18,13 @@ Mechanism", §3.3: one step with sampling rate q and noise multiplier σ has RDP
   e^{−30} (the series converge; Opacus stops at the same term);
 - q = 1 is the Gaussian mechanism, ε(α) = α/(2σ²) (Mironov 2017, Prop. 7).
 
+Above ``LARGE_ORDER`` (α > 1000, where C(α, k) overflows a double and Opacus' terms are NaN)
+an integer order's binomial sum is taken with ln C(α, k) = ln Γ(α + 1) − ln Γ(k + 1) −
+ln Γ(α − k + 1) (``math.lgamma``) and NumPy's log-sum-exp, and ln A_α is rounded up by 10⁻¹⁴
+of the magnitude of its terms' parts (far above their rounding); a fractional order is
+charged at ⌈α⌉, which bounds it (Rényi divergence does not decrease with the order: van
+Erven & Harremoës 2014, Thm 3), since its series there runs over about α terms.
+
 T steps compose to T·ε(α) (Mironov 2017, Prop. 1).
 """
 
@@ -38,6 +45,9 @@ CALIBRATION_ALPHAS: tuple[float, ...] = tuple([1 + x / 10.0 for x in range(1, 10
 
 #: Largest noise multiplier the calibration tries before declaring the budget too small.
 MAX_NOISE_MULTIPLIER = 1e6
+
+#: Orders above this take the large-order path of the module docstring.
+LARGE_ORDER = 1000.0
 
 #: A series term of the fractional-order sum below e^{-30} ends it (MTZ 2019 §3.3).
 _SERIES_CUTOFF = -30.0
@@ -75,13 +85,37 @@ def _one_step(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
     result is Opacus' to the last bit."""
     if q == 1.0:
         return orders / (2 * sigma**2)
+    large = orders > LARGE_ORDER
+    orders = np.where(large, np.ceil(orders), orders)
     integer = orders == np.floor(orders)
+    small = integer & ~large
     log_a = np.empty_like(orders)
-    if integer.any():
-        log_a[integer] = _log_a_integer(q, sigma, orders[integer])
+    if small.any():
+        log_a[small] = _log_a_integer(q, sigma, orders[small])
+    if large.any():
+        log_a[large] = [_log_a_large_integer(q, sigma, int(alpha)) for alpha in orders[large]]
     if (~integer).any():
         log_a[~integer] = _log_a_fractional(q, sigma, orders[~integer])
     return log_a / (orders - 1)
+
+
+@functools.lru_cache(maxsize=4)
+def _log_factorials(n: int) -> np.ndarray:
+    """ln k! for 0 ≤ k ≤ n."""
+    return np.array([math.lgamma(k + 1) for k in range(n + 1)])
+
+
+def _log_a_large_integer(q: float, sigma: float, n: int) -> float:
+    """ln A_α for an integer order α = n > ``LARGE_ORDER``: the binomial sum with ln Γ for the
+    coefficients, in NumPy, rounded up (module docstring)."""
+    log_factorials = _log_factorials(n)
+    k = np.arange(n + 1, dtype=float)
+    log_coef = log_factorials[n] - log_factorials - log_factorials[::-1]
+    log_q, log_1q = math.log(q), math.log(1 - q)
+    terms = log_coef + k * log_q + (n - k) * log_1q + (k * k - k) / (2 * sigma**2)
+    top = float(terms.max())
+    magnitude = 3 * log_factorials[n] + n * (abs(log_q) + abs(log_1q)) + n * n / (2 * sigma**2)
+    return top + math.log(math.fsum(np.exp(terms - top).tolist())) + 1e-14 * magnitude
 
 
 def _log_a_integer(q: float, sigma: float, orders: np.ndarray) -> list[float]:

@@ -50,7 +50,7 @@ def main() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("default")
         try:
-            code = app(standalone_mode=False)
+            code = app(standalone_mode=False, prog_name="privsched")  # its name under `python -m` too: completion binds it
         except typer.TyperException as exc:  # click's usage and parameter errors
             message = " ".join((exc.format_message() if hasattr(exc, "format_message") else str(exc)).split())
             if message:  # empty after the help printed for a bare `privsched`

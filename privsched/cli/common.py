@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from privsched.cli.tables import Table as PlainTable
+    from privsched.client import Client
+    from privsched.remote import RemoteClient
+    from privsched.results import PipelineResult
 
 #: Environment variable naming the database when ``--db`` is not given.
 DB_ENV = "PRIVSCHED_DB"
@@ -130,3 +133,16 @@ def errors() -> Iterator[None]:
         yield
     except (PrivschedError, ValueError) as exc:
         fail(exc)
+
+
+def readable_result(client: Client | RemoteClient, pipeline_id: int) -> PipelineResult | None:
+    """The pipeline's result (:meth:`privsched.client.Client.result`), or None when the
+    caller may not read it (a server's 403: another user's code job)."""
+    from privsched.errors import PrivschedError
+
+    try:
+        return client.result(pipeline_id)
+    except PrivschedError as exc:
+        if exc.status == 403:
+            return None
+        raise

@@ -17,19 +17,20 @@ app = typer.Typer(
     help="Privacy-budget-aware job scheduler for differentially private machine learning.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
 )
 
 #: The module of the options every command takes (``--server``), always registered.
 GLOBAL_OPTIONS = "privsched.cli.remote_option"
 
-_LEDGER, _SIMULATION, _SUBMIT, _SERVICE, _DEMO, _USERS = (
+_LEDGER, _SIMULATION, _SUBMIT, _SERVICE, _DEMO, _USERS, _RESULTS = (
     "privsched.cli.ledger_cmds",
     "privsched.cli.sim_cmds",
     "privsched.cli.submit_cmds",
     "privsched.cli.service_cmds",
     "privsched.cli.demo_cmds",
     "privsched.cli.user_cmds",
+    "privsched.cli.result_cmds",
 )
 
 #: Command (or command group) name -> the module that registers it on :data:`app`.
@@ -47,6 +48,8 @@ COMMANDS: dict[str, str] = {
     "status": _SERVICE,
     "cancel": _SERVICE,
     "logs": _SERVICE,
+    "result": _RESULTS,
+    "download": _RESULTS,
     "serve": _SERVICE,
     "demo": _DEMO,
     "user": _USERS,
@@ -54,7 +57,7 @@ COMMANDS: dict[str, str] = {
 }
 
 #: Global options that take a value (the word after them is not a command).
-_VALUED_OPTIONS = ("--server",)
+_VALUED_OPTIONS = ("--server", "--db", "--output", "-o")
 
 
 def load_commands(argv: Sequence[str] | None = None) -> None:

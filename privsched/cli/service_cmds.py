@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -19,13 +20,16 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, new_table, one_blas_thread, say, show
+from privsched.cli.common import DEFAULT_DB, DbOption, add_row, errors, fail, new_table, one_blas_thread, readable_result, say, show
+from privsched.cli.output import Format, OutputOption, chosen, emit
 from privsched.cli.registry import app
 from privsched.text import printable
 
 if TYPE_CHECKING:
     from privsched.client import Client
-    from privsched.ledger import Event
+    from privsched.ledger import Event, PipelineInfo
+    from privsched.service.serve import Startup
+    from privsched.service.waiting import WaitingReason
     from privsched.remote import RemoteClient
 
 
@@ -74,18 +78,57 @@ def _when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).isoformat(sep=" ", timespec="seconds")
 
 
+#: Seconds between two redraws of ``list --watch``.
+WATCH_PERIOD = 2.0
+
+
 @app.command("list")
 def list_pipelines(
     state: Annotated[Optional[list[str]], typer.Option(help="Only pipelines in this state (repeatable).")] = None,
     dataset: Annotated[Optional[str], typer.Option(help="Only this dataset's pipelines.")] = None,
+    owner: Annotated[Optional[str], typer.Option(help="Only this user's pipelines.")] = None,
+    mine: Annotated[bool, typer.Option("--mine", help="Only your own pipelines (through --server: the token's user).")] = False,
+    limit: Annotated[Optional[int], typer.Option(min=1, help="Only the N most recent pipelines.")] = None,
+    watch: Annotated[
+        bool, typer.Option("--watch", "-w", help=f"Redraw every {WATCH_PERIOD:g} s until interrupted (a terminal only).")
+    ] = False,
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """List pipelines with their state."""
+    """List pipelines with their state, owner and why each waiting one waits."""
     skip_teardown()
+    fmt = chosen(output)
+    if mine and owner is not None:
+        fail("--mine and --owner both name whose pipelines to list: give one")
+    if watch and not sys.stdout.isatty():
+        print("error: --watch redraws a terminal; without one, run `privsched list` again instead", file=sys.stderr)
+        raise typer.Exit(2)
     one_blas_thread()  # ranking the pending pipelines loads NumPy
-    with _client(db) as client, errors():
-        pipelines = client.list(states=state, dataset=dataset)
-        reasons = client.reasons(dataset) if any(p.state in ("pending", "granted") for p in pipelines) else {}
+    with _client(db) as client:
+        try:
+            while True:
+                with errors():
+                    pipelines = client.list(states=state, dataset=dataset, owner=owner, mine=mine, limit=limit)
+                    waiting = any(p.state in ("pending", "granted") for p in pipelines)
+                    reasons = client.reasons(dataset) if waiting and fmt is Format.text else {}
+                if watch:
+                    sys.stdout.write("\x1b[H\x1b[2J")  # home, clear: redraw in place
+                _print_pipelines(pipelines, reasons, fmt)
+                if not watch:
+                    return
+                time.sleep(WATCH_PERIOD)
+        except KeyboardInterrupt:  # Ctrl-C ends a watch, as it ends `kubectl get -w`
+            if not watch:
+                raise
+
+
+def _print_pipelines(pipelines: list[PipelineInfo], reasons: dict[int, WaitingReason], fmt: Format) -> None:
+    """``list``'s answer: a table, or the pipelines as ``GET /v1/pipelines`` answers them."""
+    if fmt is not Format.text:
+        from privsched.server.models import PipelineOut
+
+        emit([PipelineOut.of(info, message=info.message).model_dump() for info in pipelines], fmt)
+        return
     table = new_table("id", "name", "dataset", "state", "owner", "blocks", "submitted", "finished", "reason")
     for info in pipelines:
         reason = reasons[info.id].short() if info.id in reasons else "-"
@@ -107,19 +150,35 @@ def list_pipelines(
 @app.command()
 def status(
     pipeline_id: Annotated[int, typer.Argument(help="Pipeline id.")],
+    output: OutputOption = None,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """A pipeline's state, grant, consumed budget, placement and timings, and what keeps the
-    scheduler from making progress, if anything does (a full database or disk)."""
+    """A pipeline's state, its demand on each block (ε at the dataset's δ_G and the share of
+    the block's capacity it takes), what it consumed, placement and timings, and what keeps
+    the scheduler from making progress, if anything does (a full database or disk)."""
     skip_teardown()
     from privsched.cli.ledger_cmds import budget_text
+    from privsched.readouts import demand_share, demand_text
 
+    fmt = chosen(output)
     one_blas_thread()  # its budgets and waiting reason load NumPy
+    if fmt is not Format.text:
+        from privsched.server.models import PipelineOut
+
+        from privsched.server.models import BlockDemandOut
+
+        with _client(db) as client, errors():
+            found, dataset, _ = client.grants(pipeline_id)
+        out = PipelineOut.of(found, message=found.message)
+        out.budget = BlockDemandOut.of_pipeline(found, dataset)
+        emit(out.model_dump(), fmt)
+        return
     with _client(db) as client, errors():
         info, dataset, grants = client.grants(pipeline_id)
         reason = client.reasons(info.dataset, pipeline_id=pipeline_id).get(pipeline_id) if info.state in ("pending", "granted") else None
         condition = client.scheduler_condition()
         by, caused = _caused_by(client.events(pipeline_id=pipeline_id))
+        released = readable_result(client, pipeline_id) if info.state.is_final() else None
     acc, delta = dataset.accounting, dataset.delta
     unit = f"ε at δ={delta:g}" if acc.is_rdp else "ε, δ"
     table = new_table("field", "value", title=f"pipeline {info.id}: {info.name}", show_header=False)
@@ -131,8 +190,9 @@ def status(
     if reason is not None:
         add_row(table, "waiting", reason.text())
     for grant in grants:
-        consumed = "" if grant.consumed is None else ", consumed " + budget_text(grant.consumed, acc.is_rdp)
-        add_row(table, f"block {grant.key}", f"demand {budget_text(grant.demand, acc.is_rdp)}{consumed} ({unit})")
+        consumed = "" if grant.consumed is None else f"; consumed {budget_text(grant.consumed, acc.is_rdp)} ({unit})"
+        demand = demand_text(grant.demand.epsilon, demand_share(info.demands[grant.key], dataset), grant.key)
+        add_row(table, f"block {grant.key}", f"demand {demand}{consumed}")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (
@@ -147,6 +207,8 @@ def status(
     if info.started_at is not None:
         add_row(table, "run time", f"{(info.finished_at or time.time()) - info.started_at:.1f} s")
     show(table)
+    for line in [] if released is None else released.output_lines():  # its state and charge are in the table
+        say(line)
 
 
 @app.command()
@@ -185,10 +247,19 @@ def logs(
                 time.sleep(0.2)
 
 
+#: ``serve``'s N when a per-arrival policy is given none: each pipeline unlocks 1/100 of
+#: every block (DPF's N, Luo et al., OSDI'21 §4.1).
+DEFAULT_N = 100
+#: The policies that unlock per arrival, and so take N.
+PER_ARRIVAL = ("rr-n", "dpf-n", "dpack-n")
+
+
 @app.command()
 def serve(
-    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "fcfs",
-    n: Annotated[Optional[int], typer.Option("--n", help="Per-arrival unlocking: each pipeline unlocks 1/N.")] = None,
+    policy: Annotated[str, typer.Option(help="fcfs, rr-n, rr-t, dpf-n, dpf-t, dpack, dpack-n, dpack-t, optimal.")] = "dpf-n",
+    n: Annotated[
+        Optional[int], typer.Option("--n", help=f"Per-arrival unlocking: each pipeline unlocks 1/N (default {DEFAULT_N}).")
+    ] = None,
     lifetime: Annotated[Optional[str], typer.Option(help="Per-time unlocking: data lifetime, e.g. 600 or 2h.")] = None,
     unlock: Annotated[Optional[str], typer.Option(help="Override the unlock rule: all, n or t.")] = None,
     k: Annotated[int, typer.Option(help="DPack: grants between efficiency refreshes.")] = 50,
@@ -220,16 +291,20 @@ def serve(
     ] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Run the scheduler on the database (one per database) until interrupted."""
+    """Run the scheduler on the database (one per database) until interrupted: by default
+    DPF with per-arrival unlocking (dpf-n, N = 100). Once it holds the database it starts
+    the HTTP API and prints what it serves with: policy, compute pool, executor, sandbox,
+    database and API address."""
     from privsched.cli.remote_option import local_client, local_only
     from privsched.server.runner import api_for_options
     from privsched.service.serve import ServeOptions
 
     local_only("serve")
     with errors():
+        per_arrival = policy in PER_ARRIVAL or unlock == "n"
         options = ServeOptions.parse(
             policy=policy,
-            n=n,
+            n=DEFAULT_N if n is None and lifetime is None and per_arrival else n,
             lifetime=lifetime,
             k=k,
             unlock=unlock,
@@ -252,10 +327,12 @@ def serve(
         if not quiet:
             say(f"{datetime.now().isoformat(sep=' ', timespec='seconds')} {message}")
 
-    with (
-        local_client(db) as client,
-        errors(),
-        api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, log, options.policy_spec()),
-    ):
-        summary = client.serve(options, stop=stop, log=log)
+    def started(startup: Startup) -> None:  # the database is this scheduler's: start the API, say so
+        bound = api.enter_context(api_for_options(db, listen, until_idle, tls_cert, tls_key, insecure, None, startup.policy))
+        for line in startup.lines(None if bound is None else f"{bound.url} (OpenAPI page: {bound.url}/docs)"):
+            if not quiet:
+                say(line)
+
+    with local_client(db) as client, errors(), ExitStack() as api:
+        summary = client.serve(options, stop=stop, log=log, on_start=started)
     say(f"served {summary.ticks} ticks: {summary.granted} granted, {summary.settled} finished, {summary.pending} still pending")

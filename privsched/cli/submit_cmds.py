@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from privsched.cli import skip_teardown
-from privsched.cli.common import DEFAULT_DB, DbOption, errors, fail, one_blas_thread, say
+from privsched.cli.common import DEFAULT_DB, DbOption, errors, fail, one_blas_thread, readable_result, say
 from privsched.cli.registry import app
 from privsched.text import printable
 
@@ -37,10 +37,14 @@ def submit(
     submission_id: Annotated[
         Optional[str], typer.Option("--id", help="Submission id (with --server): submitting it again returns the same pipeline.")
     ] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show the demand and whether it fits each block now; write nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Show the demand and whether it fits now (exit 0), waits (3) or can never fit (4); write nothing."),
+    ] = False,
     db: DbOption = DEFAULT_DB,
 ) -> None:
-    """Submit a pipeline and print its id (with --wait: its outcome; exit 1 unless it completed)."""
+    """Submit a pipeline and print its id (with --wait: its outcome and what it released; exit
+    1 unless it completed)."""
     from privsched.cli.remote_option import open_client, server_url
 
     # The specification's models are the first pydantic models this process builds, and
@@ -56,8 +60,11 @@ def submit(
         fail("--id (an idempotent submission) needs --server or PRIVSCHED_SERVER")
     with open_client(db) as client, errors():
         if dry_run:
-            for line in client.dry_run(pipeline, owner=owner).lines():
+            plan = client.dry_run(pipeline, owner=owner)
+            for line in plan.lines():
                 say(line)
+            if plan.exit_code:
+                raise typer.Exit(plan.exit_code)
             return
         if submission_id is None:
             run: PipelineHandle = client.submit(pipeline, owner=owner)
@@ -72,6 +79,9 @@ def submit(
         if client.scheduler() is None:
             print(printable(f"pipeline {run.id} waits for a scheduler: start `privsched serve` on {db}"), file=sys.stderr)
         info = run.wait().info
+        released = readable_result(client, run.id)
     say(_outcome(info))
+    for line in [] if released is None else released.output_lines():
+        say(line)
     if info.state != "completed":
         raise typer.Exit(1)

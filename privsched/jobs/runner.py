@@ -12,13 +12,17 @@ other blocks' data).
 This process is the **supervisor**. It becomes a child subreaper
 (``prctl(PR_SET_CHILD_SUBREAPER)``), forks the job's process, which confines itself with
 Landlock (:mod:`privsched.jobs.sandbox`) *before* importing any job code, answers the job's
-privacy primitives (:mod:`privsched.jobs.primitives`) and, when the job's process ends,
-kills every process it left behind, detached or not. The supervisor alone writes the result
-(docs/design.md §4.4): a built-in job is charged what it measured; a user job its whole grant unless,
-confined, it spent only through primitives (then exactly their sum). A job that started may
-have read its blocks, so a failure always counts as having touched data (its grant is
-consumed), and so does a job that ends without reporting. An executor that finds no result file after
-the process ended fails the pipeline conservatively. The result also goes to the executor
+privacy primitives and brokers its data (:mod:`privsched.jobs.primitives`: the job's context
+names its blocks by key only, and the supervisor passes it read-only descriptors of a block's
+files when it first asks) and, when the job's process ends, kills every process it left
+behind, detached or not. The supervisor alone writes the result (docs/design.md §4.4): a
+built-in job is charged what it measured; a user job its whole grant unless, confined, it
+never opened a block itself (then exactly what its primitives spent). A job that fails, is stopped
+(``SIGTERM``: cancelled, timed out) or ends without reporting *before its first data access*
+is charged nothing: the supervisor saw that access, if any, and the refund depends on no
+data. After it, a failure consumes the grant; so does any failure of a job run without a
+sandbox (which could reach its data around the broker). An executor that finds no result
+file after the process ended fails the pipeline conservatively. The result also goes to the executor
 through ``--result-fd`` (a pipe, which needs no disk), and the result file is retried while
 the disk is full (:func:`deliver`), so a job that ends on a full disk keeps its result.
 """
@@ -41,7 +45,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from privsched.jobs.context import JobContext
+from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.primitives import Account, Channel
 from privsched.jobs.sandbox import (
     SANDBOX_MODES,
@@ -55,6 +59,10 @@ from privsched.jobs.sandbox import (
 )
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+#: How a failure message the job wrote itself (its exception) begins, and no message
+#: privsched decides does: readers tell the job's own words from privsched's by it
+#: (:func:`privsched.server.access.visible_message`).
+JOB_RAISED = "the job raised "
 #: The built-in jobs, loaded like a user's job: they live with the trainers, above this package.
 BUILTIN_JOB = "privsched.trainers.builtin:run_builtin"
 
@@ -70,6 +78,10 @@ class JobResult:
     touched_data: bool = True
     message: str = ""
     metrics: dict[str, Any] = field(default_factory=dict)
+    #: When (Unix time) the supervisor first gave the job its data (None: never, or unknown).
+    first_access: float | None = None
+    #: What the job's privacy primitives released: each one's query, ε, δ and value.
+    releases: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), default=_jsonable)
@@ -84,6 +96,8 @@ class JobResult:
             touched_data=bool(data.get("touched_data", True)),
             message=str(data.get("message", "")),
             metrics=dict(data.get("metrics") or {}),
+            first_access=None if data.get("first_access") is None else float(data["first_access"]),
+            releases=list(data.get("releases") or []),
         )
 
 
@@ -173,10 +187,8 @@ def job_callable(job: dict[str, Any]) -> Callable[[JobContext], Any]:
 def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, network: bool) -> Confinement:
     """What a job may reach: the Python environment, privsched, the job's code (its module's
     file or its top-level package, while its ``pythonpath`` folders may only be listed), its
-    work folder and private tmp (``private/tmp``), and (built-in jobs only) its granted
-    blocks' files; user jobs reach their blocks through the supervisor
-    (:mod:`privsched.jobs.primitives`), which copies them into ``private/blocks``, a folder
-    they may read but not write."""
+    work folder and private tmp (``private/tmp``). No block: every job, built-in or not,
+    reads its data through descriptors its supervisor passes (:mod:`privsched.jobs.primitives`)."""
     job = document["job"]
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     package = Path(__file__).resolve().parents[1]
@@ -184,10 +196,6 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     here = str(Path.cwd().resolve())  # ``-m`` put the supervisor's folder, its run folder, on sys.path
     read = [root for root in python_roots() if root not in (checkout, here)] + [str(package)]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
-    if job.get("kind"):
-        read += [str(Path(b.location).resolve()) for b in ctx.blocks.values() if b.location]
-    else:
-        read.append(str(private / "blocks"))
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
     return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable, network=network)
 
@@ -302,34 +310,6 @@ def _erase_environment_block() -> None:
         ctypes.memset(env_start, 0, env_end - env_start)
 
 
-def _hand_over(ctx: JobContext, rules: Confinement, blocks: Path, builtin: bool) -> Confinement:
-    """Ready a job that will run as another uid (``nobody`` under root): it owns its private
-    blocks folder, and a built-in job, which reads its granted blocks' files itself, gets
-    copies of them there (the block store stays unreadable to it)."""
-    from privsched.jobs.namespaces import job_ids
-
-    uid, gid = job_ids()
-    os.chown(blocks, uid, gid)
-    if not builtin:
-        return rules
-    originals = set()
-    for index, block in enumerate(ctx.blocks.values()):
-        if block.location is None or not os.path.exists(block.location):
-            continue
-        source = Path(block.location).resolve()
-        target = blocks / str(index) / source.name
-        target.parent.mkdir(mode=0o700)
-        if source.is_dir():
-            shutil.copytree(source, target)
-        else:
-            shutil.copyfile(source, target)
-        for path in (target.parent, target, *target.rglob("*")):
-            os.chown(path, uid, gid)
-        originals.add(str(source))
-        block.location = str(target)
-    return replace(rules, read=(*(p for p in rules.read if p not in originals), str(blocks)))
-
-
 def _run_child(
     document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket, tmp: Path, private_fds: tuple[int, ...]
 ) -> None:
@@ -339,6 +319,7 @@ def _run_child(
     and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
     try:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked in its supervisor until it was ready
         for fd in private_fds:
             os.close(fd)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -352,13 +333,11 @@ def _run_child(
         if rules is not None:
             from privsched.jobs import namespaces, seccomp
 
-            if namespaces.job_ids()[0] != os.geteuid():
-                rules = _hand_over(ctx, rules, tmp.parent / "blocks", bool(document["job"].get("kind")))
             namespaces.isolate(rules, tmp.parent / "root", ctx.workdir)
             confine(rules)
             seccomp.install()
         job = document["job"]
-        ctx.channel = Channel(sock, mediates_blocks=rules is not None and not job.get("kind"))
+        ctx.channel = Channel(sock)
         try:
             job_callable(job)(ctx)
             report = {"completed": True, "spent": None if ctx.spent is None else ctx.spent.tolist(), "metrics": ctx.metrics}
@@ -380,17 +359,19 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
     """Run the job a context document describes in a confined child process and say how it
     ended; the child's own report is believed only where it cannot lie (module docstring).
     ``network``: whether the operator lets a job that asks for it (``job.network``) keep TCP;
-    ``private_fds``: the supervisor's descriptors that the job's process closes first."""
+    ``private_fds``: the supervisor's descriptors that the job's process closes first. On
+    ``SIGTERM`` (a cancel, a timeout) the job's every process is killed and the job ends
+    failed, charged nothing if it had not reached its data yet."""
     ctx = JobContext.from_json(json.dumps(document))
     builtin = bool(document["job"].get("kind"))
     network = network and bool(document["job"].get("network"))
     ctx.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for block in ctx.blocks.values():  # relative locations resolve from the job's work folder
         block.location = None if block.location is None else str(ctx.workdir / block.location)
+    job_ctx = replace(ctx, blocks={key: BlockGrant(key, None, b.grant) for key, b in ctx.blocks.items()})  # keys, no locations
     private = Path(tempfile.mkdtemp(prefix="privsched-job-"))
     tmp = private / "tmp"
-    for folder in (tmp, private / "blocks"):
-        folder.mkdir(mode=0o700)
+    tmp.mkdir(mode=0o700)
     try:
         rules = job_confinement(document, ctx, private, network) if mode == "landlock" else None
         if rules is not None:
@@ -408,10 +389,11 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
         pid = os.fork()
         if pid == 0:
             ours.close()
-            _run_child(document, ctx, rules, theirs, tmp, private_fds)
+            _run_child(document, job_ctx, rules, theirs, tmp, private_fds)
         theirs.close()
-        previous = signal.signal(signal.SIGTERM, _end_on_signal)
+        account = Account(ctx)
         status: list[int] = []
+        stopped: list[int] = []
 
         def ended() -> bool:
             if not status:
@@ -419,47 +401,77 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
                 status.extend([code] if done else [])
             return bool(status)
 
+        previous = signal.signal(signal.SIGTERM, _stop_on_signal)
         try:
-            account = Account(ctx, private / "blocks")
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # a stop that came early is taken now
             report = account.serve(ours, ended)
             if not status:
                 status.append(os.waitpid(pid, 0)[1])
+        except _Stopped as stop:
+            report, stopped = None, [stop.signum]
         finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the job is being ended already
             end_descendants()
             signal.signal(signal.SIGTERM, previous)
             ours.close()
+        if stopped:
+            touched = _touched(account, builtin, rules is not None)
+            message = f"the job was stopped (signal {stopped[0]}) before it ended"
+            return JobResult(
+                ctx.pipeline_id, False, touched_data=touched, message=message, first_access=account.first_access, releases=account.releases
+            )
         return _result(ctx, builtin, rules is not None, account, report, status[0])
     finally:
         shutil.rmtree(private, ignore_errors=True)
 
 
-def _end_on_signal(signum: int, frame: Any) -> None:
-    end_descendants()
-    os._exit(128 + signum)
+class _Stopped(Exception):
+    """The supervisor was asked to stop (``SIGTERM``) while its job ran."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signal(signum: int, frame: Any) -> None:
+    signal.signal(signum, signal.SIG_IGN)  # once: the supervisor is ending its job already
+    raise _Stopped(signum)
+
+
+def _touched(account: Account, builtin: bool, confined: bool) -> bool:
+    """Whether a job that ended without completing must be charged its grant: it reached its
+    data through the supervisor, or it ran user code unconfined (which may have reached its
+    data around the broker)."""
+    return account.first_access is not None or not (builtin or confined)
 
 
 def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, report: dict | None, status: int) -> JobResult:
     """How the job is settled (docs/design.md §4.4). A built-in job's report is privsched's own code
-    measuring its spend; a user job is charged its whole grant unless, confined, it spent
-    only through primitives (then exactly their sum). A failed job has touched its data,
-    whatever it says."""
+    measuring its spend; a user job is charged its whole grant unless, confined, it never
+    opened a block itself (then exactly what its primitives spent, nothing without). A failed job is charged its grant
+    once it reached its data (:func:`_touched`), nothing before, whatever it says."""
     grant = {key: b.grant.tolist() for key, b in ctx.blocks.items()}
     unconfined_note = {} if confined else {"sandbox": "none"}
+    touched, first, releases = _touched(account, builtin, confined), account.first_access, account.releases
     if not isinstance(report, dict):
         code = os.waitstatus_to_exitcode(status)
         note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        return JobResult(ctx.pipeline_id, False, message=f"job {note} without writing its result")
+        message = f"job {note} without writing its result"
+        return JobResult(ctx.pipeline_id, False, touched_data=touched, message=message, first_access=first, releases=releases)
     metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
     metrics = {**metrics, **unconfined_note}
     if not report.get("completed"):
-        return JobResult(ctx.pipeline_id, False, touched_data=True, message=str(report.get("message", ""))[:500], metrics=metrics)
+        message = JOB_RAISED + str(report.get("message", ""))[:500]
+        return JobResult(
+            ctx.pipeline_id, False, touched_data=touched, message=message, metrics=metrics, first_access=first, releases=releases
+        )
     if builtin:
         spent = grant if report.get("spent") is None else {key: report["spent"] for key in ctx.blocks}
-    elif confined and account.used_primitives and not account.read_blocks:
+    elif confined and not account.read_blocks:
         spent = {key: account.spent.tolist() for key in ctx.blocks}
     else:
         spent = grant
-    return JobResult(ctx.pipeline_id, True, spent, True, "", metrics)
+    return JobResult(ctx.pipeline_id, True, spent, True, "", metrics, first, releases)
 
 
 def run_job(context_path: Path, mode: str = "landlock", network: bool = False, private_fds: tuple[int, ...] = ()) -> JobResult:
@@ -483,6 +495,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sandbox", choices=SANDBOX_MODES, default=None)
     parser.add_argument("--network", action="store_true", help="let a job that asks for it keep TCP access")
     parser.add_argument("--result-fd", type=int, default=None, help="a pipe to send the result to as well")
+    # A stop (SIGTERM) waits until the supervisor is ready to end its job and say so: one that
+    # comes before then would kill it without a result, and its job would be charged as if it
+    # had read its data (see supervise).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     args = parser.parse_args(argv)
     mode = sandbox_mode(args.sandbox)
     private = () if args.result_fd is None else (args.result_fd,)

@@ -8,22 +8,26 @@ and dimension (docs/design.md §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
-- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``;
+- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``, in exact quanta;
 and per pipeline: a granted or running pipeline holds exactly its demand on each of its
-blocks, every other holds nothing, and its recorded consumption matches the log.
+blocks, every other holds nothing, and its recorded consumption matches the log. Last, each
+block's data is re-hashed against the fingerprint its creation recorded.
 """
 
 from __future__ import annotations
 
 import json
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
+from privsched.ledger.moves import ROUNDED_UP, shifted
 from privsched.ledger.schema import unpack
 
 
@@ -54,23 +58,24 @@ class _Replay:
     def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
         balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
         flow = self.flows.setdefault(block_id, np.zeros_like(amount))
+        # The arithmetic of Moves.move (moves.shifted: exact quanta on the grid, floats off it).
         if source is None:
             balance["capacity"] = balance["capacity"] + amount
         else:
-            balance[source] = balance.get(source, 0.0) - amount
-        balance[target] = balance.get(target, 0.0) + amount
+            balance[source] = shifted(balance.get(source, 0.0), amount, up=source in ROUNDED_UP, subtract=True)
+        balance[target] = shifted(balance.get(target, 0.0), amount, up=target in ROUNDED_UP, subtract=False)
         self.flows[block_id] = flow + np.abs(amount)
         if pipeline_id is None:
             return
         key = (pipeline_id, block_id)
         if target == "allocated":
-            self.held[key] = self.held[key] + amount
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=False)
         if source == "allocated":
-            self.held[key] = self.held[key] - amount
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=True)
         if target == "consumed":
-            self.spent[key] = self.spent[key] + amount
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=False)
         if source == "consumed":
-            self.spent[key] = self.spent[key] - amount
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=True)
 
 
 def audit_database(db: Database, expect: str | None = None) -> AuditReport:
@@ -127,7 +132,46 @@ def audit_database(db: Database, expect: str | None = None) -> AuditReport:
         violations.append(f"event log moves budget of block id {block_id}, which has no balance row")
 
     violations.extend(_check_pipelines(db, replay, names, capacities, accountings))
+    violations.extend(_check_data(db))
+    violations.extend(_check_segments(db))
     return AuditReport(ok=not violations, violations=violations, blocks=n_blocks, events=n_events, head=walked.head)
+
+
+def _check_data(db: Database) -> list[str]:
+    """Each block's data re-hashed: name any that went missing or changed since its creation
+    (its fingerprint, :mod:`privsched.ledger.fingerprints`)."""
+    out = []
+    for name, location, sha256 in db.execute(
+        "SELECT d.name || '/' || b.key, b.location, b.sha256 FROM blocks b JOIN datasets d ON d.id = b.dataset_id "
+        "WHERE b.sha256 IS NOT NULL ORDER BY b.id"
+    ):
+        problem = data_problem(location, sha256)
+        if problem is not None:
+            out.append(f"block {name}: {problem}")
+    return out
+
+
+def _check_segments(db: Database) -> list[str]:
+    """Each user block's segment list against its row count (checked against the events)
+    and its folder (whose fingerprint ``_check_data`` re-hashes): the same file names, each
+    named by its SHA-256, their rows adding up to the block's."""
+    out = []
+    listed: dict[int, list[tuple[str, str, int]]] = {}
+    for block_id, name, sha256, count in db.execute("SELECT block_id, name, sha256, rows FROM block_segments ORDER BY block_id, name"):
+        listed.setdefault(block_id, []).append((name, sha256, count))
+    for block_id, label, location, total in db.execute(
+        "SELECT b.id, d.name || '/' || b.key, b.location, b.rows FROM blocks b JOIN datasets d ON d.id = b.dataset_id "
+        "WHERE d.unit IN ('user', 'user-time') ORDER BY b.id"
+    ):
+        segments = listed.get(block_id, [])
+        if any(not name.endswith(f"-{sha256}.parquet") for name, sha256, _ in segments):
+            out.append(f"block {label}: a segment's name is not its SHA-256")
+        if sum(count for _, _, count in segments) != total:
+            out.append(f"block {label}: its segments' rows do not add up to its {total}")
+        folder = Path(location) if location else None
+        if folder is not None and folder.is_dir() and sorted(p.name for p in folder.iterdir()) != [name for name, _, _ in segments]:
+            out.append(f"block {label}: its folder does not hold exactly its registered segments ({location})")
+    return out
 
 
 def _check_block(
@@ -162,9 +206,9 @@ def _check_block(
         bad = ~_nonnegative(stored[bucket], magnitude)
         if bad.any():
             out.append(f"{label}: negative {bucket} at {_dims(labels, bad)}")
-    given = stored["allocated"] + stored["consumed"]
-    if not accounting.is_safe(given, capacity):
-        over = ~(given <= capacity * (1 + RELATIVE_TOLERANCE)) & accounting.live(capacity)
+    if not accounting.is_safe([stored["allocated"], stored["consumed"]], capacity):
+        over = ~accounting.is_safe([stored["allocated"][:, None], stored["consumed"][:, None]], capacity[:, None])
+        over &= accounting.live(capacity)
         where = _dims(labels, over) if not accounting.is_rdp else "every live order"
         out.append(f"{label}: allocated + consumed exceeds capacity at {where} (safety invariant broken)")
     return out

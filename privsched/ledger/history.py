@@ -94,6 +94,7 @@ class Records:
     datasets: dict[int, dict[str, Any]] = field(default_factory=dict)
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     pipelines: dict[int, dict[str, Any]] = field(default_factory=dict)
+    schemas: dict[int, tuple[int, str]] = field(default_factory=dict)  # dataset id -> (event, definition)
     violations: list[str] = field(default_factory=list)
 
     def apply(self, row: tuple) -> None:
@@ -107,6 +108,13 @@ class Records:
                 "capacity": _floats(amount),
                 "state": "active",
             }
+        elif kind == "grow" and block_id in self.blocks:
+            grown = _detail(detail)
+            record = self.blocks[block_id]
+            record["sha256"] = grown.get("sha256")
+            record["rows"] = (record.get("rows") or 0) + (grown.get("rows") or 0)
+        elif kind == "schema" and dataset_id is not None:
+            self.schemas[dataset_id] = (event_id, detail)
         elif kind == "submit":
             self.pipelines[pipeline_id] = _detail(detail) | {"event": event_id, "dataset_id": dataset_id, "state": target}
         elif amount is None and pipeline_id is not None:
@@ -128,8 +136,9 @@ def check_tables(db: Database, records: Records) -> list[str]:
     """Compare the datasets, blocks, pipelines and demands tables with the rebuilt records."""
     out = list(records.violations)
     seen: set[int] = set()
-    for id_, name, accounting, alphas, epsilon, delta, conversion, capacity in db.execute(
-        "SELECT id, name, accounting, alphas, epsilon, delta, conversion, capacity FROM datasets ORDER BY id"
+    for id_, name, accounting, alphas, epsilon, delta, conversion, capacity, unit, user_column, k in db.execute(
+        "SELECT id, name, accounting, alphas, epsilon, delta, conversion, capacity, unit, user_column, max_rows_per_user "
+        "FROM datasets ORDER BY id"
     ):
         seen.add(id_)
         logged = records.datasets.get(id_)
@@ -144,7 +153,11 @@ def check_tables(db: Database, records: Records) -> list[str]:
             "delta": delta,
             "conversion": conversion,
             "capacity": _floats(capacity),
+            "unit": unit or "record",
+            "user_column": user_column,
+            "max_rows_per_user": k or 1,
         }
+        logged = {"unit": "record", "user_column": None, "max_rows_per_user": 1} | logged
         out.extend(
             f"dataset {name!r}: stored {key} differs from its creation (event {logged['event']})"
             for key in stored
@@ -153,13 +166,15 @@ def check_tables(db: Database, records: Records) -> list[str]:
     out.extend(f"dataset id {i}: created by event {r['event']}, but its row is gone" for i, r in records.datasets.items() if i not in seen)
 
     seen = set()
-    for id_, dataset_id, key, location, state in db.execute("SELECT id, dataset_id, key, location, state FROM blocks ORDER BY id"):
+    for id_, dataset_id, key, location, state, sha256, count in db.execute(
+        "SELECT id, dataset_id, key, location, state, sha256, rows FROM blocks ORDER BY id"
+    ):
         seen.add(id_)
         logged = records.blocks.get(id_)
         if logged is None:
             out.append(f"block {key!r} (id {id_}): no event created it")
             continue
-        stored = {"dataset_id": dataset_id, "key": key, "location": location, "state": state}
+        stored = {"dataset_id": dataset_id, "key": key, "location": location, "state": state, "sha256": sha256, "rows": count}
         out.extend(
             f"block {key!r} (id {id_}): stored {name} differs from the event log (event {logged['event']})"
             for name in stored
@@ -170,6 +185,12 @@ def check_tables(db: Database, records: Records) -> list[str]:
             out.append(f"block {key!r} (id {id_}): event {logged['event']} gave it a capacity other than its dataset's")
     out.extend(f"block id {i}: created by event {r['event']}, but its row is gone" for i, r in records.blocks.items() if i not in seen)
 
+    stored_schemas = dict(db.execute("SELECT dataset_id, definition FROM dataset_schemas").fetchall())
+    for dataset_id in sorted(stored_schemas.keys() | records.schemas.keys()):
+        event, logged_schema = records.schemas.get(dataset_id, (None, None))
+        if stored_schemas.get(dataset_id) != logged_schema:
+            where = f"event {event}" if event is not None else "no event recorded it"
+            out.append(f"dataset id {dataset_id}: its stored schema differs from the event log ({where})")
     out.extend(_check_pipelines(db, records))
     return out
 

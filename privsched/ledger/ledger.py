@@ -33,11 +33,13 @@ from privsched.ledger.models import (
     BlockInfo,
     BlockSpec,
     DatasetInfo,
+    DatasetSchema,
     Ending,
     Event,
     PendingView,
     PipelineInfo,
     PipelineRequest,
+    Segment,
 )
 from privsched.ledger.reads import Reader
 
@@ -45,6 +47,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from privsched.ledger.changes import Changes
+    from privsched.ledger.quotas import TeamQuotas
     from privsched.ledger.database import Database
 
 T = TypeVar("T")
@@ -121,9 +124,14 @@ class Ledger:
         now: float | None = None,
         *,
         actor: str | None = None,
+        unit: str = "record",
+        user_column: str | None = None,
+        max_rows_per_user: int | None = None,
     ) -> DatasetInfo:
         """Register a dataset with its global guarantee (ε_G, δ_G) and accounting mode; every
-        block of it gets capacity ε_G, or the curve ε_G(α) of docs/design.md §3.2 under RDP."""
+        block of it gets capacity ε_G, or the curve ε_G(α) of docs/design.md §3.2 under RDP.
+        ``unit``: what a block's budget protects (docs/privacy.md "Units"), a record, or a
+        person named by ``user_column`` with at most ``max_rows_per_user`` rows in any read."""
         from privsched.budgets.capacity import CONVERSIONS, block_capacity, validate_epsilon_delta
         from privsched.ledger import catalog
 
@@ -140,7 +148,10 @@ class Ledger:
             raise LedgerError(
                 f"no RDP order has positive capacity at epsilon={epsilon:g}, delta={delta:g}: raise epsilon or delta, or add larger orders"
             )
-        return self._write(catalog.create_dataset, name, mode, float(epsilon), float(delta), conversion, capacity, now=now, actor=actor)
+        person = check.unit(unit, user_column, max_rows_per_user)
+        return self._write(
+            catalog.create_dataset, name, mode, float(epsilon), float(delta), conversion, capacity, person, now=now, actor=actor
+        )
 
     def get_dataset(self, name: str) -> DatasetInfo:
         return self._read(self._reader.dataset, name)
@@ -157,11 +168,16 @@ class Ledger:
         now: float | None = None,
         *,
         actor: str | None = None,
+        schema: DatasetSchema | None = None,
     ) -> list[BlockInfo]:
         """Add blocks with the dataset's capacity, all locked except ``unlocked_fraction``.
         A block's location must be a file or folder this process can read (recorded as an
-        absolute path); a block may have none, and then a built-in job granted it fails before
-        it starts, at no cost (the scheduler's preflight)."""
+        absolute path, with the SHA-256 of its content unless the spec carries the one
+        privsched took when it wrote the file); a block may have none, and then a built-in
+        job granted it fails before it starts, at no cost (the scheduler's preflight). Content
+        already registered in any dataset is refused. ``schema``: the imported table's, checked
+        against the dataset's (recorded by its first import)."""
+        from privsched.ledger.fingerprints import fingerprint
         from privsched.ledger import catalog
 
         given = [BlockSpec(b) if isinstance(b, str) else b for b in blocks]
@@ -174,10 +190,55 @@ class Ledger:
             check.name(spec.key, "block key")
             if spec.location is not None and not isinstance(spec.location, str):
                 raise LedgerError(f"block location must be a string, got {spec.location!r}")
-            specs.append(spec if spec.location is None else BlockSpec(spec.key, check.location(spec.location, spec.key)))
+            if spec.location is not None:
+                where = check.location(spec.location, spec.key)
+                spec = BlockSpec(spec.key, where, spec.sha256 or fingerprint(where, spec.key), spec.rows)
+            specs.append(spec)
         keys = check.unique((s.key for s in specs), "block key")
         fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
-        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, now=now, actor=actor)
+        unit = self.get_dataset(dataset).unit
+        if unit != "record":
+            raise LedgerError(f"dataset {dataset!r} is a {unit}-unit dataset: only `blocks import` makes its blocks, placing each person")
+        return self._write(catalog.add_blocks, dataset, specs, keys, fraction, schema, now=now, actor=actor)
+
+    def add_segments(
+        self,
+        dataset: str,
+        segments: list[Segment],
+        partitions: int,
+        schema: DatasetSchema,
+        unlocked_fraction: float = 0.0,
+        *,
+        actor: str | None = None,
+    ) -> list[BlockInfo]:
+        """Register an import into a user-unit dataset in one transaction: each segment
+        creates or grows its user block (:func:`~privsched.ledger.catalog.add_segments`)."""
+        from privsched.ledger import catalog
+
+        fraction = check.finite_number(unlocked_fraction, "unlocked fraction", high=1.0)
+        return self._write(catalog.add_segments, dataset, segments, fraction, schema, partitions, actor=actor)
+
+    def segment_counts(self, dataset: str) -> dict[str, int]:
+        """How many segments each user block of ``dataset`` holds, by key."""
+        from privsched.ledger import catalog
+
+        return self._write(catalog.segment_counts, dataset)
+
+    def user_partitions(self, dataset: str) -> int | None:
+        """A user-unit dataset's P partitions, fixed by its first import (None before)."""
+        from privsched.ledger import catalog
+
+        return self._write(catalog.user_partitions, dataset)
+
+    def user_key(self) -> bytes:
+        """The database's secret key placing people in user partitions (created once)."""
+        from privsched.ledger import catalog
+
+        return self._write(catalog.user_key)
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        """The dataset's table schema and declarations (None until its first import)."""
+        return self._read(self._reader.dataset_schema, dataset)
 
     def list_blocks(self, dataset: str | None = None, *, active_only: bool = False) -> list[BlockInfo]:
         return self._read(self._reader.dataset_blocks, dataset, active_only)
@@ -237,6 +298,18 @@ class Ledger:
             (block_id,) = check.ids([block_id], "block id")
             wanted[block_id] = check.finite_number(fraction, f"unlock fraction of block {block_id}")
         self._write(catalog.unlock, wanted, now=now, actor=actor)
+
+    def raise_unlocked(self, targets: Mapping[int, float], now: float | None = None, *, actor: str | None = None) -> None:
+        """Raise each block's unlocked share to ``target`` (in [0, 1]) of its capacity: the
+        scheduler's unlock, in exact quanta and independent of the steps taken
+        (:func:`~privsched.budgets.exact.raised`; docs/design.md §4.1)."""
+        from privsched.ledger import catalog
+
+        wanted = {}
+        for block_id, target in dict(targets).items():
+            (block_id,) = check.ids([block_id], "block id")
+            wanted[block_id] = check.finite_number(target, f"unlock target of block {block_id}")
+        self._write(catalog.raise_unlocked, wanted, now=now, actor=actor)
 
     def grant(self, pipeline_ids: Sequence[int], now: float | None = None) -> list[int]:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
@@ -338,6 +411,17 @@ class Ledger:
         database id (:func:`privsched.service.snapshot.snapshot_of` makes it a policy's
         snapshot)."""
         return self._read(self._reader.pending_view, dataset)
+
+    def team_quotas(self, dataset_id: int, pipeline_ids: Sequence[int]) -> TeamQuotas | None:
+        """The team quotas the pending ``pipeline_ids`` of a dataset meet and what their
+        teams hold (:mod:`privsched.ledger.quotas`); None when none is under a quota."""
+        from privsched.ledger.quotas import QuotaCheck
+
+        def read() -> TeamQuotas | None:
+            quotas = QuotaCheck.load(self.db)
+            return None if quotas is None else quotas.of_pipelines(int(dataset_id), [int(i) for i in pipeline_ids])
+
+        return self._read(read)
 
     def events(self, pipeline_id: int | None = None, block_id: int | None = None) -> list[Event]:
         """The event log, oldest first, optionally only one pipeline's or one block's rows."""

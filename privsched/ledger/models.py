@@ -22,6 +22,9 @@ HOLDING_STATES = tuple(state.value for state in PipelineState if state.holds_all
 BUCKETS = ("locked", "unlocked", "allocated", "consumed")
 #: The actor of an event caused through the database file itself (no server): its operator.
 OPERATOR = "operator"
+#: SHA-256 of no bytes at all: the fingerprint of an empty file or folder, which holds no
+#: records and is exempt from the rule that the same data never gets two budgets.
+EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #: The actor of an event a scheduler caused (a ledger holding the scheduler lease).
 SCHEDULER = "scheduler"
 
@@ -39,14 +42,68 @@ class DatasetInfo:
     capacity: np.ndarray  # (K,) every block's capacity
     created_at: float  # seconds since the epoch
     id: int = 0  # database id
+    unit: str = "record"  # what one block budget protects: a record, a person ("user") or a person in one period ("user-time")
+    user_column: str | None = None  # the column naming the person (user units)
+    max_rows_per_user: int = 1  # K: rows of one person any read returns (user units; 1 for records)
+
+    def unit_text(self) -> str:
+        """The unit of privacy in words: ``record``, or ``user (uid, K=5)``."""
+        return self.unit if self.unit == "record" else f"{self.unit} ({self.user_column}, K={self.max_rows_per_user})"
+
+
+#: A dataset's units of privacy (docs/privacy.md "Units"), fixed at its creation.
+UNITS = ("record", "user", "user-time")
 
 
 @dataclass(frozen=True)
 class BlockSpec:
-    """A block to add: its key (a date, a user range, ...) and where its data lives."""
+    """A block to add: its key (a date, a user range, ...), where its data lives, and the
+    fingerprint privsched took of that data (:mod:`privsched.data.store`)."""
 
     key: str
     location: str | None = None
+    sha256: str | None = None  # hex SHA-256 of the data (None: no data yet)
+    rows: int | None = None  # records in it, when privsched wrote it (None: not counted)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One import's rows of a user block: an immutable Parquet file ``name`` in the block's
+    folder ``location``, and the folder's fingerprint once it holds the segment."""
+
+    key: str  # the block's key
+    location: str  # the block's folder
+    name: str  # the segment's file name in it
+    sha256: str  # hex SHA-256 of the segment's file
+    rows: int  # rows in the segment
+    fingerprint: str  # the folder's fingerprint with the segment (privsched.ledger.fingerprints)
+
+
+@dataclass(frozen=True)
+class DatasetSchema:
+    """A dataset's table: its columns and their Arrow types, recorded at its first import
+    and checked on every later one, and the public bounds and categories declared for some
+    columns. Declared values are public by declaration (docs/design.md §9): readers of the
+    dataset see them, and statistics take them as their clipping bounds by default."""
+
+    columns: dict[str, str]  # column name -> Arrow type, in table order
+    bounds: dict[str, tuple[float, float]] = field(default_factory=dict)  # column -> declared (low, high)
+    categories: dict[str, list[str]] = field(default_factory=dict)  # column -> declared values
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "columns": [[name, kind] for name, kind in self.columns.items()],
+            "bounds": {name: list(pair) for name, pair in sorted(self.bounds.items())},
+            "categories": {name: list(values) for name, values in sorted(self.categories.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DatasetSchema:
+        return cls(
+            columns={str(name): str(kind) for name, kind in data["columns"]},
+            bounds={str(name): (float(pair[0]), float(pair[1])) for name, pair in data.get("bounds", {}).items()},
+            categories={str(name): [str(v) for v in values] for name, values in data.get("categories", {}).items()},
+        )
 
 
 @decoded_on_read("capacity", "locked", "unlocked", "allocated", "consumed")
@@ -66,6 +123,8 @@ class BlockInfo:
     unlocked: np.ndarray  # grantable now; RDP: may be < 0 at some orders (docs/design.md §3.3)
     allocated: np.ndarray  # granted to pipelines not yet settled
     consumed: np.ndarray  # spent for good
+    sha256: str | None = None  # hex SHA-256 of its data when it was created (None: it had none)
+    rows: int | None = None  # records in it, for blocks privsched imported (administrators only)
 
     @property
     def remaining(self) -> np.ndarray:

@@ -8,17 +8,25 @@ transaction's own writes.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from privsched.ledger import rows
 from privsched.ledger.errors import LedgerError
-from privsched.ledger.models import BlockInfo, DatasetInfo, Event, PendingBatch, PendingView, PipelineInfo
+from privsched.ledger.models import BlockInfo, DatasetInfo, DatasetSchema, Event, PendingBatch, PendingView, PipelineInfo
 from privsched.ledger.schema import unpack, unpack_rows
 
 if TYPE_CHECKING:
     from privsched.ledger.database import Database
+
+
+def unknown_dataset(name: str, names: Sequence[str]) -> str:
+    """The refusal of a dataset name that is not among ``names``, with the closest of them
+    when one is close (difflib's ratio ≥ 0.6): "unknown dataset 'tax'; did you mean 'taxi'?"."""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"unknown dataset {name!r}" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
 class Reader:
@@ -35,7 +43,8 @@ class Reader:
     def dataset(self, name: str) -> DatasetInfo:
         found = self.sql("SELECT id FROM datasets WHERE name = ?", [name])
         if not found:
-            raise LedgerError(f"unknown dataset {name!r}")
+            names = [row[0] for row in self.sql("SELECT name FROM datasets")]
+            raise LedgerError(unknown_dataset(name, names))
         return self.dataset_by_id(found[0][0])
 
     def dataset_by_id(self, dataset_id: int) -> DatasetInfo:
@@ -47,6 +56,10 @@ class Reader:
 
     def datasets(self) -> list[DatasetInfo]:
         return [rows.dataset(r) for r in self.sql(f"SELECT {rows.DATASET_COLUMNS} FROM datasets ORDER BY name")]
+
+    def dataset_schema(self, dataset: str) -> DatasetSchema | None:
+        found = self.sql("SELECT definition FROM dataset_schemas WHERE dataset_id = ?", [self.dataset(dataset).id])
+        return DatasetSchema.from_dict(json.loads(found[0][0])) if found else None
 
     # ----------------------------------------------------------------------- blocks
     def blocks(self, where: str, params: Sequence) -> list[BlockInfo]:

@@ -10,9 +10,10 @@ from privsched.budgets.accounting import Accounting
 from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
 
-DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at"
+DATASET_COLUMNS = "id, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at, unit, user_column, max_rows_per_user"
 BLOCK_COLUMNS = (
-    "b.id, d.name, b.key, b.location, b.state, b.created_at, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed"
+    "b.id, d.name, b.key, b.location, b.state, b.created_at, bal.capacity, bal.locked, bal.unlocked, bal.allocated, bal.consumed, "
+    "b.sha256, b.rows"
 )
 BLOCK_FROM = "blocks b JOIN datasets d ON d.id = b.dataset_id JOIN balances bal ON bal.block_id = b.id"
 PIPELINE_COLUMNS = (
@@ -24,7 +25,7 @@ EVENT_COLUMNS = "id, at, kind, dataset_id, block_id, pipeline_id, source, target
 
 
 def dataset(row: tuple) -> DatasetInfo:
-    id_, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at = row
+    id_, name, accounting, alphas, epsilon, delta, conversion, capacity, created_at, unit, user_column, k = row
     mode = Accounting.from_dict({"accounting": accounting, "alphas": json.loads(alphas)})
     return DatasetInfo(
         name=name,
@@ -35,11 +36,14 @@ def dataset(row: tuple) -> DatasetInfo:
         capacity=capacity,
         created_at=created_at,
         id=id_,
+        unit=unit or "record",
+        user_column=user_column,
+        max_rows_per_user=k or 1,
     )
 
 
 def block(row: tuple) -> BlockInfo:
-    id_, dataset_name, key, location, state, created_at, capacity, *buckets = row
+    id_, dataset_name, key, location, state, created_at, capacity, *buckets, sha256, records = row
     return BlockInfo(
         id=id_,
         dataset=dataset_name,
@@ -49,6 +53,8 @@ def block(row: tuple) -> BlockInfo:
         created_at=created_at,
         capacity=capacity,
         **dict(zip(BUCKETS, buckets)),
+        sha256=sha256,
+        rows=records,
     )
 
 

@@ -20,8 +20,12 @@ if TYPE_CHECKING:
 #: Bumped whenever the schema changes; stored in ``PRAGMA user_version``. Version 2 added
 #: the lease's generation and the launch records; version 3 the hash chain over the event
 #: log (``events.detail`` and ``events.hash``); version 4 who caused each event
-#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`).
-SCHEMA_VERSION = 4
+#: (``events.actor``), added to a version-3 file when it is opened (:func:`migrate`); version 5
+#: each block's fingerprint (``blocks.sha256``, ``blocks.rows``) and each dataset's table
+#: schema (``dataset_schemas``); version 6 each dataset's unit of privacy (``datasets.unit``,
+#: ``user_column``, ``max_rows_per_user``, ``partitions``), the segments of user blocks
+#: (``block_segments``) and the database's secrets (``secrets``).
+SCHEMA_VERSION = 6
 #: The oldest schema version :func:`migrate` brings up to date.
 MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
@@ -69,6 +73,10 @@ def create_schema(db: Database) -> None:
             "conversion": str,
             "capacity": bytes,
             "created_at": float,
+            "unit": str,  # record, user or user-time (NULL: record, a database older than version 6)
+            "user_column": str,  # the column naming the person (user units)
+            "max_rows_per_user": int,  # K, the rows of one person a read returns (user units)
+            "partitions": int,  # P user partitions, set by the first import (user units)
         },
         pk="id",
         not_null=["name", "accounting", "alphas", "epsilon", "delta", "conversion", "capacity", "created_at"],
@@ -76,13 +84,24 @@ def create_schema(db: Database) -> None:
     )
     db.table("datasets").create_index(["name"], unique=True)
     db.table("blocks").create(
-        {"id": int, "dataset_id": int, "key": str, "location": str, "state": str, "created_at": float},
+        {
+            "id": int,
+            "dataset_id": int,
+            "key": str,
+            "location": str,
+            "state": str,
+            "created_at": float,
+            "sha256": str,  # hex SHA-256 of its data, taken when it was created (NULL: no data then)
+            "rows": int,  # records in it, counted when it was imported (NULL: not counted)
+        },
         pk="id",
         foreign_keys=[("dataset_id", "datasets", "id")],
         not_null=["dataset_id", "key", "state", "created_at"],
         strict=True,
     )
     db.table("blocks").create_index(["dataset_id", "key"], unique=True)
+    _create_fingerprints(db)
+    _create_user_units(db)
     db.table("balances").create(
         {
             "block_id": int,
@@ -171,12 +190,48 @@ def create_schema(db: Database) -> None:
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
+def _create_fingerprints(db: Database) -> None:
+    """The index of blocks by content and the table of each dataset's schema (version 5)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_blocks_sha256 ON blocks (sha256) WHERE sha256 IS NOT NULL")
+    db.table("dataset_schemas").create(
+        {"dataset_id": int, "definition": str},  # canonical JSON: columns, types, declared bounds and categories
+        pk="dataset_id",
+        foreign_keys=[("dataset_id", "datasets", "id")],
+        not_null=["definition"],
+        strict=True,
+    )
+
+
+def _create_user_units(db: Database) -> None:
+    """The segments of user blocks and the database's secrets (version 6)."""
+    db.table("block_segments").create(
+        {"block_id": int, "name": str, "sha256": str, "rows": int, "created_at": float},
+        pk=("block_id", "name"),
+        foreign_keys=[("block_id", "blocks", "id")],
+        not_null=["sha256", "rows", "created_at"],
+        strict=True,
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS idx_block_segments_sha256 ON block_segments (sha256)")
+    # never in an API answer nor an event: only the import reads it (docs/privacy.md "Units")
+    db.table("secrets").create({"name": str, "value": bytes}, pk="name", not_null=["value"], strict=True)
+
+
 def migrate(db: Database, version: int) -> None:
     """Bring a database of schema ``version`` (at least :data:`MIGRATES_FROM`) up to
     :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
-    ``events.actor`` column; the rows already there keep NULL, and their links (chain.py)
+    ``events.actor`` column; 4 → 5 the blocks' ``sha256`` and ``rows`` and the
+    ``dataset_schemas`` table; 5 → 6 the datasets' unit columns, ``block_segments`` and
+    ``secrets``. The rows already there keep NULL, and their links (chain.py)
     are unchanged."""
     if version < 4:
         db.execute("ALTER TABLE events ADD COLUMN actor TEXT")
+    if version < 5:
+        db.execute("ALTER TABLE blocks ADD COLUMN sha256 TEXT")
+        db.execute("ALTER TABLE blocks ADD COLUMN rows INTEGER")
+        _create_fingerprints(db)
+    if version < 6:
+        for column, kind in (("unit", "TEXT"), ("user_column", "TEXT"), ("max_rows_per_user", "INTEGER"), ("partitions", "INTEGER")):
+            db.execute(f"ALTER TABLE datasets ADD COLUMN {column} {kind}")
+        _create_user_units(db)
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

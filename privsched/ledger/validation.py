@@ -38,6 +38,28 @@ def failure_message(value: object) -> str:
     return value
 
 
+def unit(kind: object, user_column: object, k: object) -> tuple[str, str | None, int]:
+    """A dataset's unit of privacy as ``(unit, user column, K)``: a person's unit names the
+    column holding the person and bounds their rows in a read by an integer K ≥ 1 (default 1);
+    a record's takes neither."""
+    from privsched.ledger.models import UNITS
+
+    if kind not in UNITS:
+        raise LedgerError(f"unit must be one of {', '.join(UNITS)}, got {kind!r}")
+    if kind == "record":
+        if user_column is not None or k is not None:
+            raise LedgerError("--user-column and --max-rows-per-user are for --unit user or user-time, not record")
+        return "record", None, 1
+    if user_column is None:
+        raise LedgerError(f"--unit {kind} needs --user-column, the column naming the person")
+    column = name(user_column, "user column")
+    if k is None:
+        return str(kind), column, 1
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise LedgerError(f"--max-rows-per-user must be an integer of at least 1, got {k!r}")
+    return str(kind), column, k
+
+
 def location(text: str, key: str) -> str:
     """A block's data location: an existing file, or a folder, that this process may read
     (and list), as an absolute path (a relative one is taken from the current folder).

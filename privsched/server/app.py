@@ -11,23 +11,27 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from functools import partial
 from dataclasses import asdict
-from typing import Annotated, Any
+from typing import Annotated, Any, BinaryIO
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from privsched.client import Client
+from privsched.client import Client, filter_pipelines
+from privsched.data.store import BlockStore, default_store
+from privsched.data.tables import FORMATS, parse_declarations
+from privsched.errors import BadInput
 from privsched.server.dashboard import dashboard_router
 from privsched.server.headers import SecurityHeaders
 from privsched.ledger.errors import one_line
-from privsched.ledger.identities import DuplicateSubmission, Identities, User
+from privsched.ledger.identities import DuplicateSubmission, Identities, Submission, User
 from privsched.server import access
 from privsched.server.access import ApiError
 from privsched.server.batching import SubmitBatcher
@@ -40,19 +44,26 @@ from privsched.ledger import PipelineInfo
 from privsched.ledger.states import PipelineState
 from privsched.server.models import (
     MAX_BODY,
+    MAX_UPLOAD,
+    UPLOAD_SUFFIX,
     AuditOut,
     BlockOut,
     BlocksIn,
     CancelOut,
+    CodeIn,
     DatasetIn,
     DatasetOut,
+    ImportOut,
+    BudgetOut,
     DryRunOut,
+    QuotaUsageOut,
     ErrorOut,
     EventOut,
     LogsOut,
     PipelineOut,
     QuotaIn,
     QuotaOut,
+    ResultOut,
     SchedulerOut,
     SubmitIn,
     TokenOut,
@@ -123,7 +134,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         docs_url=None,
         redoc_url=None,
     )
-    app.add_middleware(BodyLimit, limit=MAX_BODY)
+    app.add_middleware(BodyLimit, limit=MAX_BODY, upload_limit=MAX_UPLOAD, upload_suffix=UPLOAD_SUFFIX)
     app.add_middleware(SecurityHeaders)  # added last: outermost, so its headers reach every response
     app.state.client, app.state.identities, app.state.tokens = client, identities, tokens
     _errors(app)
@@ -145,7 +156,18 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         access.require_admin(caller, "create a dataset")
         for team in body.teams:  # check before writing: nothing is created on bad input
             access.check_team(team)
-        info = client.create_dataset(body.name, body.epsilon, body.delta, body.accounting, body.alphas, body.conversion, actor=caller.name)
+        info = client.create_dataset(
+            body.name,
+            body.epsilon,
+            body.delta,
+            body.accounting,
+            body.alphas,
+            body.conversion,
+            actor=caller.name,
+            unit=body.unit,
+            user_column=body.user_column,
+            max_rows_per_user=body.max_rows_per_user,
+        )
         if body.teams:
             identities.restrict(info.id, body.teams)
         return reply(DatasetOut.of(info, identities.dataset_teams(info.id)), 201)
@@ -159,13 +181,52 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
-        return reply([BlockOut.of(b) for b in client.blocks(dataset, active_only=active_only) if b.dataset in readable])
+        return reply([BlockOut.of(b, caller.is_admin) for b in client.blocks(dataset, active_only=active_only) if b.dataset in readable])
 
     @app.post("/v1/datasets/{name}/blocks", response_model=list[BlockOut], status_code=201, tags=["datasets"])
     def add_blocks(name: str, body: BlocksIn, caller: Caller) -> Response:
         access.require_admin(caller, "add blocks")
         added = client.add_blocks(name, [(b.key, b.location) for b in body.blocks], unlocked=body.unlocked, actor=caller.name)
-        return reply([BlockOut.of(b) for b in added], 201)
+        return reply([BlockOut.of(b, caller.is_admin) for b in added], 201)
+
+    @app.post("/v1/datasets/{name}/import", response_model=ImportOut, status_code=201, tags=["datasets"])
+    async def import_blocks(
+        name: str,
+        request: Request,
+        caller: Caller,
+        by: str | None = None,
+        every: str | None = None,
+        partitions: int | None = None,
+        format: str = "csv",
+        bounds: Annotated[list[str], Query()] = [],  # noqa: B006 -- FastAPI copies the default
+        categories: Annotated[list[str], Query()] = [],  # noqa: B006
+        unlocked: float = 0.0,
+    ) -> Response:
+        """Import the table in the request body (``format``: csv, parquet or json, for JSON
+        Lines) as blocks keyed by column ``by`` (in ``partitions`` user blocks for a user-unit
+        dataset), as ``privsched blocks import`` does (administrators)."""
+        access.require_admin(caller, "import blocks")
+        suffix = next((ending for ending, kind in FORMATS.items() if kind == format), None)
+        if suffix is None:
+            raise BadInput(f"format must be one of {', '.join(sorted(set(FORMATS.values())))}, got {format!r}")
+        store = BlockStore(default_store(client.path))
+        with store.incoming() as staging:
+            table = staging / f"upload{suffix}"
+            with open(table, "wb") as handle:
+                async for chunk in request.stream():
+                    handle.write(chunk)
+            declared_bounds, declared_categories = parse_declarations(bounds, categories)
+            report = await run_in_threadpool(
+                partial(client.import_blocks, bounds=declared_bounds, categories=declared_categories),
+                name,
+                table,
+                by=by,
+                every=every,
+                partitions=partitions,
+                unlocked=unlocked,
+                actor=caller.name,
+            )
+        return reply(ImportOut.of(report), 201)
 
     @app.post("/v1/datasets/{name}/unlock", response_model=list[BlockOut], tags=["datasets"])
     def unlock(name: str, body: UnlockIn, caller: Caller) -> Response:
@@ -181,6 +242,28 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         return reply(QuotaOut(dataset=name, quotas=identities.quotas(info.id)))
 
     # -- pipelines ----------------------------------------------------------------------------
+    @app.get("/v1/budget", response_model=list[BudgetOut], tags=["datasets"])
+    def budget(caller: Caller, dataset: str | None = None, detail: bool = False) -> Response:
+        """Each block's budget in people's terms, per dataset the caller may read: the shares
+        of its capacity consumed, allocated and left (they add up to 1) and ε at δ_G; with
+        ``detail`` its budget vectors too."""
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        found = [b for b in client.balances(dataset) if identities.may_read(caller, b.dataset.id)]
+        return reply([BudgetOut.of(b, detail=detail, teams=identities.dataset_teams(b.dataset.id)) for b in found])
+
+    @app.get("/v1/quotas", response_model=list[QuotaUsageOut], tags=["datasets"])
+    def list_quotas(caller: Caller, dataset: str | None = None) -> Response:
+        """Team quotas on the datasets the caller may read, with what each team holds and
+        consumed; a caller who is not an admin sees only its own team's."""
+        if dataset is not None:
+            access.readable_dataset(client, identities, caller, dataset)
+        readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
+        found = (
+            client.quota_usage(dataset) if caller.is_admin else [] if caller.team is None else client.quota_usage(dataset, team=caller.team)
+        )
+        return reply([QuotaUsageOut(**vars(q)) for q in found if q.dataset in readable])
+
     @app.post("/v1/pipelines", response_model=PipelineOut, status_code=201, tags=["pipelines"])
     def submit(body: SubmitIn, caller: Caller) -> Response:
         """Submit a pipeline. With an ``id`` already used, the pipeline it names is returned
@@ -189,6 +272,7 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         (on the event loop they would hold up every request; benchmarks/README.md)."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.require_code_rights(caller, spec.job)
         with connections.reads() as reads:
             access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
             if body.id is not None:
@@ -206,25 +290,40 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         with connections.reads() as reads:
             info = reads.client.status(pipeline_id)
         # The writer recorded the caller's team with the pipeline (Identities.claim): no read for it.
-        return reply(PipelineOut.of(info, caller.team, access.visible_message(info, caller)), 201)
+        submission = Submission(pipeline_id, caller.name, caller.team, body.id)
+        return reply(PipelineOut.of(info, caller.team, access.visible_message(info, caller, submission)), 201)
 
     @app.post("/v1/pipelines/dry-run", response_model=DryRunOut, tags=["pipelines"])
     def dry_run(body: SubmitIn, caller: Caller) -> Response:
-        """The demand a submission would be charged and whether it fits each block now; writes nothing."""
+        """The demand a submission would be charged, whether it fits each block now, and the
+        verdict: fits now, waits (and why) or can never fit, under the caller's team quota; writes nothing."""
         access.require_submitter(caller)
         spec = PipelineSpec.parse(body.spec, source="pipeline")
+        access.require_code_rights(caller, spec.job)
         with connections.reads() as reads:
             access.readable_dataset(reads.client, reads.identities, caller, spec.dataset)
-            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name))))
+            return reply(DryRunOut.model_validate(asdict(reads.client.dry_run(spec, owner=caller.name, team=caller.team))))
 
     @app.get("/v1/pipelines", response_model=list[PipelineOut], tags=["pipelines"])
-    def list_pipelines(caller: Caller, state: Annotated[list[str] | None, Query()] = None, dataset: str | None = None) -> Response:
+    def list_pipelines(
+        caller: Caller,
+        state: Annotated[list[str] | None, Query()] = None,
+        dataset: str | None = None,
+        owner: Annotated[str | None, Query(description="only this user's pipelines")] = None,
+        mine: Annotated[bool, Query(description="only the caller's own pipelines")] = False,
+        limit: Annotated[int | None, Query(ge=1, description="only the most recent ones")] = None,
+    ) -> Response:
         if dataset is not None:
             access.readable_dataset(client, identities, caller, dataset)
         readable = {d.name for d in client.datasets() if identities.may_read(caller, d.id)}
-        infos = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
+        listed = [p for p in client.list(states=state, dataset=dataset) if p.dataset in readable]
+        infos = filter_pipelines(listed, owner=caller.name if mine else owner, limit=limit)
         teams = identities.submissions([p.id for p in infos])
-        return reply([PipelineOut.of(p, teams[p.id].team if p.id in teams else None, access.visible_message(p, caller)) for p in infos])
+        out = []
+        for p in infos:
+            submission = teams.get(p.id)
+            out.append(PipelineOut.of(p, submission.team if submission else None, access.visible_message(p, caller, submission)))
+        return reply(out)
 
     @app.get("/v1/pipelines/{pipeline_id}", response_model=PipelineOut, tags=["pipelines"])
     async def status(
@@ -272,19 +371,43 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         wakeup.changed(client.path, [pipeline_id])  # requests waiting on its state look again
         return reply(CancelOut(id=pipeline_id, outcome=outcome))
 
+    @app.get("/v1/pipelines/{pipeline_id}/result", response_model=ResultOut, tags=["pipelines"])
+    def result(pipeline_id: int, caller: Caller) -> Response:
+        """What a pipeline released: its job's metrics and primitives' values, its charge per
+        block as ε at the dataset's δ_G, its state and reason, its artifacts. Read by its
+        submitter, admins and, for a built-in job, its dataset's readers."""
+        with connections.reads() as reads:
+            return reply(reads.views.result(pipeline_id, caller))
+
+    @app.get(
+        "/v1/pipelines/{pipeline_id}/artifacts/{name:path}",
+        tags=["pipelines"],
+        response_class=StreamingResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+    )
+    def artifact(pipeline_id: int, name: str, caller: Caller) -> Response:
+        """A file the ended pipeline's job left in its work folder, streamed (at most
+        :data:`~privsched.results.MAX_ARTIFACT` bytes; a name is a path below that folder,
+        never through a link). Read by whoever may read the pipeline's result."""
+        with connections.reads() as reads:
+            reads.views.result_reader(pipeline_id, caller)
+            stream, size = reads.client.open_artifact(pipeline_id, name)
+        return StreamingResponse(_chunks(stream, size), media_type="application/octet-stream", headers={"Content-Length": str(size)})
+
     @app.get("/v1/pipelines/{pipeline_id}/events", response_model=list[EventOut], tags=["pipelines"])
     def events(pipeline_id: int, caller: Caller) -> Response:
         """A pipeline's events, oldest first, each with who caused it. A failure's message
-        is shown to admins only (the job that ended may have written it)."""
-        views.pipeline(pipeline_id, caller)
-        return reply([EventOut.of(e, caller.is_admin or e.kind != "fail") for e in client.events(pipeline_id=pipeline_id)])
+        that the job wrote itself is shown as its message is (:func:`access.visible_message`)."""
+        info = views.pipeline(pipeline_id, caller)
+        job_text = access.can_read_job_text(caller, info, identities.submissions([pipeline_id]).get(pipeline_id))
+        return reply([EventOut.of(e, job_text or not access.written_by_job(e.reason)) for e in client.events(pipeline_id=pipeline_id)])
 
     @app.get("/v1/pipelines/{pipeline_id}/logs", response_model=LogsOut, tags=["pipelines"])
     def logs(pipeline_id: int, caller: Caller, offset: Annotated[int, Query(ge=0)] = 0) -> Response:
-        """A job's output from byte ``offset`` on. Admins only: a job is untrusted code and
-        its output may hold raw data, which no submitter may read."""
-        access.require_admin(caller, "read job logs")
-        views.pipeline(pipeline_id, caller)
+        """A job's output from byte ``offset`` on: a code job's to its submitter and admins, a
+        declarative job's to admins (its output may quote raw data; :func:`access.can_read_job_text`)."""
+        info = views.pipeline(pipeline_id, caller)
+        access.require_job_text(caller, info, identities.submissions([pipeline_id]).get(pipeline_id))
         chunk, ended = client.log_chunk(pipeline_id, offset, LOG_CHUNK)
         return reply(LogsOut(text=chunk.decode(errors="replace"), offset=offset + len(chunk), ended=ended and len(chunk) < LOG_CHUNK))
 
@@ -324,15 +447,34 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
     @app.post("/v1/users", response_model=TokenOut, status_code=201, tags=["users"])
     def add_user(body: UserIn, caller: Caller) -> Response:
         access.require_admin(caller, "add users")
-        return reply(TokenOut(name=body.name, token=identities.add_user(body.name, body.role, body.team)), 201)
+        token = identities.add_user(body.name, body.role, body.team, code=body.code, actor=caller.name)
+        return reply(TokenOut(name=body.name, token=token), 201)
 
     @app.post("/v1/users/{name}/revoke", response_model=UserOut, tags=["users"])
     def revoke_user(name: str, caller: Caller) -> Response:
         access.require_admin(caller, "revoke users")
-        identities.revoke(name)
+        identities.revoke(name, actor=caller.name)
         return reply(next(UserOut(**vars(u)) for u in identities.users() if u.name == name))
 
+    @app.post("/v1/users/{name}/code", response_model=UserOut, tags=["users"])
+    def set_code_rights(name: str, body: CodeIn, caller: Caller) -> Response:
+        """Allow a submitter to submit code jobs (``function:``), or deny it again."""
+        access.require_admin(caller, "grant or revoke code rights")
+        return reply(UserOut(**vars(identities.set_code(name, body.allowed, actor=caller.name))))
+
     return app
+
+
+def _chunks(stream: BinaryIO, size: int) -> Iterator[bytes]:
+    """The first ``size`` bytes of ``stream`` (the length the answer announced), in chunks;
+    the stream is closed at the end."""
+    with stream:
+        while size > 0:
+            chunk = stream.read(min(size, 1 << 20))
+            if not chunk:
+                return
+            size -= len(chunk)
+            yield chunk
 
 
 def _errors(app: FastAPI) -> None:

@@ -37,13 +37,18 @@ class TooLarge(HTTPException):
 class BodyLimit:
     """ASGI middleware: refuse request bodies over ``limit`` bytes with a one-line 413."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, upload_limit: int | None = None, upload_suffix: str = "") -> None:
         self.app = app
         self.limit = limit
+        #: A larger limit for uploads: POST requests whose path ends in ``upload_suffix``.
+        self.upload_limit, self.upload_suffix = upload_limit, upload_suffix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.upload_limit is not None and scope.get("method") == "POST" and str(scope.get("path", "")).endswith(self.upload_suffix):
+            await BodyLimit(self.app, self.upload_limit)(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):

@@ -8,17 +8,25 @@ extension ``Infinity`` (an RDP curve may be infinite at some orders), which Pyth
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from privsched.budgets.accounting import Accounting
-from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, Event, PipelineInfo
+from privsched.ledger.models import BUCKETS, BlockInfo, DatasetInfo, DatasetSchema, Event, PipelineInfo
 from privsched.ledger.states import PipelineState
+
+if TYPE_CHECKING:
+    from privsched.data.importer import ImportReport
+    from privsched.readouts import DatasetBalances
 
 #: Largest request body the server reads, in bytes.
 MAX_BODY = 1 << 20
+#: Largest table an administrator may upload for import, in bytes.
+MAX_UPLOAD = 1 << 32
+#: The one route whose body is a table, not JSON: ``POST /v1/datasets/{name}/import``.
+UPLOAD_SUFFIX = "/import"
 
 
 class Model(BaseModel):
@@ -37,6 +45,9 @@ class DatasetIn(Model):
     alphas: list[float] | None = None
     conversion: Literal["paper", "tight"] = "paper"
     teams: list[str] = Field(default_factory=list, description="Teams that may use it; empty: every user.")
+    unit: str = Field(default="record", description="What a block's budget protects: record, user or user-time.")
+    user_column: str | None = Field(default=None, description="The column naming the person (user units).")
+    max_rows_per_user: int | None = Field(default=None, description="K: rows of one person any read returns (user units).")
 
 
 class DatasetOut(Model):
@@ -49,10 +60,17 @@ class DatasetOut(Model):
     capacity: list[float]
     created_at: float
     teams: list[str] = Field(default_factory=list)
+    unit: str = "record"  # what a block's budget protects (public: part of the guarantee)
+    user_column: str | None = None
+    max_rows_per_user: int = 1
+    #: Its table: columns and types, declared public bounds and categories (public by
+    #: declaration; null until its first import, and in lists of datasets).
+    table: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, info: DatasetInfo, teams: list[str]) -> DatasetOut:
+    def of(cls, info: DatasetInfo, teams: list[str], table: DatasetSchema | None = None) -> DatasetOut:
         return cls(
+            table=None if table is None else table.to_dict(),
             name=info.name,
             accounting=info.accounting.name,
             alphas=list(info.accounting.alphas),
@@ -62,6 +80,9 @@ class DatasetOut(Model):
             capacity=info.capacity.tolist(),
             created_at=info.created_at,
             teams=teams,
+            unit=info.unit,
+            user_column=info.user_column,
+            max_rows_per_user=info.max_rows_per_user,
         )
 
     def info(self) -> DatasetInfo:
@@ -74,6 +95,9 @@ class DatasetOut(Model):
             conversion=self.conversion,
             capacity=_vector(self.capacity),
             created_at=self.created_at,
+            unit=self.unit,
+            user_column=self.user_column,
+            max_rows_per_user=self.max_rows_per_user,
         )
 
 
@@ -99,10 +123,14 @@ class BlockOut(Model):
     unlocked: list[float]
     allocated: list[float]
     consumed: list[float]
+    sha256: str | None = None  # its data's fingerprint (administrators only)
+    rows: int | None = None  # its record count (administrators only: not released to submitters)
 
     @classmethod
-    def of(cls, info: BlockInfo) -> BlockOut:
+    def of(cls, info: BlockInfo, admin: bool = False) -> BlockOut:
         return cls(
+            sha256=info.sha256 if admin else None,
+            rows=info.rows if admin else None,
             id=info.id,
             dataset=info.dataset,
             key=info.key,
@@ -122,13 +150,112 @@ class BlockOut(Model):
             state=self.state,
             created_at=self.created_at,
             capacity=_vector(self.capacity),
-            **{b: _vector(getattr(self, b)) for b in BUCKETS},
+            locked=_vector(self.locked),
+            unlocked=_vector(self.unlocked),
+            allocated=_vector(self.allocated),
+            consumed=_vector(self.consumed),
+            sha256=self.sha256,
+            rows=self.rows,
         )
+
+
+class SharesOut(Model):
+    """A block's budget as fractions of its capacity (:class:`privsched.readouts.Shares`):
+    consumed + allocated + left = 1."""
+
+    at: str = Field(description="The dimension read: the RDP order with the most left, or the tighter of ε and δ.")
+    consumed: float
+    allocated: float
+    left: float = Field(description="Not yet given out: capacity − allocated − consumed.")
+    unlocked: float = Field(description="The part of left grantable now.")
+
+
+class BlockBudgetOut(Model):
+    """One block's budget in people's terms: shares of its capacity, and ε at the dataset's δ_G."""
+
+    key: str
+    state: str
+    shares: SharesOut
+    epsilon_left: float = Field(description="The ε the budget left guarantees at delta.")
+    epsilon_consumed: float = Field(description="The ε consumed so far, read at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the budget's own δ left under basic accounting.")
+    detail: BlockOut | None = Field(None, description="Its budget vectors (per RDP order, or ε and δ), when asked for.")
+
+
+class BudgetOut(Model):
+    """A dataset's budget, block by block (``GET /v1/budget``, ``privsched budget show -o json``)."""
+
+    dataset: DatasetOut
+    blocks: list[BlockBudgetOut]
+
+    @classmethod
+    def of(cls, balances: DatasetBalances, *, detail: bool = False, teams: list[str] | None = None) -> BudgetOut:
+        from privsched.readouts import block_shares
+
+        info = balances.dataset
+        blocks = [
+            BlockBudgetOut(
+                key=row.block.key,
+                state=row.block.state,
+                shares=SharesOut(**vars(block_shares(row.block, info))),
+                epsilon_left=row.remaining.epsilon,
+                epsilon_consumed=row.consumed.epsilon,
+                delta=row.remaining.delta,
+                detail=BlockOut.of(row.block) if detail else None,
+            )
+            for row in balances.blocks
+        ]
+        return cls(dataset=DatasetOut.of(info, teams or []), blocks=blocks)
+
+
+class ImportOut(Model):
+    """What an import did (``POST /v1/datasets/{name}/import``, administrators only)."""
+
+    dataset: str
+    added: list[BlockOut]  # the blocks it created, in key order
+    kept: list[str]  # keys already imported with exactly these rows
+    rows: int  # rows read
+    grown: list[str] = Field(default_factory=list)  # user blocks that gained a segment
+
+    @classmethod
+    def of(cls, report: ImportReport) -> ImportOut:
+        added = [BlockOut.of(b, admin=True) for b in report.added]
+        return cls(dataset=report.dataset, added=added, kept=report.kept, rows=report.rows, grown=report.grown)
+
+    def report(self) -> ImportReport:
+        from privsched.data.importer import ImportReport
+
+        return ImportReport(dataset=self.dataset, added=[b.info() for b in self.added], kept=self.kept, grown=self.grown, rows=self.rows)
 
 
 class SubmitIn(Model):
     spec: dict[str, Any] = Field(description="A pipeline specification, as in a pipeline YAML file.")
     id: str | None = Field(None, description="Client-chosen submission id: resubmitting it returns the same pipeline.")
+
+
+class BlockDemandOut(Model):
+    """A pipeline's demand on one block in people's terms (``privsched status``)."""
+
+    key: str
+    epsilon: float = Field(description="The ε its demand guarantees at delta.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's own δ under basic accounting.")
+    share: float = Field(description="The fraction of the block's capacity the demand takes (at its cheapest live order).")
+    consumed_epsilon: float | None = Field(None, description="What it consumed there, as ε at delta, once it ended.")
+
+    @classmethod
+    def of_pipeline(cls, info: PipelineInfo, dataset: DatasetInfo) -> list[BlockDemandOut]:
+        from privsched.readouts import demand_share, pipeline_grants
+
+        return [
+            cls(
+                key=grant.key,
+                epsilon=grant.demand.epsilon,
+                delta=grant.demand.delta,
+                share=demand_share(info.demands[grant.key], dataset),
+                consumed_epsilon=None if grant.consumed is None else grant.consumed.epsilon,
+            )
+            for grant in pipeline_grants(info, dataset)
+        ]
 
 
 class PipelineOut(Model):
@@ -152,6 +279,8 @@ class PipelineOut(Model):
     placement: dict[str, Any] | None
     consumed: dict[str, list[float]] | None
     message: str | None
+    #: Its demand per block in people's terms, in answers about one pipeline (not in lists).
+    budget: list[BlockDemandOut] | None = None
 
     @classmethod
     def of(cls, info: PipelineInfo, team: str | None = None, message: str | None = None) -> PipelineOut:
@@ -162,11 +291,34 @@ class PipelineOut(Model):
         return cls(team=team, **fields)
 
     def info(self) -> PipelineInfo:
-        fields = self.model_dump(exclude={"team"})
+        fields = self.model_dump(exclude={"team", "budget"})
         fields["demands"] = {k: _vector(v) for k, v in self.demands.items()}
         fields["consumed"] = None if self.consumed is None else {k: _vector(v) for k, v in self.consumed.items()}
         fields["state"] = PipelineState(self.state)
         return PipelineInfo(**fields)
+
+
+class ArtifactOut(Model):
+    name: str  # its path in the job's work folder
+    size: int  # bytes
+
+
+class ResultOut(Model):
+    """What a pipeline released (:class:`privsched.results.PipelineResult`)."""
+
+    id: int
+    name: str
+    dataset: str
+    state: str
+    reason: str | None
+    job: str  # a built-in job's kind, or "function"
+    delta: float  # the dataset's δ_G, at which each ε is read
+    epsilon: float | None  # the largest ε charged on a block (None until it ended)
+    charged: dict[str, float] | None  # ε charged per block
+    metrics: dict[str, Any]
+    releases: list[dict[str, Any]]  # each privacy primitive's query, ε, δ and value
+    first_access: float | None  # when its job first reached its data
+    artifacts: list[ArtifactOut]
 
 
 class EventOut(Model):
@@ -182,7 +334,9 @@ class EventOut(Model):
     source: str | None
     target: str | None
     amount: list[float] | None
-    reason: str | None = Field(description="Why (a release's reason; a failure's message, to admins only).")
+    reason: str | None = Field(
+        description="Why (a release's reason; a failure's message, withheld where the job wrote it and the caller may not read its text)."
+    )
     actor: str | None = Field(description="Who caused it: a user, operator or scheduler (null: recorded before actors were).")
 
     @classmethod
@@ -252,10 +406,26 @@ class QuotaOut(Model):
     quotas: dict[str, float] = Field(description="Team → share of each block's capacity it may hold.")
 
 
+class QuotaUsageOut(Model):
+    """A team's quota on a dataset and how much of it the team has taken
+    (:class:`privsched.readouts.QuotaUsage`)."""
+
+    dataset: str
+    team: str
+    share: float = Field(description="The share of each block's capacity the team may hold.")
+    held: float = Field(description="The largest share of a block's capacity the team holds (granted, running, consumed).")
+    consumed: float = Field(description="The largest share of a block's capacity the team consumed for good.")
+
+
 class UserIn(Model):
     name: str
     role: Literal["admin", "submitter", "viewer"]
     team: str | None = None
+    code: bool = Field(False, description="A submitter that may submit code jobs (function:); admins always may.")
+
+
+class CodeIn(Model):
+    allowed: bool = Field(description="Whether the submitter may submit code jobs (function:) from now on.")
 
 
 class UserOut(Model):
@@ -264,6 +434,7 @@ class UserOut(Model):
     team: str | None
     created_at: float
     revoked_at: float | None
+    code: bool = Field(False, description="Whether the user may submit code jobs (function:); admins always may.")
 
 
 class TokenOut(Model):
@@ -317,9 +488,12 @@ class DryRunOut(Model):
     dataset: str
     demand: list[float]
     labels: list[str]
-    epsilon: float
-    delta: float
+    epsilon: float = Field(description="The ε the demand guarantees at delta, as a pipeline's status reads it.")
+    delta: float = Field(description="The dataset's δ_G under RDP; the demand's δ under basic accounting.")
     blocks: list[BlockFitOut]
+    verdict: Literal["fits now", "waits", "can never fit"]
+    reason: str | None = Field(None, description="Why it waits or can never fit.")
+    share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
 
 
 class ErrorOut(Model):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from privsched.client import Client
 from privsched.ledger import LedgerError, PipelineInfo
-from privsched.ledger.identities import Identities, User
+from privsched.ledger.identities import Identities, Submission, User
 from privsched.server import access
 from privsched.server.access import NotFound
-from privsched.server.models import DatasetOut, PipelineOut
+from privsched.server.models import BlockDemandOut, DatasetOut, PipelineOut, ResultOut
 
 
 class Views:
@@ -19,7 +19,7 @@ class Views:
 
     def dataset(self, name: str, caller: User) -> DatasetOut:
         info = access.readable_dataset(self.client, self.identities, caller, name)
-        return DatasetOut.of(info, self.identities.dataset_teams(info.id))
+        return DatasetOut.of(info, self.identities.dataset_teams(info.id), self.client.dataset_schema(info.name))
 
     def pipeline(self, pipeline_id: int, caller: User) -> PipelineInfo:
         """A pipeline on a dataset the caller may read: 404 if there is none, 403 if not."""
@@ -34,5 +34,25 @@ class Views:
         return self.pipeline_out(self.pipeline(pipeline_id, caller), caller)
 
     def pipeline_out(self, info: PipelineInfo, caller: User) -> PipelineOut:
+        """One pipeline as the API answers it, with its demand per block in people's terms
+        (ε at the dataset's δ_G and the share of each block it takes)."""
         submission = self.identities.submissions([info.id]).get(info.id)
-        return PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller))
+        out = PipelineOut.of(info, submission.team if submission else None, access.visible_message(info, caller, submission))
+        out.budget = BlockDemandOut.of_pipeline(info, self.client.dataset(info.dataset))
+        return out
+
+    def result_reader(self, pipeline_id: int, caller: User) -> tuple[PipelineInfo, Submission | None]:
+        """A pipeline whose outputs the caller may read (:func:`access.require_result_reader`),
+        and who submitted it."""
+        info = self.pipeline(pipeline_id, caller)
+        submission = self.identities.submissions([info.id]).get(info.id)
+        access.require_result_reader(caller, info, submission)
+        return info, submission
+
+    def result(self, pipeline_id: int, caller: User) -> ResultOut:
+        """What a pipeline released, for a caller who may read it, with its reason as
+        :func:`access.visible_message` shows it to the caller."""
+        info, submission = self.result_reader(pipeline_id, caller)
+        result = self.client.result(pipeline_id)
+        reason = access.visible_message(info, caller, submission)
+        return ResultOut.model_validate({**result.to_dict(), "reason": reason})

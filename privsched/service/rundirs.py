@@ -16,6 +16,12 @@ Layout, for a database ``DIR/NAME.db``::
 Everything but ``work/`` is the scheduler's state: a confined job can neither read nor
 change it (:mod:`privsched.jobs.sandbox`), so no job can alter another pipeline or the
 scheduler. Folders are created ``0700`` and files ``0600``: readable by their owner only.
+
+The files a job leaves in ``work/`` are its artifacts (:meth:`RunDirs.artifacts`,
+:meth:`RunDirs.open_artifact`): regular files named by their path there, each at most
+:data:`MAX_ARTIFACT` bytes. The job wrote that folder, so nothing it planted there is
+followed: a name is a plain relative path, no part of it may be a link, and only a regular
+file with one link is opened.
 """
 
 from __future__ import annotations
@@ -23,9 +29,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
+
+from privsched.errors import BadInput, NotFound
+from privsched.results import ARTIFACT_NAME, MAX_ARTIFACT, Artifact, check_artifact_name
 
 # The job runner and the pool (the specification models) are imported where they are used:
 # a command that only reads a pipeline's state opens this folder and no more.
@@ -36,6 +46,8 @@ if TYPE_CHECKING:
 
 #: Longest condition text read back from the runs folder, in characters.
 CONDITION_LENGTH = 1000
+#: Most artifacts listed for one pipeline (the first in name order).
+MAX_ARTIFACTS = 1000
 
 
 class RunDirs:
@@ -56,6 +68,55 @@ class RunDirs:
     def workdir(self, pipeline_id: int) -> Path:
         """The job's working folder, the only one it may write to."""
         return self.folder(pipeline_id) / "work"
+
+    def artifacts(self, pipeline_id: int) -> list[Artifact]:
+        """The regular files the job left in its work folder, by name (links, folders reached
+        through links, and names :data:`ARTIFACT_NAME` refuses are left out)."""
+        root = self.workdir(pipeline_id)
+        found: list[Artifact] = []
+        for folder, dirs, names in os.walk(root):  # os.walk does not follow links to folders
+            dirs.sort()
+            for name in sorted(names):
+                path = Path(folder, name)
+                relative = path.relative_to(root).as_posix()
+                try:
+                    info = os.lstat(path)
+                except OSError:
+                    continue
+                if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and ARTIFACT_NAME.fullmatch(relative):
+                    found.append(Artifact(relative, info.st_size))
+                    if len(found) == MAX_ARTIFACTS:
+                        return found
+        return found
+
+    def open_artifact(self, pipeline_id: int, name: str) -> tuple[BinaryIO, int]:
+        """One artifact open for reading, and its size. A name outside :data:`ARTIFACT_NAME`
+        raises :class:`~privsched.errors.BadInput`; a missing file, a link anywhere on its
+        path, or anything but a regular file with one link :class:`~privsched.errors.NotFound`;
+        a file over :data:`MAX_ARTIFACT` bytes ``BadInput``."""
+        check_artifact_name(name)
+        root = self.workdir(pipeline_id)
+        fd = None
+        try:
+            fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            for part in name.split("/")[:-1]:  # each folder opened without following a link
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            file = os.open(name.split("/")[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        except OSError:
+            raise NotFound(f"pipeline {pipeline_id} has no artifact {name!r}") from None
+        finally:
+            if fd is not None:
+                os.close(fd)
+        info = os.fstat(file)
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            os.close(file)
+            raise NotFound(f"pipeline {pipeline_id} has no artifact {name!r}")
+        if info.st_size > MAX_ARTIFACT:
+            os.close(file)
+            raise BadInput(f"artifact {name!r} is {info.st_size} bytes, over the {MAX_ARTIFACT}-byte limit")
+        return os.fdopen(file, "rb"), info.st_size
 
     def protected(self) -> list[str]:
         """What no job may be able to read: the ledger database, its journals, every run."""

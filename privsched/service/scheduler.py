@@ -37,11 +37,12 @@ from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.ledger import Ledger, LedgerError
 from privsched.ledger.errors import StorageFull
+from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PipelineInfo
 from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, orders_per_pipeline
-from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
+from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
 from privsched.service.pending import Marks, PendingSet
@@ -108,6 +109,7 @@ class Scheduler:
         self._reread = False  # the ledger refused a grant: the next tick reads everything again
         self._reserved: dict[tuple[int, int], np.ndarray] = {}  # (pipeline id, block id) -> budget
         self._locations: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> location
+        self._fingerprints: dict[str, dict[str, str | None]] = {}  # dataset -> block key -> SHA-256 of its data
         self._unresolved: dict[int, tuple[PipelineInfo, LaunchRecord]] = {}  # launches left mid-way
         self._unsettled: dict[int, JobResult] = {}  # ended jobs whose settling the ledger refused for lack of space
 
@@ -269,12 +271,12 @@ class Scheduler:
     def unlock(self, now: float) -> tuple[list[int], bool]:
         """Raise each active block's unlocked fraction to the rule's target with the same
         functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
-        :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
+        :func:`~privsched.policies.unlock.unlock_amounts`; module docstring). Per-time rules count
         the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
         Returns the ids of the blocks unlocked, and whether time will unlock more."""
         rule = self.policy.unlock
         counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
-        fractions: dict[int, float] = {}
+        targets: dict[int, float] = {}
         more = False
         for dataset in sorted(self.pending.datasets.values(), key=lambda d: d.name):
             blocks = self.pending.blocks_of(dataset)
@@ -284,12 +286,12 @@ class Scheduler:
             ids = blocks.ids[active]
             arrivals = np.fromiter((self.pending.arrivals[i] for i in ids.tolist()), dtype=float, count=len(ids))
             target = unlocked_fraction(rule, arrivals, counted - blocks.created_at[active])
-            step = unlock_step(blocks.capacity[active], blocks.locked[active], target)
-            fractions.update((int(ids[i]), float(step[i])) for i in np.flatnonzero(step > 0).tolist())
+            moved = unlock_amounts(blocks.capacity[active], blocks.locked[active], target)
+            targets.update((int(ids[i]), float(target[i])) for i in np.flatnonzero((moved > 0).any(axis=1)).tolist())
             more = more or bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
-        if fractions:
-            self.ledger.unlock(fractions, now=now)
-        return list(fractions), more
+        if targets:
+            self.ledger.raise_unlocked(targets, now=now)
+        return list(targets), more
 
     def admit(self, now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
@@ -301,19 +303,25 @@ class Scheduler:
         pass that the ledger committed as chosen, no pending pipeline fits (the budget only
         shrinks within a pass), and a fit only depends on the pipeline's own blocks, so the
         others cannot fit now either, and the pass over the shown pipelines grants what a
-        pass over all of them would. A grant the ledger refused (a quota, a change from
-        another process) makes the scheduler read everything again and show everyone."""
+        pass over all of them would. Under team quotas the policy sees every pending
+        pipeline of the dataset, and its team's quota and holdings, so that it skips what a
+        quota holds back and goes on to the next (:class:`~privsched.policies.base.Quotas`).
+        A grant the ledger refused (a change from another process) makes the scheduler read
+        everything again and show everyone."""
         marks = self._unadmitted.take()
         order: list[int] = []
         reserved: dict[tuple[int, int], np.ndarray] = {}
         every = marks.everything or not orders_per_pipeline(self.policy.policy)
         try:
             for dataset_id, table in sorted(self.pending.tables.items(), key=lambda item: self.pending.datasets[item[0]].name):
-                pipelines = None if every else self._changed(dataset_id, marks, marks.gained)
+                teams = self.ledger.team_quotas(dataset_id, table.pipeline_ids.tolist()) if len(table.pipeline_ids) else None
+                # Under quotas a pipeline's fit also depends on what its team holds: show all.
+                pipelines = None if every or teams is not None else self._changed(dataset_id, marks, marks.gained)
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
                 view = self.pending.view(dataset_id, pipelines)
-                allocation = self.policy.policy.allocate(snapshot_of(view, now, edge_reservations(view, self._reserved)))
+                snapshot = snapshot_of(view, now, edge_reservations(view, self._reserved), teams)
+                allocation = self.policy.policy.allocate(snapshot)
                 granted = [int(i) for i in view.pipelines.pipeline_ids[allocation.granted]]
                 if allocation.reserved is not None:
                     reserved.update(_waiting_reservations(edge_keys(view), allocation.reserved, set(granted)))
@@ -328,7 +336,7 @@ class Scheduler:
         self._reserved = reserved  # pipelines no longer pending drop theirs
         if changed:
             self.runs.record_reservations(reserved)  # for the waiting reasons of every client
-        self._reread = granted != order  # a quota, or a change the pass did not see: read everything next tick
+        self._reread = granted != order  # a change the pass did not see: read everything next tick
         if order:
             self._refresh()
         if granted:
@@ -352,7 +360,7 @@ class Scheduler:
             if refusal is not None:
                 self._fail(info.id, f"cannot run on this scheduler's pool: {refusal}", touched=False, now=now)
                 continue
-            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id))
+            problem = input_problem(info.job, self._block_locations(info), self.runs.workdir(info.id)) or self._data_problem(info)
             if problem is not None:
                 self._fail(info.id, f"the job cannot read its data: {problem}", touched=False, now=now)
                 continue
@@ -431,6 +439,26 @@ class Scheduler:
             self._locations[info.dataset] = locations
         return {key: locations[key] for key in info.block_keys}
 
+    def _data_problem(self, info: PipelineInfo) -> str | None:
+        """A granted block whose data is missing or changed since it was registered (its
+        fingerprint, :mod:`privsched.ledger.fingerprints`), or None."""
+        fingerprints = self._fingerprints.get(info.dataset, {})
+        if any(key not in fingerprints for key in info.block_keys):
+            fingerprints = self._refresh_fingerprints(info.dataset)
+        locations = self._block_locations(info)
+        for key in info.block_keys:
+            problem = data_problem(locations[key], fingerprints[key])
+            if problem is not None:  # a user block may have grown since: its registered fingerprint decides
+                problem = data_problem(locations[key], self._refresh_fingerprints(info.dataset)[key])
+            if problem is not None:
+                return f"block {key!r}: {problem}"
+        return None
+
+    def _refresh_fingerprints(self, dataset: str) -> dict[str, str | None]:
+        fingerprints = {b.key: b.sha256 for b in self.ledger.list_blocks(dataset)}
+        self._fingerprints[dataset] = fingerprints
+        return fingerprints
+
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
         """What the granted job sees: its blocks and grant, the mechanism the ledger charged
         (typed, as ``plan``), the (ε, δ) and longest run it was submitted with, and its own
@@ -454,6 +482,9 @@ class Scheduler:
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
             epsilon=job.get("epsilon"),
             max_runtime=job.get("max_runtime"),
+            unit=dataset.unit,
+            user_column=dataset.user_column,
+            max_rows_per_user=dataset.max_rows_per_user,
         )
 
     def collect(self, now: float) -> list[int]:

@@ -126,6 +126,7 @@ def serve(
     clock: Callable[[], float] = time.time,
     lease_ttl: float | None = None,
     ledger: Ledger | None = None,
+    on_start: Callable[[], None] | None = None,
 ) -> ServeSummary:
     """Run the scheduler on a database until ``stop`` is set, or with ``until_idle`` until
     nothing runs and no pending pipeline can progress any more: nothing pending, or only
@@ -133,7 +134,9 @@ def serve(
     The lease lasts ``lease_ttl`` seconds past each renewal (default: 5 ticks, at least 10 s).
     ``ledger``: an open ledger of ``db_path`` to serve with (default: one opened and closed
     here). A full database or disk stops nothing: the loop keeps watching jobs, reports the
-    condition (:class:`Condition`) and retries each tick until space returns."""
+    condition (:class:`Condition`) and retries each tick until space returns. ``on_start``
+    is called once the lease is held, before the first tick (what ``privsched serve``
+    starts and says only once the database is its own: the API, its start-up summary)."""
     if tick <= 0 or poll_interval <= 0 or (lease_ttl is not None and not lease_ttl > 0):
         raise ValueError("tick, poll interval and lease ttl must be positive")
     stop = stop or threading.Event()
@@ -148,6 +151,8 @@ def serve(
             where = f" (pid {current.get('pid')} on {current.get('host')})" if current else ""
             raise ServiceError(f"another scheduler is already serving {path}{where}")
         try:
+            if on_start is not None:
+                on_start()
             loop = _Loop(ledger, path, holder, ttl, tick, until_idle, poll_interval, stop, log, clock)
             return loop.run(policy, executor, pool)
         except LeaseLost as exc:  # paused past the lease: a successor has adopted its jobs
@@ -370,10 +375,12 @@ def serve_with(
     *,
     stop: threading.Event | None = None,
     log: Callable[[str], None] | None = None,
+    on_start: Callable[[Startup], None] | None = None,
 ) -> ServeSummary:
-    """:func:`serve` with the policy, executor and pool that ``options`` name. Bad options
-    raise ``ValueError`` with one line; ``sandbox="landlock"`` (the default) where the
-    kernel has no Landlock raises :class:`ServiceError`."""
+    """:func:`serve` with the policy, executor and pool that ``options`` name; ``on_start``
+    is given the :class:`Startup` once the lease is held. Bad options raise ``ValueError``
+    with one line; ``sandbox="landlock"`` (the default) where the kernel has no Landlock
+    raises :class:`ServiceError`."""
     from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
     from privsched.service.executors import make_executor
 
@@ -395,7 +402,31 @@ def serve_with(
         until_idle=options.until_idle,
         stop=stop,
         log=log or (lambda message: None),
+        on_start=None if on_start is None else (lambda: on_start(Startup(Path(db_path), spec, pool, options.executor, mode))),
     )
+
+
+@dataclass(frozen=True)
+class Startup:
+    """What a scheduler serves with, known once it holds the database's lease."""
+
+    db: Path
+    policy: PolicySpec  # its name, rule and parameters
+    pool: Pool  # the compute jobs may use
+    executor: str  # local or ray
+    sandbox: str  # landlock or none
+
+    def lines(self, api: str | None) -> list[str]:
+        """The start-up summary ``privsched serve`` prints, with the API's address (None: no API)."""
+        params = ", ".join(f"{key}={value}" for key, value in self.policy.params.items())
+        gpus = ",".join(self.pool.gpus) or "none"
+        return [
+            f"serving {self.db}",
+            f"  policy    {self.policy.name} ({params})",
+            f"  pool      {self.pool.cpus:g} CPUs, {self.pool.memory / 2**30:.3g} GiB memory, GPUs {gpus}",
+            f"  executor  {self.executor}, sandbox {self.sandbox}",
+            f"  HTTP API  {api or 'none'}",
+        ]
 
 
 def serve_options(

@@ -4,18 +4,47 @@ The privacy demand comes from, in this order: an explicit ``mechanism`` descript
 built-in job's own plan (:func:`privsched.trainers.builtin.plan_mechanism` for the target
 (ε, δ)), which is what the job then runs with; or the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2);
 δ > 0 without a named mechanism is refused, docs/design.md §3.4). A job that asks for more compute than the pool has is refused here, before
-anything is written (docs/design.md §4.4).
+anything is written (docs/design.md §4.4). A code job is checked first, at no charge
+(:func:`checked_code`, :mod:`privsched.service.preflight`).
 """
 
 from __future__ import annotations
 
 import getpass
+import json
 
 from privsched.budgets.mechanisms import EpsilonDelta, Mechanism, demand_vector, mechanism_json, parse_mechanism
 from privsched.ledger import LedgerError
 from privsched.ledger.models import BlockInfo, DatasetInfo, PipelineRequest
 from privsched.service.resources import Pool
 from privsched.spec import PipelineSpec, SpecError, select_blocks
+
+
+def checked_code(spec: PipelineSpec, protected: list[str], checked: dict[str, str | None] | None = None) -> PipelineSpec:
+    """``spec`` with its code job's paths made absolute, once the job passed its preflight
+    (:mod:`privsched.service.preflight`: no overlap with the ``protected`` paths; imports,
+    confined and without data, into a function of one argument); a declarative job as it is.
+    ``checked``: verdicts of jobs already checked, by job, shared by one batch. A problem
+    raises :class:`LedgerError` with one line; nothing is written."""
+    if spec.job.function is None:
+        return spec
+    from privsched.service.preflight import code_problem, resolve_code
+    from privsched.spec import JobSpec
+
+    try:
+        job = resolve_code(spec.job.model_dump())
+    except ValueError as exc:
+        raise LedgerError(f"pipeline {spec.name!r}: {exc}") from None
+    key = json.dumps([job["function"], job["pythonpath"]])
+    if checked is None or key not in checked:
+        problem = code_problem(job, protected)
+        if checked is not None:
+            checked[key] = problem
+    else:
+        problem = checked[key]
+    if problem is not None:
+        raise LedgerError(f"pipeline {spec.name!r}: {problem}")
+    return spec.model_copy(update={"job": JobSpec.model_validate(job)})
 
 
 def builtin_job(spec: PipelineSpec) -> dict:
@@ -33,7 +62,12 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
     if spec.job.kind is not None:
         from privsched.trainers.builtin import plan_mechanism
 
-        return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting)
+        if spec.job.kind == "dpsgd" and dataset.unit != "record" and dataset.max_rows_per_user > 1:
+            raise SpecError(
+                f"dataset {dataset.name!r} protects a person with up to {dataset.max_rows_per_user} rows, and DP-SGD "
+                "clips per row: it runs on person-unit datasets with --max-rows-per-user 1 only"
+            )
+        return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting, dataset.max_rows_per_user)
     return EpsilonDelta(epsilon=epsilon, delta=delta)
 
 

@@ -13,7 +13,11 @@ Format (times in seconds)::
      "pipelines": [{"id": "p0", "arrival": 1.0, "blocks": ["b0"] | {"last": 10},
                     "epsilon": 0.01, "delta": 1e-9, "demands": {"b0": 0.5},
                     "curve": [...], "mechanism": "gaussian" | {...},
-                    "weight": 1, "timeout": 300, "class": "mice"}, ...]}
+                    "weight": 1, "timeout": 300, "class": "mice", "team": "blue"}, ...],
+     "quotas": {"blue": 0.3}}
+
+``quotas`` gives a team's share of every block's capacity (docs/design.md §4.2); a
+pipeline's ``team`` is under its team's quota, if it has one.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from pydantic import (
     field_validator,
 )
 
-from privsched.budgets.bounds import MAX_DEMAND, MIN_EPSILON
+from privsched.budgets.bounds import MAX_DEMAND, MAX_ORDER, MIN_EPSILON
 from privsched.budgets.fields import Delta, Epsilon, bounded
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
@@ -52,6 +56,7 @@ Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
 Timeout = bounded(MIN_DURATION, MAX_TIME)
 Share = bounded(MIN_EPSILON, MAX_DEMAND)
 CurveValue = bounded(0.0, MAX_DEMAND)
+QuotaShare = bounded(0.0, 1.0)
 
 
 class _Entry(BaseModel):
@@ -87,6 +92,7 @@ class TracePipeline(_Entry):
     weight: Weight = 1.0
     timeout: Timeout | None = None
     klass: str = Field("", alias="class", max_length=256)
+    team: Name | None = None
 
     @field_validator("blocks")
     @classmethod
@@ -122,9 +128,10 @@ class Trace(_Entry):
     validates it and compiles it for the simulator."""
 
     accounting: Literal["basic", "rdp"]
-    alphas: list[bounded(1.0, 1e4, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
+    alphas: list[bounded(1.0, MAX_ORDER, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
     blocks: list[TraceBlock]
     pipelines: list[TracePipeline]
+    quotas: dict[Name, QuotaShare] | None = None
     _instance: Instance | None = PrivateAttr(None)
 
     @property

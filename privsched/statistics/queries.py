@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.bounds import person_sensitivity
 from privsched.budgets.fields import bounded
 from privsched.budgets.curves import gaussian_sigma
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Gaussian, Mechanism
@@ -61,33 +62,43 @@ class StatisticJob(BaseModel):
             raise ValueError("bins is required for a histogram and only for a histogram")
         return self
 
-    def parts(self) -> list[tuple[str, float]]:
-        """The released quantities as (name, sensitivity) under add/remove-one neighbours.
+    def parts(self, max_rows_per_user: int = 1) -> list[tuple[str, float]]:
+        """The released quantities as (name, sensitivity) under add/remove-one-person
+        neighbours, a person having at most K = ``max_rows_per_user`` rows in the read (K = 1:
+        one record, event level).
 
-        A clipped sum has sensitivity max(|lo|, |hi|); a count or a histogram 1 (one record
-        moves one bin by one, in L1 and L2 alike). A mean releases a sum and a count, each
+        Per record, a clipped sum has sensitivity max(|lo|, |hi|) and a count or a histogram 1
+        (one record moves one bin by one, in L1 and L2 alike); a person's K rows multiply each
+        by K (:func:`~privsched.budgets.bounds.person_sensitivity`: a count K, a sum K·bound, a
+        histogram K over the bins the rows touch). A mean releases a sum and a count, each
         with half of the budget (sequential composition).
         """
         if self.query == "count":
-            return [("count", 1.0)]
-        if self.query == "histogram":
-            return [("histogram", 1.0)]
-        lo, hi = self.bounds  # type: ignore[misc]
-        total = ("sum", max(abs(lo), abs(hi)))
-        return [total] if self.query == "sum" else [total, ("count", 1.0)]
+            record = [("count", 1.0)]
+        elif self.query == "histogram":
+            record = [("histogram", 1.0)]
+        else:
+            lo, hi = self.bounds  # type: ignore[misc]
+            total = ("sum", max(abs(lo), abs(hi)))
+            record = [total] if self.query == "sum" else [total, ("count", 1.0)]
+        return [(name, person_sensitivity(sensitivity, max_rows_per_user)) for name, sensitivity in record]
 
 
-def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
-    """What a DP statistic charges: each released part gets an equal share of (ε, δ).
+def statistic_mechanism(job: StatisticJob, epsilon: float, delta: float, accounting: Accounting, max_rows_per_user: int = 1) -> Mechanism:
+    """What a DP statistic charges: each released part gets an equal share of (ε, δ), at the
+    sensitivities of :meth:`StatisticJob.parts` for a person with at most
+    ``max_rows_per_user`` rows (the dataset's contribution bound K; 1 at event level): the
+    same (ε, δ) and RDP curve, with K times the noise.
 
     Laplace: a pure ε_k-DP release (scale b = Δ/ε_k, Dwork & Roth 2014 Thm 3.6), charged as
     ``EpsilonDelta(ε_k, 0)``: ε_k under basic, min(ε_k, αε_k²/2) under RDP, a curve valid for
     the discrete Laplace OpenDP samples (Bun & Steinke 2016, Prop. 3.3), whose RDP exceeds the
     continuous Laplace curve. Gaussian: under RDP σ = Δ·sqrt(2 ln(1.25/δ_k))/ε_k (Thm A.1)
-    charged as its exact RDP curve; under basic, (ε_k, δ_k) with σ from the analytic Gaussian
-    mechanism (Balle & Wang 2018), valid for every ε.
+    charged as its exact RDP curve, which bounds the discrete Gaussian of counts too
+    (Canonne, Kamath & Steinke 2020, §2.1); under basic, (ε_k, δ_k), with σ calibrated at
+    release on the exact (ε, δ) of the noise drawn (:func:`privsched.statistics.release.noise_of`).
     """
-    parts = job.parts()
+    parts = job.parts(max_rows_per_user)
     share_eps, share_delta = epsilon / len(parts), delta / len(parts)
     mechanisms: list[Mechanism] = []
     for _, sensitivity in parts:

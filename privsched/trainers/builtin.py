@@ -15,6 +15,7 @@ from privsched.budgets.capacity import validate_epsilon_delta
 from privsched.budgets.mechanisms import Mechanism
 from privsched.jobs.context import JobContext
 from privsched.statistics.queries import statistic_mechanism
+from privsched.trainers.layers import LayerModel
 from privsched.trainers.plans import (
     DPSGDJob,
     calibrate_noise,
@@ -27,21 +28,42 @@ from privsched.trainers.plans import (
 BUILTIN_KINDS: tuple[str, ...] = ("dpsgd", "statistic")
 
 
-def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounting) -> Mechanism:
+def plan_mechanism(job: dict, epsilon: float, delta: float, accounting: Accounting, max_rows_per_user: int = 1) -> Mechanism:
     """The privacy demand of a built-in job, as a mechanism description.
 
     dpsgd: ``steps = ceil(E / q)``, σ calibrated as Opacus' ``get_noise_multiplier`` does (RDP) for the
     training's (ε − ε_acc, δ); charged as ``SubsampledGaussian(q, σ, steps)`` under RDP,
     ``EpsilonDelta(ε − ε_acc, δ)`` under basic, composed with the ε_acc-DP held-out accuracy.
     statistic: Laplace or Gaussian noise scaled to the query's sensitivity, a mean composing
-    a sum and a count. Bad parameters raise a one-line ``ValueError``.
+    a sum and a count, at the sensitivity of a person's ``max_rows_per_user`` rows (the
+    dataset's contribution bound K; 1 at event level). Bad parameters raise a one-line
+    ``ValueError``.
     """
     validate_epsilon_delta(epsilon, delta)
     spec = parse_job(job)
     if isinstance(spec, DPSGDJob):
+        check_layers(spec)
         sigma = calibrate_noise(spec.sample_rate, spec.steps, training_epsilon(epsilon), delta)
         return dpsgd_mechanism(spec, sigma, epsilon, delta, accounting)
-    return statistic_mechanism(spec, epsilon, delta, accounting)
+    return statistic_mechanism(spec, epsilon, delta, accounting, max_rows_per_user)
+
+
+def check_layers(job: DPSGDJob) -> None:
+    """Build a layer-list model at submit, where its sizes are known from the job alone, so
+    that a model that cannot be built or made private (Opacus' ``ModuleValidator``) is
+    refused with one line (torch is imported for layer lists only). A tabular model whose
+    features the dataset declares is checked when its job starts."""
+    if not isinstance(job.model, LayerModel):
+        return
+    from privsched.trainers.dpsgd import shape_only
+
+    try:
+        data = shape_only(job)
+    except ValueError:
+        return  # sized by the dataset's declarations: built when the job starts
+    from privsched.trainers.dpsgd import initial_model
+
+    initial_model(job, data)
 
 
 def run_builtin(ctx: JobContext) -> None:

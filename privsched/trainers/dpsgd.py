@@ -1,7 +1,11 @@
 """DP-SGD training on Opacus (Abadi et al. 2016; Yousefpour et al. 2021), within a grant.
 
-A granted job trains a zoo model on its granted blocks with Poisson sampling at rate q,
-per-sample clipping to C and Gaussian noise of standard deviation σC per step. Clipping
+A granted job trains a zoo model on a text column, or a model on a table's declared
+features (:mod:`privsched.trainers.tabular`; ``logreg``, ``mlp`` or a layer list,
+:mod:`privsched.trainers.networks`), on its granted blocks with Poisson sampling at rate q
+(64-bit draws, an inclusion probability never above q: :class:`PoissonBatches`), per-sample
+clipping to C and Gaussian noise of standard deviation σC per step, divided by a public
+expected batch size (:func:`expected_batch_size`). Clipping
 runs in one of three modes (``grad_sample_mode``): "ghost", single-pass ghost clipping
 for models whose trainable layers are all linear (:mod:`privsched.trainers.clipping`,
 the default for them); "opacus-ghost", Opacus' two-pass fast gradient clipping (the default for the other
@@ -26,10 +30,12 @@ no exact record count or un-noised metric.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import secrets
 import warnings
+from fractions import Fraction
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -47,8 +53,11 @@ from privsched.trainers.clipping import GhostClipping
 from privsched.jobs.records import load_blocks
 from privsched.statistics.noise import laplace_scale, noisy, within_charge
 from privsched.trainers.data import bag_of_words, split
+from privsched.trainers.layers import LayerModel
 from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
+from privsched.trainers.networks import OneHotFeatures, SquaredError, check_private, layer_model, tabular_model
 from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob, DPSGDPlan
+from privsched.trainers.tabular import Declarations, TableSchema, as_numbers, codes, encode, resolve_schema
 
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
@@ -64,37 +73,86 @@ _QUIET = (
 
 @dataclass
 class Examples:
-    """A job's records as model inputs and labels."""
+    """A job's records as model inputs and labels, and the sizes its model is built with
+    (from the job and the blocks' declarations, never from the records)."""
 
     inputs: torch.Tensor
-    labels: torch.Tensor
-    n_classes: int
-    vocab_size: int
+    labels: torch.Tensor  # class indices, or (n, 1) scaled targets for regression
+    n_classes: int  # outputs of the head (1 for regression)
+    vocab_size: int | None  # text jobs: the declared vocabulary
+    rows: int  # the granted blocks' public row count, before any record was dropped
+    schema: TableSchema | None = None  # tabular jobs: the declared table
 
     def subset(self, index: np.ndarray) -> TensorDataset:
         idx = torch.as_tensor(index, dtype=torch.long)
         return TensorDataset(self.inputs[idx], self.labels[idx])
 
 
-def examples(records: dict[str, np.ndarray], model: str, target: str) -> Examples:
-    """Inputs of the kind ``model`` reads (bag of words or token ids) and ``target`` labels."""
-    tokens = records["tokens"]
-    vocab_size = int(records["vocab_size"]) if "vocab_size" in records else int(tokens.max()) + 1
-    labels = records[target].astype(np.int64)
-    if target == "category":
-        n_classes = int(records["n_categories"]) if "n_categories" in records else int(labels.max()) + 1
-    else:
-        n_classes = 2
-    if INPUTS[model] == "bow":
-        inputs = torch.from_numpy(bag_of_words(tokens, vocab_size))
-    else:
-        inputs = torch.from_numpy(tokens.astype(np.int64))
-    return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size)
+def declared_size(job: DPSGDJob, records: dict[str, np.ndarray], name: str) -> int:
+    """A text job's vocabulary or number of categories: the job's, else the blocks' declared
+    scalar (``vocab_size``, ``n_categories``), never a maximum of the records."""
+    value = getattr(job, name)
+    if value is None and name in records:
+        value = int(records[name])
+    if value is None:
+        raise ValueError(f"declare {name} in the job: the blocks do not declare it")
+    return int(value)
 
 
-def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Examples, TensorDataset, TensorDataset]:
+def text_examples(records: dict[str, np.ndarray], job: DPSGDJob) -> Examples:
+    """Token ids (ids outside the declared vocabulary become padding, 0) as a bag of words
+    or as ids; labels as class indices, a record whose label is not a class dropped."""
+    vocab_size = declared_size(job, records, "vocab_size")
+    if job.text not in records or records[job.text].ndim != 2:
+        raise ValueError(f"the blocks have no token column {job.text!r}")
+    tokens = records[job.text].astype(np.int64)
+    tokens[(tokens < 0) | (tokens >= vocab_size)] = 0
+    raw = records.get(job.label_column)
+    if raw is None or raw.ndim != 1:
+        raise ValueError(f"the blocks have no column {job.label_column!r}")
+    if job.classes is not None:
+        n_classes, labels = len(job.classes), codes(raw, list(job.classes))
+    else:
+        n_classes = declared_size(job, records, "n_categories") if job.label is None and job.target == "category" else 2
+        numbers = as_numbers(raw)
+        whole = np.isfinite(numbers) & (numbers == np.round(numbers))
+        labels = np.where(whole, numbers, -1).astype(np.int64)
+    keep = (labels >= 0) & (labels < n_classes)
+    tokens, labels = tokens[keep], labels[keep]
+    bow = isinstance(job.model, str) and INPUTS[job.model] == "bow"
+    inputs = torch.from_numpy(bag_of_words(tokens, vocab_size)) if bow else torch.from_numpy(tokens)
+    return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size, len(raw))
+
+
+def examples(records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None) -> Examples:
+    """The job's inputs and labels: a table's declared features (:mod:`privsched.trainers.tabular`)
+    or a text column (:func:`text_examples`)."""
+    if not job.tabular:
+        return text_examples(records, job)
+    schema = resolve_schema(job, declared)
+    rows = len(records[schema.label]) if schema.label in records else 0
+    inputs, labels = encode(records, schema)
+    return Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema)
+
+
+def shape_only(job: DPSGDJob, declared: Declarations | None = None) -> Examples:
+    """No records, only the sizes the job's model is built with, from the job and the
+    dataset's ``declared`` columns (a text job's placeholder vocabulary when it declares
+    none: the vocabulary sizes the embedding, not the shapes after it). Raises
+    ``ValueError`` where a size is missing."""
+    empty = torch.zeros(0)
+    if job.tabular:
+        schema = resolve_schema(job, declared)
+        return Examples(empty, empty, schema.n_outputs, None, 0, schema)
+    n_classes = len(job.classes) if job.classes is not None else job.n_categories or 2
+    return Examples(empty, empty, n_classes, job.vocab_size or 2, 0)
+
+
+def train_heldout(
+    records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None
+) -> tuple[Examples, TensorDataset, TensorDataset]:
     """The job's examples and their (train, held-out) split, drawn from OS entropy."""
-    data = examples(records, job.model, job.target)
+    data = examples(records, job, declared)
     train_idx, held_idx = split(len(data.labels), job.holdout)
     return data, data.subset(train_idx), data.subset(held_idx)
 
@@ -102,30 +160,62 @@ def train_heldout(records: dict[str, np.ndarray], job: DPSGDJob) -> tuple[Exampl
 def secure_generator(device: torch.device | str = "cpu") -> torch.Generator:
     """A torch generator on ``device`` seeded with 64 bits from the OS (``secrets``), never
     from a user seed: the source of DP-SGD's noise (on the model's device, where Opacus
-    draws it) and of Poisson sampling (on the CPU, where the records are)."""
+    draws it). Poisson sampling draws from :func:`os_entropy_rng`."""
     return torch.Generator(device=device).manual_seed(secrets.randbits(64))
+
+
+#: Poisson sampling compares 64-bit integers: a record joins a batch when its draw is below
+#: ⌊q·2⁶⁴⌋, with probability ⌊q·2⁶⁴⌋/2⁶⁴ ≤ q (:func:`inclusion_threshold`).
+SAMPLER_BITS = 64
+#: Smallest sample rate the sampler resolves to a relative 2⁻²⁴ (below it, ⌊q·2⁶⁴⌋ would
+#: lose more than that): far below any useful q, and below the smallest q a plan accepts.
+MIN_RESOLVED_RATE = 2.0**-40
+
+
+def inclusion_threshold(sample_rate: float) -> int:
+    """⌊q·2⁶⁴⌋, computed exactly (a float q is a binary fraction): a uniform 64-bit draw is
+    below it with probability ⌊q·2⁶⁴⌋/2⁶⁴, which is at most q and above q − 2⁻⁶⁴, so that
+    the charged rate q is never below the real one (the subsampled Gaussian's RDP grows with
+    q: Mironov, Talwar & Zhang 2019). A q the sampler cannot resolve is refused."""
+    if not MIN_RESOLVED_RATE <= sample_rate <= 1.0:
+        raise ValueError(f"sample rate {sample_rate!r} is outside what Poisson sampling resolves ([2^-40, 1])")
+    if sample_rate == 1.0:
+        return 2**SAMPLER_BITS
+    return int(Fraction(sample_rate) * 2**SAMPLER_BITS)
+
+
+def os_entropy_rng() -> np.random.Generator:
+    """A NumPy generator seeded with 128 bits from the OS (``secrets``)."""
+    return np.random.Generator(np.random.PCG64(secrets.randbits(128)))
 
 
 class PoissonBatches:
     """Poisson-sampled batches (Abadi et al. 2016, the sampled Gaussian mechanism): at every
-    step each record joins the batch independently with probability q.
+    step each record joins the batch independently, with probability ⌊q·2⁶⁴⌋/2⁶⁴ ≤ q
+    (:func:`inclusion_threshold`): one uniform 64-bit integer per record, from a generator
+    seeded from OS entropy. (A float32 uniform below q, as in ``torch.rand(n) < q``, includes
+    with probability ⌈q·2²⁴⌉/2²⁴, 60 times q at q = 10⁻⁹.) An epoch is ``int(1/q)`` steps,
+    Opacus' convention; a batch may be empty."""
 
-    The draw is the one Opacus' ``UniformWithReplacementSampler`` makes (one uniform number
-    per record, kept when below q), gathered on whole tensors rather than record by record.
-    An epoch is ``int(1/q)`` steps, Opacus' convention; a batch may be empty."""
-
-    def __init__(self, data: TensorDataset, sample_rate: float, generator: torch.Generator) -> None:
+    def __init__(self, data: TensorDataset, sample_rate: float, rng: np.random.Generator | None = None) -> None:
         self.tensors = data.tensors
         self.sample_rate = sample_rate
-        self.generator = generator
+        self.threshold = inclusion_threshold(sample_rate)
+        self.rng = rng if rng is not None else os_entropy_rng()
 
     def __len__(self) -> int:
         return int(1 / self.sample_rate)
 
+    def draw(self, n: int) -> np.ndarray:
+        """Indices of the records (of ``n``) that join one batch."""
+        if self.threshold == 2**SAMPLER_BITS:
+            return np.arange(n)
+        return np.flatnonzero(self.rng.bit_generator.random_raw(n) < np.uint64(self.threshold))
+
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         n = len(self.tensors[0])
         for _ in range(len(self)):
-            index = (torch.rand(n, generator=self.generator) < self.sample_rate).nonzero().flatten()
+            index = torch.from_numpy(self.draw(n))
             yield tuple(t.index_select(0, index) for t in self.tensors)
 
 
@@ -193,15 +283,27 @@ def affordable_steps(
     return low
 
 
+#: A regression prediction is a hit within this share of its label's declared range.
+REGRESSION_HIT = 0.1
+
+
+def hits(outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Which predictions are right: the top class, or within :data:`REGRESSION_HIT` of a
+    (scaled) regression target."""
+    if labels.is_floating_point():
+        return ((outputs - labels).abs() <= REGRESSION_HIT).all(dim=1)
+    return outputs.argmax(dim=1) == labels
+
+
 def evaluate(model: nn.Module, data: TensorDataset, device: torch.device) -> tuple[float, float]:
-    """Mean cross-entropy and accuracy of ``model`` on ``data``: exact, hence never released
-    from sensitive data (non-private baselines on synthetic data only)."""
+    """Mean loss and accuracy (:func:`hits`) of ``model`` on ``data``: exact, hence never
+    released from sensitive data (non-private baselines on synthetic data only)."""
     model.eval()
     inputs, labels = data.tensors
     with torch.no_grad():
-        logits = model(inputs.to(device))
-        loss = nn.functional.cross_entropy(logits, labels.to(device)).item()
-        accuracy = (logits.argmax(dim=1).cpu() == labels).float().mean().item()
+        outputs = model(inputs.to(device))
+        loss = loss_of(data)(outputs, labels.to(device)).item()
+        accuracy = hits(outputs.cpu(), labels).float().mean().item()
     model.train()
     return loss, accuracy
 
@@ -259,26 +361,41 @@ class Trainer:
         return list(self.accountant.history) if self.accountant is not None else []
 
 
-def private_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device) -> Trainer:
+def private_trainer(
+    model: nn.Module,
+    train: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    mode: str,
+    device: torch.device,
+    batch_size: int | None = None,
+    loss: nn.Module | None = None,
+) -> Trainer:
     """A DP-SGD trainer with explicit noise σ in clipping ``mode`` (see :data:`OPACUS_MODES`).
 
     Batches sample each record independently with probability q (:class:`PoissonBatches`)
     and an Opacus RDP accountant is stepped with that same q by the optimizer, so that its
     record is exactly ``(σ, q, steps taken)``. The optimizer adds noise N(0, σ²C²) to the
-    clipped sum and divides by the expected batch size q·n. Raises ``ValueError`` for an
-    unknown mode, or "ghost" on a model with a non-linear trainable layer."""
+    clipped sum and divides by the expected batch size ``batch_size`` (a job passes its
+    public one, :func:`expected_batch_size`; None: :func:`batch_size_of`). Raises
+    ``ValueError`` for an unknown mode, or "ghost" on a model with a non-linear trainable layer.
+    ``loss``: a torch loss with a ``reduction`` (default :func:`loss_of` the labels)."""
+    batch_size = batch_size_of(job, train, batch_size)
     if mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {mode!r} (expected one of {', '.join(GRAD_SAMPLE_MODES)})")
     if mode in OPACUS_MODES:
-        return opacus_trainer(model, train, job, sigma, mode, device)
+        return opacus_trainer(model, train, job, sigma, mode, device, batch_size, loss)
     model.to(device)
-    clipping = GhostClipping(model, job.max_grad_norm, nn.CrossEntropyLoss(reduction="sum"))
-    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device)
-    return Trainer(model, model, optimizer, nn.CrossEntropyLoss(), batches, device, mode, accountant, clipping)
+    criterion = loss if loss is not None else loss_of(train)
+    summed = copy.copy(criterion)
+    summed.reduction = "sum"
+    clipping = GhostClipping(model, job.max_grad_norm, summed)
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
+    return Trainer(model, model, optimizer, criterion, batches, device, mode, accountant, clipping)
 
 
 def private_parts(
-    mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device
+    mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device, batch_size: int
 ) -> tuple[Any, RDPAccountant, PoissonBatches]:
     """What every clipping mode shares: the Opacus DP optimizer of ``mode``
     (:data:`privsched.trainers.optimizers.OPTIMIZERS`) built directly with
@@ -292,17 +409,26 @@ def private_parts(
         optimizer=make_optimizer(model, job),
         noise_multiplier=sigma,
         max_grad_norm=job.max_grad_norm,
-        expected_batch_size=expected_batch_size(job, train),
+        expected_batch_size=batch_size,
         loss_reduction="mean",
         generator=secure_generator(device),
         secure_mode=True,
     )
     accountant = RDPAccountant()
     optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    return optimizer, accountant, PoissonBatches(train, job.sample_rate, secure_generator())
+    return optimizer, accountant, PoissonBatches(train, job.sample_rate)
 
 
-def opacus_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device) -> Trainer:
+def opacus_trainer(
+    model: nn.Module,
+    train: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    mode: str,
+    device: torch.device,
+    batch_size: int,
+    loss: nn.Module | None = None,
+) -> Trainer:
     """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
     matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
     OS entropy (Opacus' ``PrivacyEngine`` secure mode needs torchcsprng)."""
@@ -313,23 +439,43 @@ def opacus_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma:
     grad_sample_mode = OPACUS_MODES[mode]
     extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
     module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
-    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device)
-    criterion: nn.Module = nn.CrossEntropyLoss()
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
+    criterion: Any = loss if loss is not None else loss_of(train)
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")
     return Trainer(model, module, optimizer, criterion, batches, device, mode, accountant)
 
 
-def expected_batch_size(job: DPSGDJob, train: TensorDataset) -> int:
-    """q·n rounded, at least 1: the denominator of DP-SGD's mean gradient."""
-    return max(1, round(job.sample_rate * len(train)))
+def expected_batch_size(job: DPSGDJob, rows: int) -> int:
+    """DP-SGD's divisor B, the expected batch size, from public sizes only: the job's
+    ``expected_batch_size``, else q·(1 − holdout)·``rows`` rounded (at least 1), ``rows``
+    the granted blocks' public row count (docs/privacy.md). Never the number of training
+    records, which depends on the held-out split and on the records dropped."""
+    if job.expected_batch_size is not None:
+        return int(job.expected_batch_size)
+    return max(1, round(job.sample_rate * (1 - job.holdout) * rows))
 
 
-def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device) -> Trainer:
-    """The same model, optimiser and expected batch size q·n without privacy (shuffled batches)."""
+def batch_size_of(job: DPSGDJob, train: TensorDataset, batch_size: int | None) -> int:
+    """``batch_size`` when given; else the job's, else q·len(train): for benchmarks and
+    baselines on synthetic data (a job's trainer is always given its public one)."""
+    if batch_size is not None:
+        return batch_size
+    return int(job.expected_batch_size or max(1, round(job.sample_rate * len(train))))
+
+
+def loss_of(data: TensorDataset, reduction: str = "mean") -> nn.Module:
+    """Cross-entropy for class labels, squared error for (n, 1) regression targets."""
+    if data.tensors[1].is_floating_point():
+        return SquaredError(reduction)
+    return nn.CrossEntropyLoss(reduction=reduction)
+
+
+def plain_trainer(model: nn.Module, train: TensorDataset, job: DPSGDJob, device: torch.device, batch_size: int | None = None) -> Trainer:
+    """The same model, optimiser and expected batch size without privacy (shuffled batches)."""
     model.to(device)
-    batches = ShuffledBatches(train, expected_batch_size(job, train), torch.Generator().manual_seed(job.seed))
-    return Trainer(model, model, make_optimizer(model, job), nn.CrossEntropyLoss(), batches, device)
+    batches = ShuffledBatches(train, batch_size_of(job, train, batch_size), torch.Generator().manual_seed(job.seed))
+    return Trainer(model, model, make_optimizer(model, job), loss_of(train), batches, device)
 
 
 def fit(trainer: Trainer, steps: int) -> int:
@@ -353,7 +499,7 @@ def correct_wrong(model: nn.Module, data: TensorDataset, device: torch.device) -
     model.eval()
     inputs, labels = data.tensors
     with torch.no_grad():
-        correct = int((model(inputs.to(device)).argmax(dim=1).cpu() == labels).sum()) if len(labels) else 0
+        correct = int(hits(model(inputs.to(device)).cpu(), labels).sum()) if len(labels) else 0
     model.train()
     return np.array([correct, len(labels) - correct])
 
@@ -372,11 +518,47 @@ def release_accuracy(model: nn.Module, heldout: TensorDataset, device: torch.dev
 
 
 def initial_model(job: DPSGDJob, data: Examples) -> nn.Module:
-    """The model with its initial weights drawn from the job's ``seed`` (the only thing the
-    seed fixes), without leaving torch's global generator seeded."""
+    """The job's model, sized from the job and the declarations in ``data`` only (its
+    schema, vocabulary and classes), with its initial weights drawn from the job's ``seed``
+    (the only thing the seed fixes), without leaving torch's global generator seeded; checked
+    by Opacus' ``ModuleValidator``. Raises a one-line ``ValueError``."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(job.seed)
-        return build_model(job.model, data.vocab_size, data.n_classes, job.embed_dim, job.hidden)
+        schema = data.schema
+        if schema is not None:
+            encoder = OneHotFeatures(len(schema.numeric), schema.category_sizes)
+            if isinstance(job.model, LayerModel):
+                trial = torch.zeros(2, len(schema.numeric) + len(schema.categorical))
+                model = layer_model(job.model, encoder, trial, schema.n_outputs, None)
+            else:
+                model = tabular_model(job.model, len(schema.numeric), schema.category_sizes, job.hidden, schema.n_outputs)
+        elif isinstance(job.model, LayerModel):
+            model = layer_model(job.model, None, torch.zeros(2, 8, dtype=torch.long), data.n_classes, data.vocab_size)
+        else:
+            model = build_model(job.model, data.vocab_size or 0, data.n_classes, job.embed_dim, job.hidden)
+    check_private(model)
+    return model
+
+
+def architecture(job: DPSGDJob, data: Examples) -> dict[str, Any] | None:
+    """What :func:`~privsched.trainers.models.build_model` takes (``build_model(**it)``) to
+    rebuild a zoo model that ``model.pt``'s state dict loads into; None for a tabular or a
+    layer-list model, which the job's own parameters rebuild."""
+    if data.schema is not None or isinstance(job.model, LayerModel):
+        return None
+    return {
+        "name": job.model,
+        "vocab_size": int(data.vocab_size or 0),
+        "n_classes": int(data.n_classes),
+        "embed_dim": job.embed_dim,
+        "hidden": job.hidden,
+    }
+
+
+def declarations(ctx: JobContext) -> Declarations | None:
+    """The dataset's declared column bounds and categories, where the context carries them
+    (``ctx.schema``: ``{column: {"bounds": [lo, hi]} | {"categories": [...]}}``)."""
+    return getattr(ctx, "schema", None)
 
 
 def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
@@ -388,20 +570,25 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
     if not releases_accuracy:  # a grant below the plan that cannot pay for it: no accuracy
         accuracy_cost = np.zeros_like(accuracy_cost)
-    data, train, heldout = train_heldout(load_blocks(ctx), job)
+    if job.tabular:
+        resolve_schema(job, declarations(ctx))  # a feature without declarations fails before any data is read
+    data, train, heldout = train_heldout(load_blocks(ctx), job, declarations(ctx))
     planned = min(plan.steps, job.max_steps or plan.steps)
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)
     model = initial_model(job, data)
     mode = job.grad_sample_mode or default_mode(model)
     device = torch.device(ctx.device)
-    trainer = private_trainer(model, train, job, sigma, mode, device)
+    trainer = private_trainer(model, train, job, sigma, mode, device, expected_batch_size(job, data.rows))
     taken = fit(trainer, steps)
     spent = spent_budget(trainer.history, ctx.accounting, delta) + accuracy_cost
     if not np.all(leq(spent, ctx.budget)):
         raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
+    rebuild = architecture(job, data)
     metrics = {
-        "model": job.model,
+        "model": job.model_name,
+        **({} if rebuild is None else {"architecture": rebuild}),
         "grad_sample_mode": mode,
+        "device": device.type,  # where it trained (cuda or cpu)
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
         "planned_steps": plan.steps,
@@ -413,6 +600,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     }
     ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), ctx.workdir / "model.pt")
+    # on the CPU: the state dict loads anywhere, with torch.load(..., weights_only=True)
+    torch.save({name: tensor.detach().cpu() for name, tensor in model.state_dict().items()}, ctx.workdir / "model.pt")
     (ctx.workdir / "metrics.json").write_text(json.dumps(metrics, indent=2))
     ctx.report_metrics(**metrics)

@@ -37,9 +37,11 @@ class LogReg(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, vocab_size: int, n_classes: int, hidden: int) -> None:
+    """Linear layers of the ``hidden`` widths with ReLUs between them, then the head."""
+
+    def __init__(self, vocab_size: int, n_classes: int, hidden: int | list[int]) -> None:
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(vocab_size, hidden), nn.ReLU(), nn.Linear(hidden, n_classes))
+        self.net = nn.Sequential(*perceptron(vocab_size, [hidden] if isinstance(hidden, int) else hidden, n_classes))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -105,12 +107,22 @@ class LSTMClassifier(nn.Module):
         return self.out(_masked_mean(h, tokens))
 
 
-def build_model(name: str, vocab_size: int, n_classes: int, embed_dim: int = 32, hidden: int = 64) -> nn.Module:
+def perceptron(n_inputs: int, hidden: list[int], n_outputs: int) -> list[nn.Module]:
+    """Linear layers through the ``hidden`` widths, ReLU between them."""
+    layers: list[nn.Module] = []
+    for width in hidden:
+        layers += [nn.Linear(n_inputs, width), nn.ReLU()]
+        n_inputs = width
+    return [*layers, nn.Linear(n_inputs, n_outputs)]
+
+
+def build_model(name: str, vocab_size: int, n_classes: int, embed_dim: int = 32, hidden: int | list[int] = 64) -> nn.Module:
     """A fresh model of the zoo (seed torch first for reproducible weights)."""
     if name == "logreg":
         return LogReg(vocab_size, n_classes)
     if name == "mlp":
         return MLP(vocab_size, n_classes, hidden)
+    hidden = hidden if isinstance(hidden, int) else hidden[0]
     if name == "cnn":
         return TextCNN(vocab_size, n_classes, embed_dim, hidden)
     if name == "text":

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictInt, ValidationError, model_validator
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_STEPS
 from privsched.budgets.fields import SampleRate, bounded
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Mechanism, SubsampledGaussian
 from privsched.budgets.sgm import calibrate_noise_multiplier
+from privsched.errors import validation_message
 from privsched.statistics.queries import StatisticJob
+from privsched.trainers.layers import LayerModel
 
 #: The model zoo (built by :mod:`privsched.trainers.models`).
 MODEL_NAMES: tuple[str, ...] = ("logreg", "mlp", "cnn", "text", "lstm")
@@ -50,11 +52,38 @@ class _Job(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A declared category or class: a string, an integer or a boolean (never a float, which
+#: would compare unreliably with the data's values).
+Category = Union[StrictBool, StrictInt, Annotated[str, Field(max_length=256)]]
+#: Most features, categories of one feature, and label classes of a job.
+MAX_FEATURES, MAX_CATEGORIES = 1024, 100_000
+#: A layer's width.
+Width = bounded(1, 65_536, integer=True)
+#: Largest vocabulary of a text model.
+MAX_VOCAB = 10_000_000
+
+
+def _model_field(value: object) -> object:
+    """A zoo model's name as is; a layer list validated here, so that its error is its own."""
+    if isinstance(value, dict):
+        try:
+            return LayerModel.model_validate(value)
+        except ValidationError as exc:
+            raise ValueError(validation_message(exc)) from None
+    if not isinstance(value, str) or value not in MODEL_NAMES:
+        raise ValueError(f"must be one of {', '.join(MODEL_NAMES)} or {{layers: [...]}}, got {value!r}"[:200])
+    return value
+
+
 class DPSGDJob(_Job):
-    """A DP-SGD training job on review blocks."""
+    """A DP-SGD training job: a zoo model on a text column, or a model on a table's
+    declared ``features`` (numeric ones scaled with public ``bounds``, categorical ones
+    one-hot from declared ``categories``) with a classification head (declared ``classes``,
+    else binary 0/1) or a regression head (``task: regression``, the label's bounds
+    declared). Every size of the model comes from here and the dataset's declarations."""
 
     kind: Literal["dpsgd"] = "dpsgd"
-    model: Literal["logreg", "mlp", "cnn", "text", "lstm"]
+    model: Annotated[Union[Literal["logreg", "mlp", "cnn", "text", "lstm"], LayerModel], BeforeValidator(_model_field)]
     sample_rate: SampleRate
     epochs: bounded(1e-6, MAX_EPOCHS)  # type: ignore[valid-type]
     lr: bounded(1e-12, 1e6, low_open=True)  # type: ignore[valid-type]
@@ -66,7 +95,23 @@ class DPSGDJob(_Job):
     max_steps: bounded(1, MAX_STEPS, integer=True) | None = None  # type: ignore[valid-type]
     grad_sample_mode: Literal["ghost", "opacus-ghost", "hooks"] | None = None
     embed_dim: int = Field(32, ge=1, le=1024)
-    hidden: int = Field(64, ge=1, le=4096)
+    hidden: Annotated[list[Width], BeforeValidator(lambda v: [v] if not isinstance(v, list) else v)] = Field(  # type: ignore[valid-type]
+        default_factory=lambda: [64], min_length=1, max_length=16
+    )
+    #: Tabular inputs: the feature columns, the label column, public bounds (numeric
+    #: features, a regression label) and declared categories (categorical features).
+    features: list[Annotated[str, Field(min_length=1, max_length=256)]] | None = Field(None, min_length=1, max_length=MAX_FEATURES)
+    label: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    bounds: dict[str, tuple[float, float]] = Field(default_factory=lambda: {})
+    categories: dict[str, list[Category]] = Field(default_factory=lambda: {})
+    classes: list[Category] | None = Field(None, max_length=MAX_CATEGORIES)
+    task: Literal["classification", "regression"] = "classification"
+    #: Text inputs: the token column and its vocabulary (else the blocks' declared one).
+    text: Annotated[str, Field(min_length=1, max_length=256)] = "tokens"
+    vocab_size: bounded(2, MAX_VOCAB, integer=True) | None = None  # type: ignore[valid-type]
+    n_categories: bounded(2, MAX_CATEGORIES, integer=True) | None = None  # type: ignore[valid-type]
+    #: DP-SGD's divisor B (public); else q·(1 − holdout)·(the blocks' public row count).
+    expected_batch_size: bounded(1, 10**9, integer=True) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod
@@ -81,17 +126,102 @@ class DPSGDJob(_Job):
     def _check(self) -> DPSGDJob:
         if self.epochs / self.sample_rate > MAX_STEPS:
             raise ValueError(f"{self.epochs:g} epochs at sample rate {self.sample_rate:g} is more than {MAX_STEPS} noisy steps")
-        if self.grad_sample_mode == "ghost" and self.model not in ALL_LINEAR_MODELS:
+        if self.grad_sample_mode == "ghost" and not self.all_linear:
             raise ValueError(
                 f"grad_sample_mode ghost needs a model whose layers are all linear ({', '.join(ALL_LINEAR_MODELS)}); "
-                f"use opacus-ghost or hooks for {self.model}"
+                f"use opacus-ghost or hooks for {self.model_name}"
             )
+        check_inputs(self)
         return self
 
     @property
     def steps(self) -> int:
         """Planned noisy steps: ``ceil(E / q)`` (Opacus' convention of 1/q steps per epoch)."""
         return max(1, math.ceil(self.epochs / self.sample_rate - 1e-9))
+
+    @property
+    def tabular(self) -> bool:
+        """Whether the job trains on declared features (else on a text column)."""
+        return self.features is not None
+
+    @property
+    def label_column(self) -> str:
+        return self.label or self.target
+
+    @property
+    def model_name(self) -> str:
+        return self.model if isinstance(self.model, str) else "layers"
+
+    @property
+    def columns(self) -> list[str]:
+        """The per-record columns the job reads."""
+        return [*(self.features or []), self.label_column] if self.tabular else [self.text, self.label_column]
+
+    @property
+    def all_linear(self) -> bool:
+        """Whether every trainable layer of the model is linear (single-pass ghost clipping)."""
+        if isinstance(self.model, str):
+            return self.model in ALL_LINEAR_MODELS
+        return self.tabular and all(layer.type in LINEAR_LAYER_TYPES for layer in self.model.layers)
+
+
+#: The layers of a declarative model that keep it all-linear (nothing else trainable).
+LINEAR_LAYER_TYPES = frozenset({"linear", "relu", "tanh", "gelu", "sigmoid", "dropout", "flatten"})
+
+
+def check_inputs(job: DPSGDJob) -> None:
+    """What can be known of a DP-SGD job's inputs without its data. Raises ``ValueError``."""
+    for column, (low, high) in job.bounds.items():
+        if not (math.isfinite(low) and math.isfinite(high) and low < high):
+            raise ValueError(f"bounds of {column!r} must be finite with lo < hi, got [{low:g}, {high:g}]")
+    for column, values in job.categories.items():
+        if not values or len(set(map(repr, values))) != len(values):
+            raise ValueError(f"categories of {column!r} must be a non-empty list without repeats")
+    if job.classes is not None:
+        if len(set(map(repr, job.classes))) != len(job.classes) or len(job.classes) < 2:
+            raise ValueError("a label needs at least two distinct classes")
+        if job.task == "regression":
+            raise ValueError("a regression label has bounds, not classes")
+    if not job.tabular:
+        if job.label is None and job.task == "regression":
+            raise ValueError("a regression job names its 'label' and its 'features'")
+        if isinstance(job.model, LayerModel) and job.model.layers[0].type != "embedding":
+            raise ValueError("a layer model on token ids starts with an embedding layer (or give 'features')")
+        return
+    if job.model in TEXT_MODELS:
+        raise ValueError(f"model {job.model} reads token ids: train a table's features with logreg, mlp or a layer list")
+    if job.label is None:
+        raise ValueError("a job on 'features' names its 'label' column")
+    features = job.features or []
+    if len(set(features)) != len(features):
+        raise ValueError("a feature is listed twice")
+    if job.label in features:
+        raise ValueError(f"the label {job.label!r} is also a feature")
+    if isinstance(job.model, LayerModel) and job.model.layers[0].type == "embedding":
+        raise ValueError("a layer model on features starts from their encoding, not an embedding layer")
+    both = sorted(set(job.bounds) & set(job.categories))
+    if both:
+        raise ValueError(f"column {both[0]!r} has both bounds and categories")
+
+
+def undeclared(job: DPSGDJob, kinds: dict[str, str]) -> str | None:
+    """What a block whose arrays have these NumPy kinds (``dtype.kind``, its declared scalars
+    included) lacks for the job, read from headers only: declared categories for a text
+    feature, a declared vocabulary (or number of categories) for a text model."""
+    if job.tabular:
+        for feature in job.features or []:
+            if kinds.get(feature) in ("U", "S", "O") and feature not in job.categories:
+                return f"feature {feature!r} holds text: declare its categories"
+        return None
+    if job.vocab_size is None and "vocab_size" not in kinds:
+        return "the job needs vocab_size: the block does not declare it"
+    if job.label is None and job.target == "category" and job.n_categories is None and job.classes is None and "n_categories" not in kinds:
+        return "the job needs n_categories: the block does not declare it"
+    return None
+
+
+#: The zoo models that read token ids (the others read features or a bag of words).
+TEXT_MODELS: tuple[str, ...] = ("cnn", "text", "lstm")
 
 
 def parse_job(fields: dict) -> DPSGDJob | StatisticJob:

@@ -18,6 +18,12 @@ from privsched.statistics.queries import StatisticJob
 from privsched.statistics.release import dp_statistic
 
 
+def rows_per_person(ctx: JobContext) -> int:
+    """The sensitivity multiplier of a job's reads: the dataset's contribution bound K for a
+    person-unit dataset (every read holds at most K rows of a person), else 1."""
+    return 1 if ctx.contribution is None else ctx.max_rows_per_user
+
+
 def run_statistic(ctx: JobContext, job: StatisticJob, mechanism: Mechanism) -> None:
     """Check the charged demand against the grant, compute the statistic over the granted
     blocks, then save ``metrics.json`` and report the result and the budget spent (the
@@ -28,7 +34,7 @@ def run_statistic(ctx: JobContext, job: StatisticJob, mechanism: Mechanism) -> N
     records = load_blocks(ctx)
     n = len(next(v for k, v in records.items() if v.ndim >= 1))
     values = column(records, job.column) if job.column is not None else None
-    result = dp_statistic(job, mechanism, values, n)
+    result = dp_statistic(job, mechanism, values, n, rows_per_person(ctx))
     metrics = {"query": job.query, "column": job.column, "noise": job.noise, "blocks": len(ctx.blocks), **result}
     ctx.report_spent(spent)
     ctx.workdir.mkdir(parents=True, exist_ok=True)

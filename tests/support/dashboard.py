@@ -77,4 +77,5 @@ def headless_chromium(download_dir: Path):
         f"--user-data-dir={download_dir / 'profile'}",
     ):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console, for CSP violations
     return webdriver.Chrome(service=Service(str(DRIVER)), options=options)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from privsched.client import Client
 from privsched.service.executors.base import Launch
 from privsched.service.resources import Placement
 from tests.conftest import REPO
+from tests.support.waiting import wait_for
 from workloads.reviews import write_blocks
 
 
@@ -71,9 +71,7 @@ def serving(db: Path, address: str, policy: str = "fcfs", **options: object) -> 
         assert thread.is_alive(), "the scheduler stopped"
 
     with connect(db) as client:
-        while client.runs.recorded_pool() is None:  # the scheduler has looked at the cluster
-            check()
-            time.sleep(0.05)
+        wait_for(lambda: client.runs.recorded_pool() is not None, "the scheduler has looked at the cluster", check)
     try:
         yield check
     finally:
@@ -84,9 +82,9 @@ def serving(db: Path, address: str, policy: str = "fcfs", **options: object) -> 
 
 
 def wait_until(condition: Callable[[], bool], check: Callable[[], None] = lambda: None) -> None:
-    while not condition():
-        check()
-        time.sleep(0.1)
+    """Wait until ``condition()`` holds, calling ``check()`` between polls; fails after
+    :data:`~tests.support.waiting.PATIENCE` seconds."""
+    wait_for(condition, "the condition the Ray test waits for", check, poll=0.1)
 
 
 def running(process: subprocess.Popen) -> Callable[[], None]:

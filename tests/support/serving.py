@@ -4,10 +4,10 @@ loop, real job processes), stopped when the ``with`` block ends."""
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 from privsched.service.serve import serve_options
+from tests.support.waiting import wait_for
 
 
 class Serving:
@@ -35,6 +35,5 @@ class Serving:
 
 
 def wait_for_state(run, state: str) -> None:
-    """Wait until pipeline handle ``run`` is in ``state``."""
-    while run.status != state:
-        time.sleep(0.05)
+    """Wait until pipeline handle ``run`` is in ``state`` (:func:`~tests.support.waiting.wait_for`)."""
+    wait_for(lambda: run.status == state, f"pipeline {run.id} is {state}")

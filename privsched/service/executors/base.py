@@ -13,8 +13,9 @@ scheduler settles every result there. Five operations:
   (found by its launch token when its process id was never recorded);
 - :meth:`Executor.running` ids it is watching. Logs are files (:class:`Launch.log`).
 
-A job that exits without writing its result, or that is killed past its ``max_runtime``,
-is reported failed with ``touched_data=True`` (conservative: docs/design.md §4.4).
+A job that exits without writing its result is reported failed with ``touched_data=True``
+(conservative: docs/design.md §4.4); so is one stopped (cancelled, past its ``max_runtime``)
+unless its supervisor, stopped by ``SIGTERM``, wrote that the job had not reached its data.
 """
 
 from __future__ import annotations
@@ -68,9 +69,16 @@ def read_result(launch: Launch, exit_note: str) -> JobResult:
     return result
 
 
-def failure(launch: Launch, message: str) -> JobResult:
-    """A job stopped from outside (timeout, cancel): failed, data assumed touched."""
-    return JobResult(launch.pipeline_id, False, touched_data=True, message=message)
+def failure(launch: Launch, message: str, sent: JobResult | None = None) -> JobResult:
+    """A job stopped from outside (timeout, cancel): failed with ``message``; its data
+    untouched only when its supervisor's result says so (its supervisor saw every data
+    access): ``sent`` through the result pipe, else its result file; else assumed touched."""
+    try:
+        written = sent if sent is not None else JobResult.from_json(launch.result.read_text())
+        touched = written.pipeline_id != launch.pipeline_id or written.touched_data
+    except (OSError, ValueError, KeyError, TypeError):
+        touched = True
+    return JobResult(launch.pipeline_id, False, touched_data=touched, message=message)
 
 
 class Executor(ABC):

@@ -160,6 +160,8 @@ def serve(control: socket.socket, modules: list[str]) -> None:
                 os.close(fd)
             send(control, {"error": "a launch needs its spec pipe, its log and its result pipe"})
             continue
+        # The child starts with stops (SIGTERM) held until its supervisor can end its job and say so.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
         pid = os.fork()
         if pid == 0:
             control.close()
@@ -169,6 +171,7 @@ def serve(control: socket.socket, modules: list[str]) -> None:
             os.close(wake_write)
             spec_fd, log_fd, result_fd = fds
             _become_job(spec_fd, log_fd, result_fd, pools)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         for fd in fds:
             os.close(fd)
         send(control, {"pid": pid})

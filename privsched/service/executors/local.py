@@ -120,7 +120,7 @@ def _ending(job: _Job, note: str | None, sent: JobResult | None) -> JobResult:
     sent through the result pipe, which arrives first when the result file cannot be written
     (its supervisor then keeps retrying the file while the disk is full: ``note`` is None)."""
     if job.stop_reason:
-        return failure(job.launch, job.stop_reason)
+        return failure(job.launch, job.stop_reason, sent)
     if note is None or (sent is not None and not job.launch.result.exists()):
         assert sent is not None
         return sent

@@ -33,7 +33,8 @@ share the fate of their driver, so a scheduler restart would kill every running 
   entry drops Ray's token variables before the job starts (:mod:`.ray_entry`).
 - **Ending.** A job that printed a result is settled by it. One stopped on the cluster, or
   that ended without a result, fails with its data assumed touched, except when Ray reports
-  that its command never started (docs/design.md §4.4).
+  that its command never started, or its supervisor, stopped by ``SIGTERM``, printed that the
+  job had not reached its data yet (docs/design.md §4.4).
 
 ``ray`` is imported only when a :class:`RayExecutor` is made.
 """
@@ -384,11 +385,12 @@ class RayExecutor(Executor):
 
     def _outcome(self, job: _Job, info: Any, logs: str) -> JobResult:
         launch = job.launch
-        if job.stop_reason is not None:
-            return failure(launch, job.stop_reason)
         result = parse_result(logs, launch.pipeline_id)
         if result is not None:
             write_atomic(launch.result, result.to_json())
+        if job.stop_reason is not None:
+            return failure(launch, job.stop_reason, result)  # charged unless its supervisor wrote that it never reached its data
+        if result is not None:
             return result
         status = str(getattr(info.status, "value", info.status))
         detail = " ".join(str(info.message or "").split())[:300]

@@ -1,0 +1,1 @@
+"""Data in: tables imported as sealed, fingerprinted Parquet blocks in the block store."""
