@@ -136,10 +136,17 @@ def waits(ctx: JobContext) -> None:
 
 
 def probes_its_blocks(ctx: JobContext) -> None:
-    """Tries to open each path of ``params['files']`` and to list each folder of
-    ``params['folders']`` itself; reports which it could, and what its context says of where
-    its blocks are; then reads one granted block through the supervisor."""
-    reached = []
+    """Tries to ``stat`` and open each path of ``params['files']`` and to ``stat`` and list
+    each folder of ``params['folders']`` itself; reports which it could (and which it could
+    ``stat``), and what its context says of where its blocks are; then reads one granted block
+    through the supervisor."""
+    reached, seen = [], []
+    for path in [*ctx.params["files"], *ctx.params["folders"]]:
+        try:
+            os.stat(path)
+            seen.append(path)
+        except OSError:
+            pass
     for path in ctx.params["files"]:
         try:
             open(path, "rb").close()
@@ -154,7 +161,7 @@ def probes_its_blocks(ctx: JobContext) -> None:
             pass
     with ctx.open_block(ctx.block_keys[0]) as stream:
         size = len(stream.read())
-    ctx.report_metrics(reached=reached, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
+    ctx.report_metrics(reached=reached, seen=seen, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
 
 
 def reads_block_files(ctx: JobContext) -> None:
