@@ -51,7 +51,7 @@ LINES_NOT_RUN = {
 SPECIFICATIONS = {"Training a model on a table"}
 
 #: Python blocks that define a job function: defined here (their imports resolve), run as jobs elsewhere.
-DEFINITIONS = {"Job sandbox and untrusted spend": "count_reviews", "Training a model on a table": "train_clicks"}
+DEFINITIONS = {"Training a model on a table": "train_clicks"}
 
 
 @dataclass
@@ -106,7 +106,7 @@ class Section:
         self.folder = folder
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVSCHED_")} | {"PYTHONPATH": str(REPO)}
         self.servers: list[subprocess.Popen] = []
-        self.outputs: list[str] = []
+        self.token = ""  # an admin's token, once a block printed one
 
     def bash(self, block: Block, substitutions: dict[str, str]) -> str:
         text = block.text
@@ -118,8 +118,11 @@ class Section:
         shell = f'privsched() {{ {python} -m privsched "$@"; }}\npython3() {{ {python} "$@"; }}\nset -eo pipefail\n'
         done = subprocess.run(["bash", "-c", shell + "\n".join(lines)], cwd=self.folder, env=self.env, capture_output=True, text=True)
         assert done.returncode == 0, f"README line {block.line} ({block.section}) exit {done.returncode}:\n{done.stdout}\n{done.stderr}"
-        self.outputs.append(done.stdout)
         return done.stdout
+
+    def fixture(self, block: Block, commands: str) -> str:
+        """Run ``commands``, a fixture of ``block``'s, as a block of the same section."""
+        return self.bash(Block(block.section, "bash", commands, block.line), {})
 
     def python(self, *args: str) -> str:
         done = subprocess.run([sys.executable, *args], cwd=self.folder, env=self.env, capture_output=True, text=True)
@@ -153,7 +156,7 @@ def write_events(section: Section) -> None:
     """events.csv, written by the README's own generator in "Data in"."""
     generator = next(b for b in readme_blocks() if b.section == "Data in: importing a table" and b.language == "bash")
     script = generator.text.split("cat > mean-7d.yaml")[0]
-    section.bash(Block(generator.section, "bash", script, generator.line), {})
+    section.fixture(generator, script)
 
 
 def run_ledger(section: Section, block: Block) -> None:
@@ -170,7 +173,7 @@ def run_data_in(section: Section, block: Block) -> None:
 
 def run_simulation(section: Section, block: Block) -> None:
     if not (section.folder / "trace.json").exists():  # trace.json: the reader's trace, made as the block's last line makes one
-        section.bash(Block(block.section, "bash", "privsched trace multi-block --out trace.json\n", block.line), {})
+        section.fixture(block, "privsched trace multi-block --out trace.json\n")
     section.bash(block, {})
 
 
@@ -178,16 +181,8 @@ def run_service(section: Section, block: Block) -> None:
     if block.first.startswith("privsched user add ana"):
         # the dataset `quota set reviews` names, with blocks from "Data in"
         write_events(section)
-        section.bash(
-            Block(
-                block.section,
-                "bash",
-                "privsched dataset create reviews --epsilon 10 --delta 1e-7\n"
-                "privsched blocks import reviews events.csv --by time --every day --bounds amount=0:200\n",
-                block.line,
-            ),
-            {},
-        )
+        setup = "privsched dataset create reviews --epsilon 10 --delta 1e-7\n"
+        section.fixture(block, setup + "privsched blocks import reviews events.csv --by time --every day --bounds amount=0:200\n")
         section.token = section.bash(block, {}).splitlines()[0]  # ana's token, printed once
         assert section.token.startswith("psk_"), section.token
         return
@@ -210,9 +205,28 @@ def run_pipeline_spec(section: Section, block: Block) -> None:
     (section.folder / "pipeline.yaml").write_text(block.text)
     blocks = " ".join(f"2026-11-{day:02d}" for day in range(1, 11))
     setup = f"privsched dataset create reviews --epsilon 10 --delta 1e-7\nprivsched blocks add reviews {blocks}\n"
-    section.bash(Block(block.section, "bash", setup, block.line), {})
-    dry_run = Block(block.section, "bash", "privsched submit pipeline.yaml --dry-run || test $? -eq 3\n", block.line)
-    assert "waits: budget" in section.bash(dry_run, {})  # exit 3: nothing unlocked yet; never 4 (can never fit)
+    section.fixture(block, setup)
+    waits = section.fixture(block, "privsched submit pipeline.yaml --dry-run || test $? -eq 3\n")  # never 4: can never fit
+    assert "waits: budget" in waits  # exit 3: nothing is unlocked before a scheduler's arrivals
+
+
+def run_code_job(section: Section, block: Block) -> None:
+    """The example job, run as a code job (the local operator may) on one day of events; the
+    ledger in ``ledger/``, away from ``code/`` as code jobs require."""
+    (section.folder / "code").mkdir()
+    (section.folder / "code/jobs.py").write_text(block.text)
+    spec = "name: count\ndataset: reviews\nblocks: {last: 1}\nepsilon: 1.0\njob: {function: code/jobs.py:count_reviews}\n"
+    (section.folder / "count.yaml").write_text(spec)
+    section.env["PRIVSCHED_DB"] = "ledger/privsched.db"
+    (section.folder / "ledger").mkdir()
+    write_events(section)
+    run = (
+        "privsched dataset create reviews --epsilon 10 --delta 1e-7\n"
+        "privsched blocks import reviews events.csv --by time --every day --unlocked 1\n"
+        "privsched submit count.yaml\nprivsched serve --until-idle\nprivsched result 1\n"
+    )
+    out = section.fixture(block, run)
+    assert "pipeline 1 (count): completed" in out and "released count (ε=0.1)" in out, out
 
 
 def run_python_api(section: Section, block: Block) -> None:
@@ -227,6 +241,7 @@ RUNNERS: dict[str, Callable[[Section, Block], None]] = {
     "The budget ledger": run_ledger,
     "Data in: importing a table": run_data_in,
     "Pipelines and the scheduler": run_pipeline_spec,
+    "Job sandbox and untrusted spend": run_code_job,
     "Simulation": run_simulation,
     "A shared service: the HTTP API, users, remote use": run_service,
     "The Python API": run_python_api,
