@@ -23,6 +23,8 @@ from privsched.readouts import readout
 #: Marks a folder as written by the demo, so that a rerun may clear it.
 MARKER = ".privsched-demo"
 FIRST_DAY = dt.date(2026, 11, 1)
+#: The most daily blocks a demo writes (ten years: each is a file of synthetic reviews).
+MAX_DAYS = 3650
 WAITING = {"pending": "waiting: does not fit the unlocked budget", "timed_out": "no budget before its timeout"}
 
 
@@ -114,12 +116,17 @@ def prepare(config: DemoConfig) -> Path:
     database path."""
     from workloads.reviews import write_blocks
 
+    if not 2 <= config.days <= MAX_DAYS:
+        raise ValueError(f"--days must be from 2 to {MAX_DAYS}, got {config.days}")
     if config.out.exists():
         if not (config.out / MARKER).exists():
             raise ValueError(f"{config.out} exists and was not written by the demo: choose another --out")
         shutil.rmtree(config.out)
-    config.out.mkdir(parents=True)
-    (config.out / MARKER).touch()
+    try:
+        config.out.mkdir(parents=True)
+        (config.out / MARKER).touch()
+    except OSError as exc:
+        raise ValueError(f"cannot write the demo's folder {config.out}: {exc.strerror or exc}") from None
     write_blocks(config.out / "blocks", config.days, config.reviews_per_day, seed=config.seed)
     return config.out / "privsched.db"
 

@@ -39,8 +39,12 @@ def forges_its_pid_file(ctx: JobContext) -> None:
     """Points its run folder's pid file at another live process (``ctx.params['victim']``,
     with its true start time), then sleeps ``ctx.params['seconds']`` and spends half."""
     victim = int(ctx.params["victim"])
-    stat = Path(f"/proc/{victim}/stat").read_text()
-    ticks = stat[stat.rindex(")") + 2 :].split()[19]
-    Path(ctx.workdir, "pid").write_text(f"{victim} {ticks}\n")
+    try:
+        stat = Path(f"/proc/{victim}/stat").read_text()
+    except OSError:
+        stat = None  # the victim is outside its PID namespace: it cannot even see it
+    if stat is not None:
+        ticks = stat[stat.rindex(")") + 2 :].split()[19]
+        Path(ctx.workdir, "pid").write_text(f"{victim} {ticks}\n")
     time.sleep(float(ctx.params.get("seconds", 1.0)))
     ctx.report_spent(ctx.budget / 2)

@@ -41,7 +41,7 @@ def escapes(ctx: JobContext) -> None:
         try:
             attempt()
             outcomes[what] = "allowed"
-        except PermissionError:
+        except (PermissionError, FileNotFoundError):  # denied, or not even in its view
             outcomes[what] = "denied"
     _record(ctx, **outcomes)
 

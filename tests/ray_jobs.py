@@ -39,9 +39,10 @@ def reports_gpus(ctx: JobContext) -> None:
 
 
 def prints_then_hangs(ctx: JobContext) -> None:
-    """Reads its first block, writes its process id next to the pipeline, says so, and hangs."""
-    ctx.open_block(ctx.block_keys[0])
-    Path(ctx.workdir, "job.pid").write_text(str(os.getpid()))
+    """Reads its first block, writes its process id and PID namespace next to the pipeline
+    (a confined job is PID 1 of a namespace of its own), says so, and hangs."""
+    ctx.open_block(ctx.block_keys[0]).close()
+    Path(ctx.workdir, "job.pid").write_text(f"{os.getpid()} {os.readlink('/proc/self/ns/pid')}")
     print(f"pipeline {ctx.pipeline_id} is reading", flush=True)
     time.sleep(3600)
 

@@ -56,12 +56,14 @@ def counts_then_stops(ctx: JobContext) -> None:
 
 
 def leaves_a_daemon(ctx: JobContext) -> None:
-    """Double-forks a ``setsid`` grandchild that keeps running, writes its pid, and returns
+    """Double-forks a ``setsid`` grandchild that keeps running, writes its pid (and its PID
+    namespace, where a confined job's pids mean nothing outside), and returns
     (or, with ``params['hang']``, keeps running too)."""
     pid_file = Path(ctx.workdir, "daemon.pid")
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            Path(ctx.workdir, "daemon.ns").write_text(os.readlink("/proc/self/ns/pid"))
             Path(f"{pid_file}.tmp").write_text(str(os.getpid()))
             os.replace(f"{pid_file}.tmp", pid_file)
             while True:
@@ -78,6 +80,51 @@ def records_start(ctx: JobContext) -> None:
     Path(ctx.workdir, "started").write_text(repr(time.time()))
 
 
+def probes(ctx: JobContext) -> None:
+    """Tries what a hostile job tries (a packet socket on the loopback, a device node, the
+    kernel log, every process's environment) and reports each outcome, its own environment
+    (printed as well), uid, capabilities and the processes it sees."""
+    import errno
+    import socket as sockets
+    import stat
+
+    def attempt(action) -> str:
+        try:
+            action()
+            return "allowed"
+        except OSError as exc:
+            return errno.errorcode.get(exc.errno or 0, str(exc))
+
+    def packet_socket() -> None:
+        sockets.socket(sockets.AF_PACKET, sockets.SOCK_RAW, sockets.htons(0x0003)).close()  # ETH_P_ALL
+
+    def device_node() -> None:
+        os.mknod(Path(ctx.workdir, "kmsg"), 0o600 | stat.S_IFCHR, os.makedev(1, 11))
+
+    environs = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environs[entry.name] = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+    status = dict(line.split(":\t", 1) for line in Path("/proc/self/status").read_text().splitlines() if ":\t" in line)
+    print("environment:", sorted(os.environ.items()))
+    ctx.report_metrics(
+        fifo=attempt(lambda: os.mkfifo(Path(ctx.workdir, "fifo"))),
+        unix_socket=attempt(lambda: sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM).close()),
+        packet_socket=attempt(packet_socket),
+        device_node=attempt(device_node),
+        kernel_log=attempt(lambda: open("/dev/kmsg", "rb").close()),
+        environment=dict(os.environ),
+        environs=environs,
+        processes=sorted(int(p.name) for p in Path("/proc").glob("[0-9]*")),
+        uid=os.getuid(),
+        capabilities=status["CapEff"].strip(),
+        no_new_privs=status["NoNewPrivs"].strip(),
+        seccomp=status["Seccomp"].strip(),
+    )
+
+
 def waits(ctx: JobContext) -> None:
     """Opens its first block when ``params['read']``, writes ``started``, then waits to be
     stopped."""
@@ -89,10 +136,17 @@ def waits(ctx: JobContext) -> None:
 
 
 def probes_its_blocks(ctx: JobContext) -> None:
-    """Tries to open each path of ``params['files']`` and to list each folder of
-    ``params['folders']`` itself; reports which it could, and what its context says of where
-    its blocks are; then reads one granted block through the supervisor."""
-    reached = []
+    """Tries to ``stat`` and open each path of ``params['files']`` and to ``stat`` and list
+    each folder of ``params['folders']`` itself; reports which it could (and which it could
+    ``stat``), and what its context says of where its blocks are; then reads one granted block
+    through the supervisor."""
+    reached, seen = [], []
+    for path in [*ctx.params["files"], *ctx.params["folders"]]:
+        try:
+            os.stat(path)
+            seen.append(path)
+        except OSError:
+            pass
     for path in ctx.params["files"]:
         try:
             open(path, "rb").close()
@@ -107,7 +161,7 @@ def probes_its_blocks(ctx: JobContext) -> None:
             pass
     with ctx.open_block(ctx.block_keys[0]) as stream:
         size = len(stream.read())
-    ctx.report_metrics(reached=reached, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
+    ctx.report_metrics(reached=reached, seen=seen, locations=[b.location for b in ctx.blocks.values()], brokered_bytes=size)
 
 
 def reads_block_files(ctx: JobContext) -> None:

@@ -2,12 +2,32 @@
 
 from __future__ import annotations
 
+import math
+from decimal import Decimal
+from fractions import Fraction
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from privsched.budgets import DEFAULT_ALPHAS, Accounting, leq
+
+
+def quanta(values: np.ndarray, up: bool) -> list[int]:
+    """Each value in quanta of 10⁻¹², from the definition (docs/design.md §3.3), with the
+    standard library only: a decimal of at most twelve digits after the point (its shortest
+    repr), within ±8,000, exactly; any other value rounded up (a demand) or down (a budget)."""
+    out = []
+    for x in np.asarray(values, dtype=float).tolist():
+        written = Decimal(repr(x))
+        if abs(written) <= 8000 and written == written.quantize(Decimal("1e-12")):
+            out.append(int(written * 10**12))
+        else:
+            scaled = Fraction(x) * 10**12
+            out.append(math.ceil(scaled) if up else math.floor(scaled))
+    return out
+
 
 K = len(DEFAULT_ALPHAS)
 RDP = Accounting.rdp()
@@ -33,14 +53,16 @@ def test_a_fitting_demand_still_fits_when_more_is_available_or_less_is_asked(dem
 @fast
 @given(rdp_vectors, rdp_signed, arrays(bool, K))
 def test_rdp_fits_iff_some_live_order_fits(demand, available, live):
-    expected = any(live[i] and demand[i] <= available[i] for i in range(K))
+    need, have = quanta(demand, up=True), quanta(available, up=False)  # exact quanta, from the definition
+    expected = any(live[i] and need[i] <= have[i] for i in range(K))
     assert bool(RDP.fits(demand, available, live)) == expected
 
 
 @fast
 @given(basic_vectors, arrays(float, 2, elements=signed))
 def test_basic_fits_iff_every_dimension_fits(demand, available):
-    expected = all(demand[i] <= available[i] for i in range(2))
+    need, have = quanta(demand, up=True), quanta(available, up=False)  # exact quanta, from the definition
+    expected = all(need[i] <= have[i] for i in range(2))
     assert bool(BASIC.fits(demand, available, np.ones(2, dtype=bool))) == expected
 
 

@@ -36,3 +36,17 @@ def test_demo_refuses_to_clear_a_folder_it_did_not_write(run_cli, tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [f"error: {out} exists and was not written by the demo: choose another --out"]
     assert (out / "notes.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("days", [3651, 10**12])
+def test_demo_refuses_more_days_than_it_writes_in_one_line(run_cli, tmp_path, days):
+    done = run_cli("demo", "--out", tmp_path / "demo", "--days", days)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.strip().splitlines() == [f"error: --days must be from 2 to 3650, got {days}"]
+    assert not (tmp_path / "demo").exists()
+
+
+def test_demo_says_in_one_line_when_it_cannot_make_its_folder(run_cli, tmp_path):
+    done = run_cli("demo", "--out", "/dev/null/x")
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.strip().splitlines() == ["error: cannot write the demo's folder /dev/null/x: Not a directory"]

@@ -1,11 +1,13 @@
-"""A job whose result file cannot be written because the disk is full keeps its result: it
+"""A job whose result file cannot be written because the disk is full (or the folder is on a
+read-only mount) keeps its result: it
 reaches the executor through the result pipe at once, and the supervisor writes the file
 once space returns (issue 12, item 4).
 
 The full disk is real: the job's supervisor runs in a user and mount namespace
 (``unshare --user --map-root-user --mount``) where a tmpfs of two pages, filled up, is
 mounted over its result folder; the test makes room by letting the wrapper delete the
-filler. Skipped where unprivileged namespaces are not allowed."""
+filler (or unmounting the read-only bind). Skipped where unprivileged namespaces are not
+allowed."""
 
 from __future__ import annotations
 
@@ -37,16 +39,26 @@ def full_disk_python(folder: Path, full: Path, room: Path, landed: Path) -> Path
     """A stand-in for the interpreter that runs it with ``full`` on a full tmpfs, waits for
     ``room`` to exist, deletes the filler, and copies the result file to ``landed`` once the
     supervisor exits."""
-    script = folder / "python-on-a-full-disk"
+    setup = f'mount -t tmpfs -o size=8k tmpfs "{full}" || exit 90; head -c 8192 /dev/zero > "{full}/filler" 2>/dev/null'
+    return _wrapped_python(folder, setup, f'rm -f "{full}/filler"', full, room, landed)
+
+
+def read_only_python(folder: Path, results: Path, room: Path, landed: Path) -> Path:
+    """The same with ``results`` bound read-only over itself until ``room`` exists."""
+    setup = f'mount --bind "{results}" "{results}" && mount -o remount,bind,ro "{results}" || exit 90'
+    return _wrapped_python(folder, setup, f'umount "{results}"', results, room, landed)
+
+
+def _wrapped_python(folder: Path, setup: str, release: str, results: Path, room: Path, landed: Path) -> Path:
+    script = folder / "python-wrapped"
     script.write_text(f"""#!/bin/sh
 exec unshare --user --map-root-user --mount sh -c '
-  mount -t tmpfs -o size=8k tmpfs "{full}" || exit 90
-  head -c 8192 /dev/zero > "{full}/filler" 2>/dev/null
+  {setup}
   "$@" & job=$!
   while [ ! -e "{room}" ]; do sleep 0.05; done
-  rm -f "{full}/filler"
+  {release}
   wait $job; code=$?
-  cp "{full}/result.json" "{landed}"
+  cp "{results}/result.json" "{landed}"
   exit $code' sh "{sys.executable}" "$@"
 """)
     script.chmod(0o755)
@@ -75,10 +87,12 @@ def statistic_launch(folder: Path, result: Path) -> Launch:
     return Launch(1, context, result, folder / "run" / "job.log", Placement((), 1.0, 0), time.time())
 
 
-def test_a_job_that_ends_on_a_full_disk_keeps_its_result_and_writes_it_once_space_returns(tmp_path: Path):
+@pytest.mark.parametrize("storage", ["full", "read-only"])
+def test_a_job_whose_result_folder_cannot_be_written_keeps_its_result_and_writes_it_once_it_can(tmp_path: Path, storage: str):
     full, room, landed = tmp_path / "results", tmp_path / "room", tmp_path / "landed.json"
     full.mkdir()
-    executor = LocalExecutor(python=str(full_disk_python(tmp_path, full, room, landed)), warm=False)
+    wrapper = full_disk_python if storage == "full" else read_only_python
+    executor = LocalExecutor(python=str(wrapper(tmp_path, full, room, landed)), warm=False)
     executor.start(statistic_launch(tmp_path, full / "result.json"))
     deadline = time.monotonic() + 120
     results: list[JobResult] = []

@@ -7,7 +7,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from privsched.budgets.accounting import Accounting, leq
+from privsched.budgets.accounting import Accounting
+from privsched.budgets.exact import units
 from privsched.policies import DPack, Snapshot, admit_in_order, make_policy, solve_optimal
 from privsched.policies.admission import EdgeTable
 from privsched.policies.dpack import best_orders
@@ -115,10 +116,10 @@ def reference_best_orders(snapshot: Snapshot, available: np.ndarray, waiting: se
         on_block = [e for e in range(len(snapshot.edge_block)) if snapshot.edge_block[e] == block and snapshot.edge_pipeline[e] in waiting]
         counts = []
         for order in range(snapshot.accounting.dims):
-            running, count = 0.0, 0
-            for demand in sorted(snapshot.edge_demand[e, order] for e in on_block):
-                running += demand
-                count += bool(leq(running, available[block, order]))
+            running, count = 0, 0
+            for demand in sorted(int(units(snapshot.edge_demand[e, order], up=True)) for e in on_block):
+                running += demand  # exact quanta, as the policies count
+                count += bool(running <= available[block, order])
             counts.append(count if live[block, order] else -1)
         best.append(int(np.argmax(counts)))
     return best
@@ -130,7 +131,8 @@ def reference_dpack(snapshot: Snapshot, k: int) -> list[int]:
     efficiency (ties: arrival, id) and walk, one pipeline at a time, until k more grants."""
     accounting = snapshot.accounting
     live = accounting.live(snapshot.capacity)
-    available = np.array(snapshot.unlocked, dtype=float)
+    available = units(snapshot.unlocked, up=False).astype(float)  # exact quanta, as the policy counts
+    demand = units(snapshot.edge_demand, up=True).astype(float)
     n = snapshot.n_pipelines
     edges_of = [[e for e in range(len(snapshot.edge_pipeline)) if snapshot.edge_pipeline[e] == p] for p in range(n)]
     arrival = sorted(range(n), key=lambda p: (snapshot.arrival[p], str(snapshot.pipeline_ids[p])))
@@ -144,12 +146,7 @@ def reference_dpack(snapshot: Snapshot, k: int) -> list[int]:
             block = snapshot.edge_block[e]
             orders = [best[block]] if best is not None else range(accounting.dims)
             ratios = [
-                0.0
-                if snapshot.edge_demand[e, a] == 0
-                else snapshot.edge_demand[e, a] / available[block, a]
-                if available[block, a] > 0
-                else np.inf
-                for a in orders
+                0.0 if demand[e, a] == 0 else demand[e, a] / available[block, a] if available[block, a] > 0 else np.inf for a in orders
             ]
             return max(ratios)
 
@@ -165,9 +162,9 @@ def reference_dpack(snapshot: Snapshot, k: int) -> list[int]:
         new = 0
         for p in sorted(waiting, key=lambda p: (urgency(p), rank[p])):
             blocks = [snapshot.edge_block[e] for e in edges_of[p]]
-            if all(accounting.fits(snapshot.edge_demand[e], available[b], live[b]) for e, b in zip(edges_of[p], blocks)):
+            if all(accounting.fits_units(demand[e], available[b], live[b]) for e, b in zip(edges_of[p], blocks)):
                 for e, b in zip(edges_of[p], blocks):
-                    available[b] = available[b] - snapshot.edge_demand[e]
+                    available[b] = available[b] - demand[e]
                 granted.append(p)
                 new += 1
                 if new == k:
@@ -220,15 +217,15 @@ def test_dpack_equals_the_reference_on_crowded_blocks_whose_best_orders_shift() 
 def test_best_orders_follow_the_grants() -> None:
     snapshot = crowded_snapshot(3, (10, 30), 3)
     table = EdgeTable.of(snapshot)
-    available = np.array(snapshot.unlocked, dtype=float)
-    packing = Packing(table, available)
+    available = units(snapshot.unlocked, up=False)  # exact quanta, as the policy counts
+    packing = Packing(table, available.astype(float))
     granted = naive_admit(snapshot, np.random.default_rng(3).permutation(snapshot.n_pipelines))[:120]
     moved, waiting = 0, set(range(snapshot.n_pipelines))
     for chunk in np.array_split(granted, 12):
         edges, _ = table.gather(chunk)
         available = table.charge(available, chunk)
         packing.remove(edges)
-        moved += len(packing.refresh(np.unique(table.block[edges]), available))
+        moved += len(packing.refresh(np.unique(table.block[edges]), available.astype(float)))
         waiting -= set(chunk.tolist())
         assert packing.best.tolist() == reference_best_orders(snapshot, available, waiting)
     assert moved > 0

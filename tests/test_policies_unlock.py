@@ -1,5 +1,6 @@
 """The one unlock computation shared by the live scheduler and the simulator
-(docs/design.md §4.1): targets, idempotent steps, and the grid of per-time instants."""
+(docs/design.md §4.1): targets, idempotent raises in exact quanta that do not depend on the
+steps taken, and the grid of per-time instants."""
 
 from __future__ import annotations
 
@@ -10,15 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from privsched.policies import UnlockAll, UnlockPerArrival, UnlockPerTime
-from privsched.policies.unlock import (
-    UnlockGrid,
-    block_unlock_amounts,
-    block_unlock_step,
-    block_unlocked_fraction,
-    unlock_amounts,
-    unlock_step,
-    unlocked_fraction,
-)
+from privsched.budgets.exact import minus, units
+from privsched.policies.unlock import UnlockGrid, block_unlocked_fraction, unlock_amounts, unlocked_fraction
 
 rules = st.one_of(
     st.just(UnlockAll()),
@@ -42,14 +36,24 @@ def test_raising_to_each_target_unlocks_the_latest_target_once_and_all_of_it_at_
     for more, later in steps:
         arrivals, elapsed = arrivals + more, max(elapsed, later)
         target = unlocked_fraction(rule, np.array([arrivals]), np.array([elapsed]))
-        step = unlock_step(capacity[None], locked, target)
-        locked = locked - unlock_amounts(capacity[None], locked, step)
+        locked = minus(locked, unlock_amounts(capacity[None], locked, target), up=False)
         assert np.all(locked >= 0)
-        assert unlock_step(capacity[None], locked, target)[0] == 0.0  # idempotent
+        assert not unlock_amounts(capacity[None], locked, target).any()  # idempotent
         if target[0] >= 1.0:
             assert np.all(locked == 0.0)
-        else:
-            np.testing.assert_allclose(capacity - locked[0], target[0] * capacity, rtol=1e-9, atol=1e-12)
+        else:  # exactly ⌊target × capacity⌋ quanta unlocked
+            unlocked = units(capacity, up=False) - units(locked[0], up=False)
+            assert unlocked.tolist() == units(target[0] * capacity, up=False).tolist()
+
+
+@given(capacities, st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8))
+def test_unlocking_tick_by_tick_leaves_the_same_bits_as_unlocking_at_once(capacity, targets) -> None:
+    targets = sorted(targets)
+    stepwise = capacity.copy()[None]
+    for target in targets:
+        stepwise = minus(stepwise, unlock_amounts(capacity[None], stepwise, np.array([target])), up=False)
+    at_once = minus(capacity[None], unlock_amounts(capacity[None], capacity[None], np.array([targets[-1]])), up=False)
+    assert stepwise.tolist() == at_once.tolist()
 
 
 @given(st.floats(-1e3, 1e3), st.floats(1e-3, 1e3), st.integers(0, 10**6))
@@ -68,24 +72,3 @@ fractions = st.floats(0.0, 1.0) | st.sampled_from([0.0, 1.0, 1e-13, 1 - 1e-13, 0
 def test_one_blocks_target_has_the_same_bits_as_the_vector_rule(rule, arrivals, elapsed) -> None:
     expected = unlocked_fraction(rule, np.array([arrivals]), np.array([elapsed]))[0]
     assert block_unlocked_fraction(rule, float(arrivals), elapsed) == expected
-
-
-@given(
-    st.lists(st.tuples(st.floats(0.0, 100.0) | st.just(0.0), fractions), min_size=1, max_size=3),
-    fractions | st.floats(0.0, 1.0).map(lambda t: t + 1e-12),
-)
-def test_one_blocks_step_has_the_same_bits_as_the_vector_step(dims, target) -> None:
-    capacity = np.array([[c for c, _ in dims]])
-    locked = np.array([[c * f for c, f in dims]])
-    expected = unlock_step(capacity, locked, np.array([target]))[0]
-    top = int(capacity[0].argmax())
-    step = block_unlock_step(float(capacity[0, top]), float(locked[0, top]), target, bool((locked > 0).any()))
-    assert step == expected and math.copysign(1.0, step) == math.copysign(1.0, expected)
-
-
-@given(st.lists(st.tuples(st.floats(-10.0, 100.0), fractions), min_size=1, max_size=4), fractions)
-def test_one_blocks_amounts_have_the_same_bits_as_the_vector_amounts(dims, step) -> None:
-    capacity = [c for c, _ in dims]
-    locked = [c * f for c, f in dims]  # dead RDP orders (negative capacity) included
-    expected = unlock_amounts(np.array([capacity]), np.array([locked]), np.array([step]))[0]
-    assert block_unlock_amounts(capacity, locked, step) == expected.tolist()

@@ -168,7 +168,7 @@ def test_jobs_timed_out_stopped_killed_or_cancelled_fail_with_their_grant_consum
         assert [r.status for r in runs] == ["running"] * 3
         assert run_cli("logs", cancelled.id, env=env).stdout.count(f"pipeline {cancelled.id} is reading") == 1
         JobSubmissionClient(ray_address).stop_job(submission_id_of(client, stopped.id))
-        os.kill(int((client.runs.workdir(killed.id) / "job.pid").read_text()), signal.SIGKILL)
+        os.kill(host_pid(*(client.runs.workdir(killed.id) / "job.pid").read_text().split()), signal.SIGKILL)
         assert run_cli("cancel", cancelled.id, env=env).stdout.strip() == f"pipeline {cancelled.id} cancelling"
         wait_until(ended(client, expired.id, *(r.id for r in runs)), check)
         assert (expired.status, expired.message) == ("failed", "killed after exceeding its max_runtime of 3 s")
@@ -184,6 +184,22 @@ def test_jobs_timed_out_stopped_killed_or_cancelled_fail_with_their_grant_consum
         wait_until(ended(client, later.id), check)
         assert later.status == "completed" and later.metrics["gpus"] == ""  # a job without GPUs sees none
         assert client.audit().ok
+
+
+def host_pid(pid: str, namespace: str) -> int:
+    """The pid, seen from here, of the process that is ``pid`` in PID namespace ``namespace``."""
+    if namespace == os.readlink("/proc/self/ns/pid"):
+        return int(pid)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if os.readlink(entry / "ns" / "pid") != namespace:
+                continue
+            nspid = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("NSpid:"))
+        except (OSError, StopIteration):
+            continue
+        if nspid.split()[-1] == pid:
+            return int(entry.name)
+    raise AssertionError(f"no process {pid} in {namespace}")
 
 
 def submission_id_of(client: Client, pipeline_id: int) -> str:

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import privsched as ps
+from privsched.budgets.exact import units
 from privsched.ledger import Ledger
 from tests.server_fixtures import Server, server, spec  # noqa: F401 -- the fixture
 
@@ -70,10 +71,10 @@ def test_a_reason_says_turn_exactly_when_the_pipeline_fits_now(tmp_path_factory,
         assert sorted(r.rank for r in reasons.values()) == list(range(1, len(runs) + 1))
         for run, (epsilon, _) in zip(runs, demands):
             why = reasons[run.id]
-            fits = epsilon <= unlocked + 1e-9 * max(epsilon, unlocked)
+            fits = units(epsilon, up=True) <= units(unlocked, up=False)  # exact quanta, rounding refuses
             assert (why.code == "turn") == fits
             if not fits:
-                assert why.shortfall == pytest.approx(epsilon - unlocked)
+                assert why.shortfall == pytest.approx(epsilon - unlocked, abs=2e-12)  # demand and budget in quanta
 
 
 def test_a_dry_run_shows_the_demand_and_the_fit_of_each_block_and_writes_nothing(server: Server, run_cli, tmp_path):

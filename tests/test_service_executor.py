@@ -165,3 +165,14 @@ def test_attaching_to_a_job_that_is_gone_reports_its_result_file_or_a_failure(tm
 def test_unknown_executor_name_is_refused():
     with pytest.raises(ValueError, match="unknown executor 'slurm'"):
         make_executor("slurm")
+
+
+def test_a_supervisors_environment_is_built_from_the_allow_list(tmp_path: Path, monkeypatch):
+    """The operator's token and cloud keys never reach a job's supervisor (whose
+    ``/proc/<pid>/environ`` a job under a shared PID namespace could read)."""
+    monkeypatch.setenv("PRIVSCHED_TOKEN", "s3cr3t")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t")
+    launch = launch_for(tmp_path / "job", "writes_environment")
+    environment = LocalExecutor(warm=False)._environment(launch)
+    assert "s3cr3t" not in str(environment)
+    assert environment["CUDA_VISIBLE_DEVICES"] == "" and environment["OMP_NUM_THREADS"] == "1"

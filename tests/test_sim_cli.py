@@ -21,11 +21,11 @@ def test_simulate_writes_result_summary_and_plots_when_asked(tmp_path):
     result = invoke("simulate", "single-block", "--policy", "dpf-n", "--n", "150", "--out", out, "--plots")
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
-    # 99 mice of ε = 0.01 and the 100th, which would fill the block exactly: 100 × 0.01 is
-    # above 1.0 in float, and exact comparisons grant it only where rounding leaves room
-    assert summary["granted"] == 99 and summary["by_class"]["mice"]["granted"] == 99
+    # 100 mice of ε = 0.01 fill the block exactly: 100 × 0.01 is above 1.0 in float, but
+    # admission adds decimal quanta exactly (docs/design.md §3.3)
+    assert summary["granted"] == 100 and summary["by_class"]["mice"]["granted"] == 100
     saved = SimulationResult.from_json((out / "result.json").read_text())
-    assert saved.granted == 99
+    assert saved.granted == 100
     assert {p.name for p in out.glob("*.png")} == {"delay_cdf.png", "budget_over_time.png", "granted_by_class.png"}
     assert "mice" in result.output
 
@@ -84,7 +84,7 @@ def test_sweep_runs_the_grid_in_worker_processes_and_draws_the_figures(tmp_path)
         ("dpf-n", 150, None),
         ("dpf-t", None, 100.0),
     ]
-    assert rows[2]["granted"] == 99  # as above
+    assert rows[2]["granted"] == 100  # as above
     names = {p.name for p in out.glob("*.png")}
     assert {"granted_single-block.png", "delay_cdf_single-block.png", "budget_single-block_dpf-n.png"} <= names
     assert "| single-block | dpf-n | 150 |" in (out / "summary.md").read_text()

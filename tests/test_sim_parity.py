@@ -4,12 +4,14 @@ same pipelines at the same times and times out the same ones (docs/design.md §6
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from privsched.ledger import Ledger
+from privsched.ledger.identities import Identities, User
 from privsched.ledger.models import PipelineRequest
 from privsched.policies import PolicySpec, make_policy
 from privsched.service.resources import Pool
@@ -36,13 +38,27 @@ def simulate(instance: Instance, spec: PolicySpec, tick: float) -> tuple[Simulat
     return simulator, [STATUS_NAMES[s] for s in state.status], state.grant_time
 
 
-def live(path: Path, instance: Instance, accounting: str, spec: PolicySpec, simulator: Simulator):
+def live(
+    path: Path,
+    instance: Instance,
+    accounting: str,
+    spec: PolicySpec,
+    simulator: Simulator,
+    teams: dict[str, str] | None = None,
+    quotas: dict[str, float] | None = None,
+):
     """Replay the trace on a ledger: blocks and pipelines recorded at their arrival, and one
     tick at each instant the simulator may act (arrivals and its unlock grid), then one tick
-    after every deadline. Returns each pipeline's final state and grant time."""
+    after every deadline. ``teams`` (pipeline id → team) are recorded as the pipelines'
+    submitters' teams, under ``quotas`` (team → share). Returns each pipeline's final state
+    and grant time."""
     ledger = Ledger.init(path)
     epsilon, delta = GLOBAL_BUDGET[accounting]
-    ledger.create_dataset("d", epsilon, delta, accounting=accounting, now=0.0)
+    dataset = ledger.create_dataset("d", epsilon, delta, accounting=accounting, now=0.0)
+    if quotas:
+        with Identities(path) as identities:
+            for team, share in quotas.items():
+                identities.set_quota(dataset.id, team, share)
     scheduler = Scheduler(ledger, spec, InstantExecutor(), Pool((), cpus=1e6, memory=0), RunDirs(path), unlock_grid=simulator.grid)
     block_keys = [str(b) for b in instance.block_ids]
     instants = set(instance.block_arrival.tolist()) | set(instance.arrival.tolist())
@@ -61,19 +77,13 @@ def live(path: Path, instance: Instance, accounting: str, spec: PolicySpec, simu
             edges = range(instance.edge_start[i], instance.edge_start[i + 1])
             demands = {block_keys[instance.edge_block[e]]: instance.edge_demand[e] for e in edges}
             timeout = float(instance.timeout[i]) if np.isfinite(instance.timeout[i]) else None
-            ids.append(
-                ledger.submit(
-                    PipelineRequest(
-                        name=str(instance.pipeline_ids[i]),
-                        dataset="d",
-                        block_keys=list(demands),
-                        demands=demands,
-                        timeout=timeout,
-                        job={"function": "instant:job"},
-                    ),
-                    now=now,
-                )
+            name = str(instance.pipeline_ids[i])
+            team = (teams or {}).get(name)
+            request = PipelineRequest(
+                name=name, dataset="d", block_keys=list(demands), demands=demands, timeout=timeout, job={"function": "instant:job"}
             )
+            claim = None if team is None else Identities.claim(ledger.db, [(User(f"member-{team}", "user", team, 0.0), None)])
+            ids.extend(ledger.submit_many([request], now=now, claim=claim))
         scheduler.tick(now)
     infos = {info.id: info for info in ledger.list_pipelines()}
     ledger.close()
@@ -98,3 +108,26 @@ def test_simulator_and_live_scheduler_grant_the_same_pipelines_at_the_same_times
     # simulator keeps it waiting until its timeout. Either way it is never granted.
     waiting = [(live_state, sim_state) for live_state, sim_state in zip(live_states, sim_states) if sim_state != "granted"]
     assert all(live_state in (sim_state, "failed") for live_state, sim_state in waiting)
+
+
+QUOTAS = {"blue": 0.2, "red": 0.35}
+
+
+@pytest.mark.parametrize("policy", ["fcfs", "dpf-n", "dpf-t", "dpack-n"])
+@pytest.mark.parametrize("accounting", ["basic", "rdp"])
+def test_under_team_quotas_the_simulator_and_live_scheduler_grant_the_same_pipelines_at_the_same_times(
+    tmp_path: Path, accounting: str, policy: str
+):
+    trace = random_trace(accounting, 3, quotas=QUOTAS)
+    instance = trace.instance
+    spec = make_policy(policy, **POLICIES[policy])
+    simulator, sim_states, sim_times = simulate(instance, spec, tick=2.5)
+    _, unbounded, _ = simulate(replace(instance, team=None, share=None), spec, tick=2.5)
+    assert sim_states != unbounded  # the quotas change what is granted
+    teams = {p.id: p.team for p in trace.pipelines if p.team is not None}
+    live_states, live_times = live(tmp_path / "parity.db", instance, accounting, spec, simulator, teams, QUOTAS)
+
+    granted = [s == "granted" for s in sim_states]
+    assert 0 < sum(granted) < len(granted)
+    assert [s in ("granted", "running", "completed") for s in live_states] == granted
+    np.testing.assert_array_equal(live_times, sim_times)

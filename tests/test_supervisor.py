@@ -176,12 +176,15 @@ def test_a_confined_job_reads_a_parquet_block_from_its_descriptor(tmp_path: Path
 
 
 @needs_landlock
-def test_a_confined_job_can_neither_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
+def test_a_confined_job_can_neither_stat_open_nor_list_its_blocks_and_is_never_told_where_they_are(tmp_path: Path):
     files = blocks(tmp_path)
     params = {"files": list(files.values()), "folders": [str(tmp_path / "data"), str(tmp_path)]}
     result = result_of(write_context(tmp_path / "run", hostile("probes_its_blocks"), files, params=params))
     assert result.completed, result.message
     assert result.metrics["reached"] == [] and result.metrics["locations"] == [None, None]
+    # Not even stat: the block files and their folder do not exist in the job's mount
+    # namespace (tmp_path does: it holds the job's own run folder).
+    assert result.metrics["seen"] == [str(tmp_path)]
     assert result.metrics["brokered_bytes"] == Path(files["d1"]).stat().st_size
 
 

@@ -31,11 +31,6 @@ DEFAULT_ALPHAS: tuple[float, ...] = (1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.
 #: another order and compares them with the stored ones. It is never used to grant budget.
 RELATIVE_TOLERANCE = 1e-9
 
-#: Relative rounding allowed when a *float sum* of budgets given out is checked against a
-#: capacity (:meth:`Accounting.is_safe`): a sum of n terms may round up by about n·2⁻⁵³
-#: (1e-12 covers thousands of terms). A check, never a grant: admission is exact (:func:`leq`).
-SUM_ROUNDING = 1e-12
-
 
 def leq(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Element-wise, exact ``a <= b``: a budget test that errs only by refusing.
@@ -102,30 +97,44 @@ class Accounting:
         return np.ones(capacity.shape, dtype=bool)
 
     def fits(self, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-        """Whether each demand fits the available budget (reduces the last axis).
+        """Whether each demand fits the available budget (reduces the last axis), compared
+        exactly in quanta (:mod:`privsched.budgets.exact`: the demand rounded up, the budget
+        down, a decimal such as 0.1 taken as it is).
 
         basic: ``d ≤ available`` in ε and in δ. RDP: there exists a live α with
         ``d(α) ≤ available(α)`` (docs/design.md §3.3).
         """
+        from privsched.budgets.exact import units
+
+        return self.fits_units(units(demand, up=True), units(available, up=False), live)
+
+    def fits_units(self, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+        """:meth:`fits` for budgets already in quanta (int64)."""
         import numpy as np
 
-        ok = leq(demand, available)
+        ok = demand <= available
         if self.is_rdp:
             return np.any(ok & live, axis=-1)
         return np.all(ok, axis=-1)
 
-    def is_safe(self, spent: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-        """The ledger's safety invariant for budgets already given out (allocated + consumed).
+    def is_safe(self, spent: np.ndarray | list[np.ndarray], capacity: np.ndarray) -> np.ndarray:
+        """The ledger's safety invariant for budgets already given out (allocated + consumed),
+        in exact quanta (:mod:`privsched.budgets.exact`). ``spent`` is the list of the
+        buckets given out, summed here in quanta (or one array).
 
         basic: spent ≤ capacity in every dimension. RDP: some live order keeps
-        spent(α) ≤ capacity(α) (docs/design.md §3.3), up to the float rounding of the sum that
-        ``spent`` is (:data:`SUM_ROUNDING`). Reduces the last axis.
+        spent(α) ≤ capacity(α) (docs/design.md §3.3). Reduces the last axis.
         """
         import numpy as np
 
+        from privsched.budgets.exact import clamp, units
+
+        parts = spent if isinstance(spent, (list, tuple)) else [spent]
+        total = units(parts[0], up=True)
+        for part in parts[1:]:
+            total = clamp(total + units(part, up=True))
         capacity = np.asarray(capacity, dtype=float)
-        bound = capacity + SUM_ROUNDING * np.abs(capacity)
-        return self.fits(spent, bound, self.live(capacity))
+        return self.fits_units(total, units(capacity, up=False), self.live(capacity))
 
     def shares(self, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
         """Per-dimension share ``d / capacity``; 0 on dead or zero-capacity dimensions.

@@ -59,8 +59,12 @@ def rdp_capacity(epsilon: float, delta: float, alphas: tuple[float, ...] | np.nd
 
 
 def block_capacity(accounting: Accounting, epsilon: float, delta: float, conversion: Conversion = "paper") -> np.ndarray:
-    """A block's capacity vector: (ε_G, δ_G) under basic accounting, ε_G(α) under RDP."""
+    """A block's capacity vector: (ε_G, δ_G) under basic accounting, ε_G(α) under RDP; on
+    the exact quantum grid, rounded down (:mod:`privsched.budgets.exact`: a decimal ε_G
+    such as 1.0 is kept as it is)."""
+    from privsched.budgets.exact import quantize
+
     if accounting.is_rdp:
-        return rdp_capacity(epsilon, delta, accounting.alphas, conversion)
+        return quantize(rdp_capacity(epsilon, delta, accounting.alphas, conversion), up=False)
     validate_epsilon_delta(epsilon, delta)
-    return np.array([float(epsilon), float(delta)])
+    return quantize(np.array([float(epsilon), float(delta)]), up=False)

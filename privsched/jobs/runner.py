@@ -122,14 +122,16 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-#: Errors that say the file system has no room (now): retried until it has.
-NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT})
+#: Errors that say the result file cannot be written now (no room, a read-only file system
+#: or folder): retried until it can.
+NO_ROOM = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES})
 
 
 def deliver(result: JobResult, path: Path, result_fd: int | None = None, first_wait: float = 0.1, longest_wait: float = 10.0) -> None:
     """Hand the result to the scheduler: first through the executor's result pipe (which
     needs no disk), then in the result file, retried (waits doubling from ``first_wait`` to
-    ``longest_wait`` seconds) for as long as the disk is full; any other error is raised."""
+    ``longest_wait`` seconds) for as long as the disk is full or the folder read-only
+    (:data:`NO_ROOM`); any other error is raised."""
     text = result.to_json()
     if result_fd is not None:
         try:
@@ -191,7 +193,8 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     package = Path(__file__).resolve().parents[1]
     checkout = _source_checkout(package)
-    read = [root for root in python_roots() if root != checkout] + [str(package)]
+    here = str(Path.cwd().resolve())  # ``-m`` put the supervisor's folder, its run folder, on sys.path
+    read = [root for root in python_roots() if root not in (checkout, here)] + [str(package)]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
     return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable, network=network)
@@ -267,10 +270,52 @@ def _prctl(option: int, value: int) -> None:
     ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+#: Variables a job keeps from its supervisor's environment; every other is dropped (the
+#: operator's tokens, cloud keys, the launch token). ``LC_*`` are kept as well.
+JOB_VARIABLES = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "PYTORCH_CUDA_ALLOC_CONF",
+)
+_DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+
+def job_environment(inherited: dict[str, str] | os._Environ, home: Path, tmp: Path) -> dict[str, str]:
+    """A job's whole environment: :data:`JOB_VARIABLES` and ``LC_*`` from ``inherited``,
+    ``HOME`` its work folder and ``TMPDIR`` its private tmp; nothing else."""
+    env = {name: value for name, value in inherited.items() if name in JOB_VARIABLES or name.startswith("LC_")}
+    env.setdefault("PATH", _DEFAULT_PATH)
+    return {**env, "HOME": str(home), "TMPDIR": str(tmp)}
+
+
+def _erase_environment_block() -> None:
+    """Zero the environment block this process was started with (what ``/proc/self/environ``
+    shows, between the ``env_start`` and ``env_end`` fields of ``/proc/self/stat``,
+    proc(5)): clearing ``os.environ`` does not touch it."""
+    import ctypes
+
+    with open("/proc/self/stat", "rb") as stream:
+        stat = stream.read()
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    env_start, env_end = int(fields[47]), int(fields[48])  # fields 50 and 51 of proc(5)
+    if env_end > env_start:
+        ctypes.memset(env_start, 0, env_end - env_start)
+
+
 def _run_child(
     document: dict[str, Any], ctx: JobContext, rules: Confinement | None, sock: socket.socket, tmp: Path, private_fds: tuple[int, ...]
 ) -> None:
-    """The job's process: close the supervisor's ``private_fds``, confine itself, then import
+    """The job's process: close the supervisor's ``private_fds``, take its environment from
+    the allow-list (:func:`job_environment`), enter its namespaces and confine itself
+    (:mod:`privsched.jobs.namespaces`, Landlock, :mod:`privsched.jobs.seccomp`), then import
     and call the job; report to the supervisor over ``sock``. Never returns."""
     code = 0
     try:
@@ -278,12 +323,19 @@ def _run_child(
         for fd in private_fds:
             os.close(fd)
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        os.environ.pop("PRIVSCHED_LAUNCH_TOKEN", None)  # executors find the supervisor by it, never a job
-        os.environ["TMPDIR"] = str(tmp)
+        environment = job_environment(os.environ, ctx.workdir, tmp)
+        os.environ.clear()
+        os.environ.update(environment)
+        if sys.platform.startswith("linux"):
+            _erase_environment_block()
         tempfile.tempdir = str(tmp)
         os.chdir(ctx.workdir)
         if rules is not None:
+            from privsched.jobs import namespaces, seccomp
+
+            namespaces.isolate(rules, tmp.parent / "root", ctx.workdir)
             confine(rules)
+            seccomp.install()
         job = document["job"]
         ctx.channel = Channel(sock)
         try:
@@ -323,7 +375,7 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
     try:
         rules = job_confinement(document, ctx, private, network) if mode == "landlock" else None
         if rules is not None:
-            hits = exposed(rules.read + rules.write, document.get("protected", ()))
+            hits = exposed(rules.read, document.get("protected", ()), rules.write)
             if hits:
                 return JobResult(
                     ctx.pipeline_id,

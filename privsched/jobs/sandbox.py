@@ -105,11 +105,15 @@ def sandbox_mode(option: str | None = None) -> str:
 
 
 def require_sandbox(mode: str) -> None:
-    """Refuse to run jobs confined where Landlock is missing (``SandboxError``, one line)."""
-    if mode == "landlock" and abi_version() == 0:
-        raise SandboxError(
-            f"this kernel offers no Landlock sandbox: pass --sandbox none (or set {SANDBOX_VARIABLE}=none) to run jobs unconfined"
-        )
+    """Refuse to run jobs confined where Landlock or user namespaces are missing
+    (``SandboxError``, one line)."""
+    if mode != "landlock":
+        return
+    from privsched.jobs.namespaces import available
+
+    missing = "this kernel offers no Landlock sandbox" if abi_version() == 0 else available()
+    if missing:
+        raise SandboxError(f"{missing}: pass --sandbox none (or set {SANDBOX_VARIABLE}=none) to run jobs unconfined")
 
 
 @dataclass(frozen=True)
@@ -209,13 +213,19 @@ def python_roots() -> list[str]:
     return sorted(str(Path(p).resolve()) for p in roots if os.path.exists(p))
 
 
-def exposed(read: list[str] | tuple[str, ...], protected: list[str] | tuple[str, ...]) -> list[str]:
-    """The protected paths (the ledger database, other blocks' data, other runs) that lie
-    beneath a readable root: confinement could not hide them, so the job must not start."""
-    roots = [Path(r).resolve() for r in read]
+def exposed(
+    read: list[str] | tuple[str, ...], protected: list[str] | tuple[str, ...], writable: list[str] | tuple[str, ...] = ()
+) -> list[str]:
+    """The protected paths (the ledger database, other blocks' data, other runs) a job could
+    read: one beneath a readable or ``writable`` root (confinement could not hide it), or one
+    holding a readable root (a code root inside another run's folder, say). The job's own
+    ``writable`` folders may lie inside a protected one (its work folder inside the runs
+    folder). A job with any of them must not start."""
+    roots = [Path(r).resolve() for r in (*read, *writable)]
+    readable = [Path(r).resolve() for r in read]
     hits = []
     for path in protected:
         target = Path(path).resolve()
-        if any(target == root or root in target.parents for root in roots):
+        if any(target == root or root in target.parents for root in roots) or any(target in root.parents for root in readable):
             hits.append(str(path))
     return hits

@@ -8,7 +8,7 @@ and dimension (docs/design.md §2, §3.3, §4.4):
 - the stored balances equal the replay of the append-only event log;
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
-- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``;
+- the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``, in exact quanta;
 and per pipeline: a granted or running pipeline holds exactly its demand on each of its
 blocks, every other holds nothing, and its recorded consumption matches the log. Last, each
 block's data is re-hashed against the fingerprint its creation recorded.
@@ -27,6 +27,7 @@ from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
 from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
+from privsched.ledger.moves import ROUNDED_UP, shifted
 from privsched.ledger.schema import unpack
 
 
@@ -57,23 +58,24 @@ class _Replay:
     def apply(self, block_id: int, pipeline_id: int | None, source: str | None, target: str, amount: np.ndarray):
         balance = self.blocks.setdefault(block_id, {"capacity": np.zeros_like(amount)})
         flow = self.flows.setdefault(block_id, np.zeros_like(amount))
+        # The arithmetic of Moves.move (moves.shifted: exact quanta on the grid, floats off it).
         if source is None:
             balance["capacity"] = balance["capacity"] + amount
         else:
-            balance[source] = balance.get(source, 0.0) - amount
-        balance[target] = balance.get(target, 0.0) + amount
+            balance[source] = shifted(balance.get(source, 0.0), amount, up=source in ROUNDED_UP, subtract=True)
+        balance[target] = shifted(balance.get(target, 0.0), amount, up=target in ROUNDED_UP, subtract=False)
         self.flows[block_id] = flow + np.abs(amount)
         if pipeline_id is None:
             return
         key = (pipeline_id, block_id)
         if target == "allocated":
-            self.held[key] = self.held[key] + amount
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=False)
         if source == "allocated":
-            self.held[key] = self.held[key] - amount
+            self.held[key] = shifted(self.held[key], amount, up=True, subtract=True)
         if target == "consumed":
-            self.spent[key] = self.spent[key] + amount
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=False)
         if source == "consumed":
-            self.spent[key] = self.spent[key] - amount
+            self.spent[key] = shifted(self.spent[key], amount, up=True, subtract=True)
 
 
 def audit_database(db: Database, expect: str | None = None) -> AuditReport:
@@ -204,9 +206,9 @@ def _check_block(
         bad = ~_nonnegative(stored[bucket], magnitude)
         if bad.any():
             out.append(f"{label}: negative {bucket} at {_dims(labels, bad)}")
-    given = stored["allocated"] + stored["consumed"]
-    if not accounting.is_safe(given, capacity):
-        over = ~(given <= capacity * (1 + RELATIVE_TOLERANCE)) & accounting.live(capacity)
+    if not accounting.is_safe([stored["allocated"], stored["consumed"]], capacity):
+        over = ~accounting.is_safe([stored["allocated"][:, None], stored["consumed"][:, None]], capacity[:, None])
+        over &= accounting.live(capacity)
         where = _dims(labels, over) if not accounting.is_rdp else "every live order"
         out.append(f"{label}: allocated + consumed exceeds capacity at {where} (safety invariant broken)")
     return out

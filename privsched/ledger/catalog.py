@@ -7,6 +7,7 @@ the façade as one write transaction; its arguments were checked before the tran
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 
@@ -239,15 +240,26 @@ def schema_difference(known: dict[str, str], given: dict[str, str]) -> str:
 def unlock(tx: Transaction, wanted: dict[int, float]) -> None:
     """Unlock ``fraction × capacity`` of each block, capped at what it still has locked
     (docs/design.md §4.1)."""
+    _unlock_each(tx, wanted, lambda balance, fraction: np.maximum(np.minimum(balance["locked"], balance["capacity"] * fraction), 0.0))
+
+
+def raise_unlocked(tx: Transaction, targets: dict[int, float]) -> None:
+    """Raise each block's unlocked share to its target (:func:`~privsched.budgets.exact.raised`)."""
+    from privsched.budgets.exact import raised
+
+    _unlock_each(tx, targets, lambda balance, target: raised(balance["capacity"][None], balance["locked"][None], np.array([target]))[0])
+
+
+def _unlock_each(tx: Transaction, wanted: dict[int, float], amount_of: Callable[[dict, float], np.ndarray]) -> None:
+    """Move ``amount_of(balance, x)`` of each block in ``wanted`` (block id → x) from locked to unlocked."""
     moves = tx.moves
     moves.load(wanted)
-    for block_id, fraction in wanted.items():
+    for block_id, x in wanted.items():
         if block_id not in moves.balances:
             raise LedgerError(f"unknown block id {block_id}")
-        balance = moves.balances[block_id]
-        amount = np.minimum(balance["locked"], balance["capacity"] * fraction)
+        amount = amount_of(moves.balances[block_id], x)
         if np.any(amount > 0):
-            moves.move(block_id, "locked", "unlocked", np.maximum(amount, 0.0), kind="unlock")
+            moves.move(block_id, "locked", "unlocked", amount, kind="unlock")
 
 
 def retire_exhausted(tx: Transaction) -> list[int]:

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from privsched.ledger.changes import Changes
+    from privsched.ledger.quotas import TeamQuotas
     from privsched.ledger.database import Database
 
 T = TypeVar("T")
@@ -303,6 +304,18 @@ class Ledger:
             wanted[block_id] = check.finite_number(fraction, f"unlock fraction of block {block_id}")
         self._write(catalog.unlock, wanted, now=now, actor=actor)
 
+    def raise_unlocked(self, targets: Mapping[int, float], now: float | None = None, *, actor: str | None = None) -> None:
+        """Raise each block's unlocked share to ``target`` (in [0, 1]) of its capacity: the
+        scheduler's unlock, in exact quanta and independent of the steps taken
+        (:func:`~privsched.budgets.exact.raised`; docs/design.md §4.1)."""
+        from privsched.ledger import catalog
+
+        wanted = {}
+        for block_id, target in dict(targets).items():
+            (block_id,) = check.ids([block_id], "block id")
+            wanted[block_id] = check.finite_number(target, f"unlock target of block {block_id}")
+        self._write(catalog.raise_unlocked, wanted, now=now, actor=actor)
+
     def grant(self, pipeline_ids: Sequence[int], now: float | None = None) -> list[int]:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
         current unlocked budget (``Accounting.fits``; docs/design.md §3.3); those that do not fit, or
@@ -403,6 +416,17 @@ class Ledger:
         database id (:func:`privsched.service.snapshot.snapshot_of` makes it a policy's
         snapshot)."""
         return self._read(self._reader.pending_view, dataset)
+
+    def team_quotas(self, dataset_id: int, pipeline_ids: Sequence[int]) -> TeamQuotas | None:
+        """The team quotas the pending ``pipeline_ids`` of a dataset meet and what their
+        teams hold (:mod:`privsched.ledger.quotas`); None when none is under a quota."""
+        from privsched.ledger.quotas import QuotaCheck
+
+        def read() -> TeamQuotas | None:
+            quotas = QuotaCheck.load(self.db)
+            return None if quotas is None else quotas.of_pipelines(int(dataset_id), [int(i) for i in pipeline_ids])
+
+        return self._read(read)
 
     def events(self, pipeline_id: int | None = None, block_id: int | None = None) -> list[Event]:
         """The event log, oldest first, optionally only one pipeline's or one block's rows."""

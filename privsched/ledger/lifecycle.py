@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from privsched.budgets.accounting import leq
+from privsched.budgets.exact import quantize
 from privsched.ledger import launches
 from privsched.ledger import validation as check
 from privsched.ledger.errors import LedgerError
@@ -59,7 +60,8 @@ def _insert_pipeline(tx: Transaction, request: PipelineRequest) -> int:
         check.name(request.owner, "owner")
     job = check.json_text(request.job, "job")
     resources = check.json_text(request.resources, "resources")
-    demands = check.request_demands(request, info.accounting, info.capacity)
+    # On the exact quantum grid, rounded up (a decimal such as 0.1 is kept as it is).
+    demands = {key: quantize(d, up=True) for key, d in check.request_demands(request, info.accounting, info.capacity).items()}
     keys = list(demands)
     found = {
         key: (block_id, state, unpack(capacity))
@@ -188,8 +190,7 @@ def complete(tx: Transaction, pipeline_id: int, spent: np.ndarray | Mapping[str,
         if over.any():
             labels = ", ".join(lbl for lbl, bad in zip(accounting.dimension_labels(), over) if bad)
             raise LedgerError(f"pipeline {pipeline_id} spent more than its grant on block {key!r} at {labels}")
-        used = np.minimum(used, demand)
-        settle(tx.moves, pipeline_id, block_id, demand, used, kind="complete")
+        used = settle(tx.moves, pipeline_id, block_id, demand, np.minimum(used, demand), kind="complete")
         consumed.append((pack(used), pipeline_id, block_id))
     tx.db.conn.executemany(_SET_CONSUMED, consumed)
     _finish(tx, pipeline_id, dataset_id, state, "completed", "complete")
@@ -205,8 +206,9 @@ def fail(tx: Transaction, pipeline_id: int, message: str, touched_data: bool) ->
         tx.moves.load(b for b, _, _ in edges)
         consumed = []
         for block_id, _, demand in edges:
-            used = demand if touched_data else np.zeros_like(demand)
-            settle(tx.moves, pipeline_id, block_id, demand, used, kind="fail", reason=message)
+            used = settle(
+                tx.moves, pipeline_id, block_id, demand, demand if touched_data else np.zeros_like(demand), kind="fail", reason=message
+            )
             consumed.append((pack(used), pipeline_id, block_id))
         tx.db.conn.executemany(_SET_CONSUMED, consumed)
     _finish(tx, pipeline_id, dataset_id, state, "failed", "fail", message=message)

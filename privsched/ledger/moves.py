@@ -21,6 +21,10 @@ from privsched.ledger.schema import pack, unpack
 if TYPE_CHECKING:
     import numpy as np
 
+#: Buckets whose balances round up off the quantum grid (budget given out); the others
+#: (locked, unlocked) round down (budget that may still be given).
+ROUNDED_UP = ("allocated", "consumed")
+
 INSERT_EVENT = f"INSERT INTO events ({', '.join(chain.COLUMNS)}, hash) VALUES ({', '.join('?' * (len(chain.COLUMNS) + 1))})"
 
 
@@ -77,11 +81,17 @@ class Moves:
         detail: str | None = None,
     ) -> None:
         """Move ``amount`` of a loaded block's budget from one bucket to another
-        (``source`` None: ``amount`` is new capacity entering ``target``)."""
+        (``source`` None: ``amount`` is new capacity entering ``target``), in exact quanta
+        (:mod:`privsched.budgets.exact`): the amount rounded down when it enters ``locked``
+        or ``unlocked`` and up otherwise, so that rounding only ever refuses (a value on the
+        grid, such as a submitted demand, moves exactly)."""
+        from privsched.budgets.exact import quantize
+
+        amount = quantize(amount, up=target in ROUNDED_UP)
         balance = self.balances[block_id]
         if source is not None:
-            balance[source] = balance[source] - amount
-        balance[target] = balance[target] + amount
+            balance[source] = shifted(balance[source], amount, up=source in ROUNDED_UP, subtract=True)
+        balance[target] = shifted(balance[target], amount, up=target in ROUNDED_UP, subtract=False)
         self._dirty.add(block_id)
         self._event(kind, self.datasets[block_id], block_id, pipeline_id, source, target, pack(amount), reason, detail)
 
@@ -159,6 +169,18 @@ class Moves:
             self.events = []
 
 
+def shifted(balance: np.ndarray | float, amount: np.ndarray, *, up: bool, subtract: bool) -> np.ndarray:
+    """``balance ± amount``: in exact quanta when both are on the quantum grid, as every
+    balance of a ledger written since exact arithmetic is; in floats otherwise (a balance
+    written before keeps being added as it was, so that the audit's replay, which shifts
+    alike, agrees with it bit for bit)."""
+    from privsched.budgets.exact import minus, on_grid, plus
+
+    if on_grid(amount) and on_grid(balance):
+        return minus(balance, amount, up=up) if subtract else plus(balance, amount, up=up)
+    return balance - amount if subtract else balance + amount
+
+
 def settle(
     moves: Moves,
     pipeline_id: int,
@@ -168,12 +190,17 @@ def settle(
     *,
     kind: str,
     reason: str | None = None,
-) -> None:
-    """End an allocation: ``used`` allocated → consumed, the rest allocated → unlocked."""
+) -> np.ndarray:
+    """End an allocation: ``used`` allocated → consumed (rounded up to the quantum grid, at
+    most the grant), the rest allocated → unlocked; returns what was consumed."""
     import numpy as np
 
+    from privsched.budgets.exact import minus, quantize
+
+    used = np.minimum(quantize(used, up=True), grant)
     if np.any(used > 0):
         moves.move(block_id, "allocated", "consumed", used, kind=kind, pipeline_id=pipeline_id, reason=reason)
-    rest = grant - used
+    rest = minus(grant, used, up=False)
     if np.any(rest > 0):
         moves.move(block_id, "allocated", "unlocked", rest, kind=kind, pipeline_id=pipeline_id, reason=reason)
+    return used

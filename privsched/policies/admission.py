@@ -14,6 +14,13 @@ certainly rejected. Both groups are settled and the certain grants charged; the 
 form the next round. Charging a certain grant before a survivor that comes earlier in the
 walk is harmless: on their shared blocks the grant's own test already counted the
 survivor's demand. The first failing candidate is always settled, so the walk ends.
+
+Budgets are walked in exact quanta (:mod:`privsched.budgets.exact`), the ledger's own
+arithmetic, so that the walk never grants what the ledger then refuses for rounding. A
+team's quota (:class:`~privsched.policies.base.Quotas`) is one more block per team and
+block: its budget is what the team may still take there, and each edge of one of the
+team's pipelines has a twin on it, so that the walk skips what a quota holds back and
+goes on to the next pipeline.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.exact import LIMIT, clamp, sum_at, units
 from privsched.policies.base import Snapshot
 
 
@@ -43,6 +51,15 @@ def validate(snapshot: Snapshot) -> None:
         raise ValueError("snapshot edges must be grouped by pipeline in ascending order")
     if not np.all(np.isfinite(snapshot.edge_demand)) or np.any(np.asarray(snapshot.edge_demand) < 0):
         raise ValueError("demands must be finite and non-negative")
+    quotas = snapshot.quotas
+    if quotas is not None:
+        teams = len(quotas.share)
+        if np.shape(quotas.team) != (n,) or np.shape(quotas.held) != (teams, n_blocks, dims):
+            raise ValueError(f"quotas need one team per pending pipeline and holdings of shape (teams, blocks, {dims})")
+        if n and (np.min(quotas.team) < -1 or np.max(quotas.team) >= teams):
+            raise ValueError("a pipeline's team is not among the quotas' teams")
+        if teams and not (np.all(np.asarray(quotas.share) >= 0) and np.all(np.asarray(quotas.share) <= 1)):
+            raise ValueError("quota shares must be in [0, 1]")
 
 
 def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -62,6 +79,16 @@ class EdgeTable:
     block: np.ndarray  # (E,)
     demand: np.ndarray  # (E, K)
     live: np.ndarray  # (B, K) dimensions that count on each block
+    given_quanta: np.ndarray | None = None  # (E, K) ``demand`` in quanta if known (see ``quanta``)
+
+    @property
+    def quanta(self) -> np.ndarray:
+        """(E, K) int64: ``demand`` in exact quanta, rounded up (computed on first use: an
+        ordering such as DPF's needs only the demands)."""
+        if self.given_quanta is None:
+            object.__setattr__(self, "given_quanta", units(self.demand, up=True))
+        assert self.given_quanta is not None
+        return self.given_quanta
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> EdgeTable:
@@ -77,6 +104,37 @@ class EdgeTable:
             live=snapshot.accounting.live(snapshot.capacity),
         )
 
+    @classmethod
+    def admitting(cls, snapshot: Snapshot, available: np.ndarray | None = None) -> tuple[EdgeTable, np.ndarray]:
+        """The table an admission pass walks, and its budgets in quanta: the snapshot's
+        blocks (``available``, else its unlocked budget), then, under team quotas, one block
+        per team and block whose budget is the team's room there (module docstring)."""
+        table = cls.of(snapshot)
+        budget = units(snapshot.unlocked if available is None else available, up=False)
+        quotas = snapshot.quotas
+        if quotas is None or not np.any(np.asarray(quotas.team) >= 0):
+            return table, budget
+        n_blocks = table.n_blocks
+        team = np.asarray(quotas.team, dtype=np.intp)
+        pipeline = np.repeat(np.arange(snapshot.n_pipelines), table.count)
+        twins = np.flatnonzero(team[pipeline] >= 0)
+        edges = np.concatenate([np.arange(len(pipeline)), twins])
+        owner = np.concatenate([pipeline, pipeline[twins]])
+        blocks = np.concatenate([table.block, n_blocks * (1 + team[pipeline[twins]]) + table.block[twins]])
+        order = np.argsort(owner, kind="stable")  # grouped by pipeline again, twins after their blocks
+        count = np.bincount(owner, minlength=snapshot.n_pipelines)
+        room = quotas.room(np.asarray(snapshot.capacity, dtype=float)).reshape(-1, table.live.shape[1])
+        augmented = cls(
+            accounting=table.accounting,
+            start=np.cumsum(count) - count,
+            count=count,
+            block=blocks[order],
+            demand=table.demand[edges[order]],
+            live=np.concatenate([table.live, np.tile(table.live, (len(quotas.share), 1))]),
+            given_quanta=table.quanta[edges[order]],
+        )
+        return augmented, np.concatenate([budget, room])
+
     @property
     def n_blocks(self) -> int:
         return self.live.shape[0]
@@ -86,36 +144,37 @@ class EdgeTable:
         return spans(self.start[pipelines], self.count[pipelines])
 
     def fits_alone(self, available: np.ndarray, pipelines: np.ndarray) -> np.ndarray:
-        """Whether each pipeline's whole demand fits ``available`` (B, K) on its own."""
+        """Whether each pipeline's whole demand fits ``available`` (B, K quanta) on its own."""
         edges, owner = self.gather(pipelines)
         blocks = self.block[edges]
-        ok = self.accounting.fits(self.demand[edges], available[blocks], self.live[blocks])
+        ok = self.accounting.fits_units(self.quanta[edges], available[blocks], self.live[blocks])
         return np.bincount(owner[~ok], minlength=len(pipelines)) == 0
 
     def charge(self, available: np.ndarray, pipelines: np.ndarray) -> np.ndarray:
-        """``available`` minus the whole demand of ``pipelines``."""
+        """``available`` (quanta) minus the whole demand of ``pipelines``."""
         edges, _ = self.gather(np.asarray(pipelines, dtype=np.intp))
-        return self.subtract(available, self.block[edges], self.demand[edges])
+        return self.subtract(available, self.block[edges], self.quanta[edges])
 
     @staticmethod
     def subtract(available: np.ndarray, blocks: np.ndarray, demand: np.ndarray) -> np.ndarray:
-        """``available`` minus each row of ``demand`` on its block, one row after another in
-        order: the arithmetic of granting the pipelines one by one, as the ledger does, so
-        that an exact fit test gives the same answer here and there."""
-        left = np.array(available, dtype=float)
-        np.subtract.at(left, blocks, demand)
-        return left
+        """``available`` minus each row of ``demand`` on its block, in exact quanta. A row
+        larger than what its block has left counts as that plus one quantum: the block is
+        short there either way."""
+        left = np.array(available, dtype=np.int64)
+        cap = np.maximum(left[blocks], -1) + 1
+        return clamp(left - sum_at(len(left), blocks, np.minimum(demand, cap)))
 
     def walk(self, available: np.ndarray, order: np.ndarray) -> np.ndarray:
-        """The best-effort pass over ``order`` from ``available``: a granted mask over ``order``."""
+        """The best-effort pass over ``order`` from ``available`` (B, K quanta): a granted
+        mask over ``order``."""
         order = np.asarray(order, dtype=np.intp)
         n = len(order)
         granted = np.zeros(n, dtype=bool)
         alive = np.ones(n, dtype=bool)
-        available = np.array(available, dtype=float)
+        available = np.array(available, dtype=np.int64)
         edges, owner = self.gather(order)
         by_block = np.argsort(self.block[edges], kind="stable")  # keeps the walk order per block
-        owner, demand = owner[by_block], self.demand[edges[by_block]]
+        owner, demand = owner[by_block], self.quanta[edges[by_block]]
         rows, blocks = np.arange(len(owner)), self.block[edges[by_block]]  # rows of ``demand``
         while True:
             # Dropped at once: whatever does not fit now never will in this pass.
@@ -158,32 +217,38 @@ class EdgeTable:
 
     def _fit_rows(self, available: np.ndarray, demand: np.ndarray, rows: np.ndarray, blocks: np.ndarray, cumulative: bool) -> np.ndarray:
         """Whether each ``demand[rows]`` fits its block (``cumulative``: the running total of
-        the block's rows up to it). Worked through in slices of whole blocks so that the
-        (rows, K) temporaries stay small."""
+        the block's rows up to it), in exact quanta. Worked through in slices of whole blocks
+        so that the (rows, K) temporaries stay small."""
         ok = np.empty(len(rows), dtype=bool)
         for part in _slices(blocks):
             part_blocks = blocks[part]
             wanted = demand[rows[part]]
             budget, live = available[part_blocks], self.live[part_blocks]
             if not cumulative:
-                ok[part] = self.accounting.fits(wanted, budget, live)
+                ok[part] = self.accounting.fits_units(wanted, budget, live)
                 continue
-            running = np.cumsum(wanted, axis=0)
+            # A row above its block's budget fails there whatever it is: counted as budget + 1,
+            # the running totals of a block stay below 2⁶³ (else summed as Python integers).
+            wanted = np.minimum(wanted, np.maximum(budget, -1) + 1)
             first, group = _groups(part_blocks)
-            before = np.vstack([np.zeros((1, wanted.shape[1])), running[first[1:] - 1]])
-            totals = running - before[group]
-            fit = self.accounting.fits(totals, budget, live)
-            # Running sums round differently from granting one pipeline after another (what
-            # the ledger does): rows within rounding distance of their budget are settled by
-            # subtracting the rows ahead one by one, as the ledger would.
-            near = self.accounting.fits(totals * (1 - 1e-9), budget, live) & ~self.accounting.fits(totals * (1 + 1e-9), budget, live)
-            for i in np.flatnonzero(near):
-                left = budget[i].copy()
-                for ahead in wanted[first[group[i]] : i]:
-                    left = left - ahead
-                fit[i] = bool(self.accounting.fits(wanted[i], left, live[i]))
-            ok[part] = fit
+            totals = _running_totals(wanted, first, group)
+            ok[part] = self.accounting.fits_units(totals, budget, live)
         return ok
+
+
+def _running_totals(rows: np.ndarray, first: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Per run of rows (``first``, ``group``: :func:`_groups`), the running sum of its rows
+    up to each row, exact: in int64 when no total can reach 2⁶², else as Python integers
+    clipped to :data:`~privsched.budgets.exact.LIMIT`."""
+    if len(rows) == 0:
+        return rows
+    if int(np.abs(rows).max()) * len(rows) < 2**62:
+        running = np.cumsum(rows, axis=0)
+        before = np.vstack([np.zeros((1, rows.shape[1]), dtype=np.int64), running[first[1:] - 1]])
+        return running - before[group]
+    running = np.cumsum(rows.astype(object), axis=0)
+    before = np.vstack([np.zeros((1, rows.shape[1]), dtype=object), running[first[1:] - 1]])
+    return np.clip(running - before[group], -LIMIT, LIMIT).astype(np.int64)
 
 
 #: Rows per slice in :meth:`EdgeTable._fit_rows` (about 1.5 MB per temporary at 12 orders).
@@ -206,10 +271,11 @@ def _slices(blocks: np.ndarray) -> list[slice]:
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:
-    """Grant, in ``order``, every pipeline that fits when its turn comes (docs/design.md §4.2).
+    """Grant, in ``order``, every pipeline that fits when its turn comes, and its team's
+    quota (docs/design.md §4.2).
 
     Returns the granted pipeline indices in grant order.
     """
     order = np.asarray(order, dtype=np.intp)
-    table = EdgeTable.of(snapshot)
-    return order[table.walk(snapshot.unlocked, order)]
+    table, available = EdgeTable.admitting(snapshot)
+    return order[table.walk(available, order)]

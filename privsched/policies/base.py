@@ -16,6 +16,30 @@ from privsched.budgets.accounting import Accounting
 
 
 @dataclass(frozen=True)
+class Quotas:
+    """Team quotas as a policy sees them: a team may hold at most ``share × capacity`` of
+    each block (in the accounting's sense, like the ledger's own check,
+    :mod:`privsched.ledger.quotas`), and already holds ``held`` (what its pipelines were
+    granted and not given back). Teams are indexed 0..T-1."""
+
+    team: np.ndarray  # (P,) int: each pending pipeline's team, -1 when under no quota
+    share: np.ndarray  # (T,) each team's share of every block's capacity, in [0, 1]
+    held: np.ndarray  # (T, B, K) what each team holds on each block
+
+    def room(self, capacity: np.ndarray) -> np.ndarray:
+        """What each team may still take on each block (T, B, K), in exact quanta
+        (:func:`~privsched.budgets.exact.share_of`, rounded down; ``held`` rounded up)."""
+        from privsched.budgets.exact import clamp, share_of, units
+
+        limit = (
+            np.stack([share_of(float(s), capacity) for s in self.share])
+            if len(self.share)
+            else np.zeros((0, *capacity.shape), dtype=np.int64)
+        )
+        return clamp(limit - units(self.held, up=True))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything a policy may look at, as NumPy arrays.
 
@@ -38,6 +62,8 @@ class Snapshot:
     #: (E, K) budget already set aside for each edge by round robin's water-filling
     #: (zeros for every other policy).
     reserved: np.ndarray | None = None
+    #: Team quotas (docs/design.md §4.2), or None when no pending pipeline is under one.
+    quotas: Quotas | None = None
 
     @property
     def n_pipelines(self) -> int:

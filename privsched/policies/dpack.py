@@ -31,6 +31,12 @@ candidates near the top), not a recount and re-sort of everything:
   computed from).
 
 The loops run compiled (:mod:`privsched.policies.dpack_kernels`); the set-up here is NumPy.
+They run on budgets in exact quanta (:mod:`privsched.budgets.exact`) held as float64
+integers: within the quanta's range (below 2⁵³) every comparison and every subtraction that
+leaves a budget non-negative is exact, and one that would go below zero stays below zero,
+so the fit test is the ledger's. A team's quota is one more block per team and block
+(:meth:`~privsched.policies.admission.EdgeTable.admitting`): its room counts in the
+efficiency like any block's remaining budget.
 """
 
 from __future__ import annotations
@@ -49,7 +55,8 @@ def best_orders(snapshot: Snapshot) -> np.ndarray:
     """α*_j of every block of an RDP snapshot, as indices into ``accounting.alphas``."""
     if not snapshot.accounting.is_rdp:
         raise ValueError("best orders exist only under rdp accounting")
-    return Packing(EdgeTable.of(snapshot), np.asarray(snapshot.unlocked, dtype=float)).best
+    table, available = EdgeTable.admitting(snapshot)
+    return Packing(table, available.astype(float)).best[: snapshot.n_blocks]
 
 
 @dataclass(frozen=True)
@@ -66,13 +73,13 @@ class DPack:
     def allocate(self, snapshot: Snapshot) -> Allocation:
         from privsched.policies import dpack_kernels
 
-        table = EdgeTable.of(snapshot)
-        available = np.array(snapshot.unlocked, dtype=float, order="C")
+        table, quanta = EdgeTable.admitting(snapshot)
+        available = np.array(quanta, dtype=float, order="C")
         is_rdp = bool(snapshot.accounting.is_rdp)
         packing = Packing(table, available) if is_rdp else None
         start, count = table.start.astype(np.intp), table.count.astype(np.intp)
         block = np.ascontiguousarray(table.block, dtype=np.intp)
-        demand = np.ascontiguousarray(table.demand, dtype=float)
+        demand = np.ascontiguousarray(table.quanta, dtype=float)
         live = np.ascontiguousarray(table.live, dtype=bool)
         candidates = dpack_kernels.fitting_alone(start, count, block, demand, available, live, is_rdp)
         granted = dpack_kernels.run_pass(

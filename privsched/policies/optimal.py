@@ -58,7 +58,8 @@ def solve_optimal(snapshot: Snapshot, time_limit: float = 60.0) -> OptimalResult
     owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
     demand_rows, used = _block_rows(table, owner, n)
     budget = np.asarray(snapshot.unlocked, dtype=float).ravel()
-    upper = np.where(table.fits_alone(snapshot.unlocked, np.arange(n)), 1.0, 0.0)
+    admitting, available = EdgeTable.admitting(snapshot)
+    upper = np.where(admitting.fits_alone(available, np.arange(n)), 1.0, 0.0)
     if not snapshot.accounting.is_rdp:
         keep = np.flatnonzero(used)
         constraints = [LinearConstraint(demand_rows[keep], -np.inf, budget[keep])]

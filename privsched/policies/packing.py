@@ -67,7 +67,7 @@ class Packing:
         from privsched.policies import dpack_kernels
 
         self.block = np.ascontiguousarray(table.block, dtype=np.intp)
-        self.demand = np.ascontiguousarray(table.demand, dtype=float)
+        self.demand = np.ascontiguousarray(table.quanta, dtype=float)
         self.live = np.ascontiguousarray(table.live, dtype=bool)
         #: Orders live on at least one block; counts cover these columns only.
         self.columns = np.flatnonzero(table.live.any(axis=0)).astype(np.intp)

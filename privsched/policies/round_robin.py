@@ -5,7 +5,9 @@ gets the same amount, except that none gets more than it still needs, and what a
 demand leaves over is spread among the others. The water-filling runs per dimension (ε, δ).
 A pipeline is granted once every one of its blocks has filled its demand. Budget set aside
 is carried in ``Snapshot.reserved`` / ``Allocation.reserved`` (one row per edge); what was
-set aside for a pipeline that times out is lost.
+set aside for a pipeline that times out is lost. Under team quotas filled pipelines are
+granted in arrival order as far as their teams' quotas go, and what was set aside for one
+its quota holds back returns to the block (docs/design.md §4.2).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from privsched.budgets.accounting import leq
-from privsched.policies.admission import validate
+from privsched.budgets.exact import BUDGET
+from privsched.policies.admission import EdgeTable, validate
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -96,11 +99,40 @@ class RoundRobin:
         blocks = np.asarray(snapshot.edge_block, dtype=np.intp)
         old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)
         need = remaining_need(demand, old)
+        owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
+        quota = _QuotaWalk.of(snapshot)
+        if quota is not None:  # what a quota holds back is filled no further
+            need[quota.held_back[owner]] = 0.0
         new = old + np.stack([water_fill(blocks, need[:, k], snapshot.unlocked[:, k]) for k in range(demand.shape[1])], axis=1)
+        if quota is not None:
+            new[quota.held_back[owner]] = 0.0  # and what was set aside for it goes back
         complete = np.all(leq(demand, new), axis=1)
         new[complete] = demand[complete]
-        owner = np.asarray(snapshot.edge_pipeline, dtype=np.intp)
         waiting = np.bincount(owner[~complete], minlength=snapshot.n_pipelines) > 0
         rank = arrival_rank(snapshot)
         granted = np.flatnonzero(~waiting)
-        return Allocation(granted=granted[np.argsort(rank[granted])], reserved=new)
+        granted = granted[np.argsort(rank[granted])]
+        if quota is not None:  # filled ones, in arrival order, as far as their teams' quotas go
+            within = quota.table.walk(quota.available, granted)
+            new[np.isin(owner, granted[~within])] = 0.0  # filled but over quota: set aside no longer
+            granted = granted[within]
+        return Allocation(granted=granted, reserved=new)
+
+
+@dataclass(frozen=True)
+class _QuotaWalk:
+    """Team quotas under round robin: the admission table with every real block unbounded
+    (a filled pipeline's reservation already holds its demand there), so that only the
+    teams' rooms decide (:meth:`~privsched.policies.admission.EdgeTable.admitting`)."""
+
+    table: EdgeTable
+    available: np.ndarray
+    held_back: np.ndarray  # (P,) pipelines whose team's room cannot hold them even alone
+
+    @classmethod
+    def of(cls, snapshot: Snapshot) -> _QuotaWalk | None:
+        if snapshot.quotas is None:
+            return None
+        table, available = EdgeTable.admitting(snapshot)
+        available[: snapshot.n_blocks] = BUDGET
+        return cls(table, available, ~table.fits_alone(available, np.arange(snapshot.n_pipelines)))

@@ -2,10 +2,11 @@
 
 docs/design.md §4.1, after Luo et al., OSDI'21 §4.1 ("DPF-N" and "DPF-T"): budget is released
 gradually so that early pipelines cannot drain a block before later ones arrive. Each rule
-only returns fractions of capacity; callers unlock ``min(locked, fraction × capacity)`` at
-every dimension (the same fraction at every RDP order).
+only returns fractions of capacity; callers raise each block's unlocked budget to
+``⌊fraction × capacity⌋`` at every dimension (the same fraction at every RDP order), in
+exact quanta (:func:`~privsched.budgets.exact.raised`).
 
-:func:`unlocked_fraction` and :func:`unlock_step` are the one unlock computation: the live
+:func:`unlocked_fraction` and :func:`unlock_amounts` are the one unlock computation: the live
 scheduler (:meth:`privsched.service.scheduler.Scheduler.unlock`) and the simulator
 (:class:`privsched.simulation.engine.Simulator`) both raise each block's unlocked fraction
 to the rule's target with them, per-time unlocking happening on the instants of an
@@ -23,12 +24,10 @@ from typing import TYPE_CHECKING, ClassVar
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
+from privsched.budgets.exact import plus, raised
 
 if TYPE_CHECKING:
     from privsched.policies.base import UnlockRule
-
-#: Fractions of capacity smaller than this are not worth unlocking (rounding noise).
-UNLOCK_EPSILON = 1e-12
 
 
 @dataclass(frozen=True)
@@ -145,58 +144,23 @@ def unlocked_fraction(rule: UnlockRule, arrivals: np.ndarray, elapsed: np.ndarra
     return np.minimum(target + rule.on_tick(np.maximum(elapsed, 0.0)), 1.0)
 
 
-def unlock_step(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) -> np.ndarray:
-    """The fraction of capacity to unlock now on each block (B,) so that its unlocked share
-    reaches ``target``: ``target − done`` where ``done = 1 − locked/capacity`` at the block's
-    largest dimension (the same fraction was unlocked at every dimension), 0 when below
-    :data:`UNLOCK_EPSILON` or the block has no capacity. A target of 1 unlocks whatever is
-    still locked (step 1), rounding residues included. Idempotent: applying the step and
-    asking again gives 0, so a restarted caller never unlocks the same share twice."""
-    rows, dim = np.arange(len(capacity)), capacity.argmax(axis=1)
-    top, left = capacity[rows, dim], locked[rows, dim]
-    target = np.asarray(target, dtype=float)
-    step = target - (1.0 - left / np.where(top > 0, top, 1.0))  # target − done
-    step[(top <= 0) | ~(step > UNLOCK_EPSILON)] = 0.0
-    full = target >= 1.0
-    if full.any():
-        step[full & (locked > 0).any(axis=1)] = 1.0
-    return step
-
-
 def block_unlocked_fraction(rule: UnlockRule, arrivals: float, elapsed: float) -> float:
     """:func:`unlocked_fraction` of one block in Python floats: the same IEEE operations in the
     same order, hence the same bits, without array overheads (the simulator's per-arrival path)."""
     return float(min(rule.on_block_created() + arrivals * rule.on_pipeline_arrival() + rule.on_tick(max(elapsed, 0.0)), 1.0))
 
 
-def block_unlock_step(top: float, left: float, target: float, locked: bool) -> float:
-    """:func:`unlock_step` of one block in Python floats (the same bits): ``top`` is its largest
-    capacity (the first largest dimension), ``left`` what is still locked in that dimension,
-    ``locked`` whether any dimension still holds locked budget."""
-    step = target - (1.0 - left / (top if top > 0 else 1.0))  # target − done
-    if top <= 0 or not step > UNLOCK_EPSILON:
-        step = 0.0
-    if target >= 1.0 and locked:
-        step = 1.0
-    return step
-
-
-def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, step: np.ndarray) -> np.ndarray:
-    """The budget (B, K) an unlock of ``step × capacity`` moves: ``min(locked, step × capacity)``
-    at every dimension (what the ledger moves for the same fractions)."""
-    return np.minimum(locked, np.asarray(step, dtype=float)[:, None] * capacity)
-
-
-def block_unlock_amounts(capacity: list[float], locked: list[float], step: float) -> list[float]:
-    """:func:`unlock_amounts` of one block (K,) in Python floats: the same bits for numbers
-    (``min`` does not propagate NaN as ``np.minimum`` does)."""
-    return [min(left, step * cap) for cap, left in zip(capacity, locked)]
+def unlock_amounts(capacity: np.ndarray, locked: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The budget (B, K) that raises each block's unlocked share to ``target`` (B,): what the
+    ledger moves for the same targets (:func:`~privsched.budgets.exact.raised`, exact quanta,
+    independent of the steps taken, idempotent)."""
+    return raised(capacity, locked, target)
 
 
 # -- when a demand will fit -------------------------------------------------------------------
 #
 # The unlock computation above raises a block's unlocked share to the rule's target; a demand
-# fits the block once ``unlocked + unlock_amounts(step(target))`` holds it (docs/design.md
+# fits the block once ``unlocked + unlock_amounts(target)`` holds it (docs/design.md
 # §3.3). Every step of that computation is monotone in the target (each float operation is),
 # and the target is monotone in the clock and in the arrivals, so the earliest instant (or
 # the fewest arrivals) at which a demand fits is found by bisection on the very functions the
@@ -208,9 +172,8 @@ def fits_at_target(
     accounting: Accounting, demand: np.ndarray, unlocked: np.ndarray, capacity: np.ndarray, locked: np.ndarray, target: np.ndarray
 ) -> np.ndarray:
     """Whether each demand (E, K) fits its block (E, K balances) once the block's unlocked
-    share is raised to ``target`` (E,) by :func:`unlock_step` and :func:`unlock_amounts`."""
-    step = unlock_step(capacity, locked, np.asarray(target, dtype=float))
-    available = unlocked + unlock_amounts(capacity, locked, step)
+    share is raised to ``target`` (E,) by :func:`unlock_amounts`."""
+    available = plus(unlocked, unlock_amounts(capacity, locked, np.asarray(target, dtype=float)), up=False)
     return accounting.fits(demand, available, accounting.live(capacity))
 
 

@@ -3,7 +3,8 @@
 Routes call the same :class:`privsched.client.Client` methods as the command line; the
 only logic here is who may do what (:mod:`privsched.server.access`). Every error is one
 JSON line ``{"error": "..."}`` with a 4xx status, and a refused request changes nothing.
-FastAPI serves the OpenAPI page at ``/docs`` (the schema at ``/openapi.json``).
+The OpenAPI schema is at ``/openapi.json``; FastAPI's page at ``/docs`` is off (it loads scripts
+from a CDN), and every response carries :mod:`privsched.server.headers`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from privsched.data.store import BlockStore, default_store
 from privsched.data.tables import FORMATS, parse_declarations
 from privsched.errors import BadInput
 from privsched.server.dashboard import dashboard_router
+from privsched.server.headers import SecurityHeaders
 from privsched.ledger.errors import one_line
 from privsched.ledger.identities import DuplicateSubmission, Identities, Submission, User
 from privsched.server import access
@@ -129,8 +131,11 @@ def create_app(path: str | os.PathLike, policy: Any = None) -> FastAPI:
         summary="Privacy-budget-aware job scheduler: the HTTP API",
         lifespan=lifespan,
         responses={code: {"model": ErrorOut} for code in (400, 401, 403, 404, 413, 422)},
+        docs_url=None,
+        redoc_url=None,
     )
     app.add_middleware(BodyLimit, limit=MAX_BODY, upload_limit=MAX_UPLOAD, upload_suffix=UPLOAD_SUFFIX)
+    app.add_middleware(SecurityHeaders)  # added last: outermost, so its headers reach every response
     app.state.client, app.state.identities, app.state.tokens = client, identities, tokens
     _errors(app)
     app.include_router(dashboard_router(client, identities, current_user, policy))

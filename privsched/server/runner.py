@@ -71,20 +71,22 @@ def api_for_options(
     policy: Any = None,
 ) -> AbstractContextManager[Listen | None]:
     """What ``privsched serve``'s options ask for: the API on ``listen`` (by default on
-    :data:`DEFAULT_LISTEN`, except for a batch ``--until-idle`` run), or nothing for 'none'."""
+    :data:`DEFAULT_LISTEN`, except for a batch ``--until-idle`` run), or nothing for 'none'.
+    An address in use (by a scheduler this one takes over from, paused or ending) is bound
+    as soon as it is free."""
     text = listen if listen is not None else ("none" if until_idle else DEFAULT_LISTEN)
     if text == "none":
         return nullcontext()
     address = parse_listen(text, tls_cert, tls_key, insecure)
-    if listen is None:  # the default address: a scheduler still runs if it is taken
+    if listen is None:  # the default address: a scheduler still runs if it cannot be bound
         return _default_api(db, address, log, policy)
-    return http_api(db, address, log, policy)
+    return http_api(db, address, log, policy, wait_for_port=True)
 
 
 @contextmanager
 def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None, policy: Any) -> Iterator[Listen | None]:
     try:
-        api = http_api(db, listen, log, policy)
+        api = http_api(db, listen, log, policy, wait_for_port=True)
         bound = api.__enter__()
     except ValueError as exc:
         print(f"warning: no HTTP API: {exc}; pass --listen HOST:PORT for another address", file=sys.stderr)
@@ -96,14 +98,96 @@ def _default_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], Non
         api.__exit__(None, None, None)
 
 
+class PortInUse(ValueError):
+    """The address is bound by another process (for now)."""
+
+
+def _probe(listen: Listen) -> None:
+    """Raise :class:`PortInUse` while another process listens on ``listen``, ``ValueError``
+    when it is no address of this host."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in listen.host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind((listen.host, listen.port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(f"{listen.host}:{listen.port} is in use") from None
+        if not isinstance(exc, socket.gaierror):
+            raise ValueError(f"cannot listen on {listen.host}:{listen.port} ({exc.strerror})") from None
+
+
 @contextmanager
-def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None = None, policy: Any = None) -> Iterator[Listen]:
+def http_api(
+    db: str | os.PathLike,
+    listen: Listen,
+    log: Callable[[str], None] | None = None,
+    policy: Any = None,
+    header_timeout: float | None = None,
+    wait_for_port: bool = False,
+) -> Iterator[Listen]:
     """Serve the API of database ``db`` while the block runs; yields the address bound
-    (port 0 picks a free one). A port in use raises ``ValueError``."""
+    (port 0 picks a free one). A port in use raises ``ValueError``, or with
+    ``wait_for_port`` is bound once it is free (polled every half second; the address asked
+    for is yielded at once). The open-file limit is raised to its hard limit first, and
+    clients are held to :mod:`privsched.server.limits`."""
+    servers: list[Any] = []
+    done = threading.Event()
+    waiter = None
+    try:
+        bound = _start(db, listen, log, policy, header_timeout, servers)
+    except PortInUse as exc:
+        if not wait_for_port:
+            raise
+        print(f"warning: {exc}: the HTTP API starts there once it is free", file=sys.stderr)
+        bound = listen
+
+        def bind_when_free() -> None:
+            while not done.wait(0.5):
+                try:
+                    _start(db, listen, log, policy, header_timeout, servers)
+                    return
+                except PortInUse:
+                    continue
+                except ValueError as failed:
+                    print(f"warning: no HTTP API: {failed}", file=sys.stderr)
+                    return
+
+        waiter = threading.Thread(target=bind_when_free, name="privsched-http-wait", daemon=True)
+        waiter.start()
+    try:
+        yield bound
+    finally:
+        done.set()
+        if waiter is not None:
+            waiter.join(timeout=10)
+        for server, thread in servers:
+            server.should_exit = True
+            thread.join(timeout=10)
+
+
+def _start(
+    db: str | os.PathLike, listen: Listen, log: Callable[[str], None] | None, policy: Any, header_timeout: float | None, servers: list[Any]
+) -> Listen:
+    """Start serving on ``listen`` in a thread (added to ``servers``); the address bound."""
     import uvicorn
 
     from privsched.server.app import create_app
+    from privsched.server.limits import (
+        HEADER_TIMEOUT,
+        KEEP_ALIVE,
+        connection_cap,
+        guarded_protocol,
+        open_descriptors,
+        raise_open_file_limit,
+    )
 
+    if listen.port:
+        _probe(listen)
+    cap = connection_cap(raise_open_file_limit(), open_descriptors())
     config = uvicorn.Config(
         create_app(db, policy),
         host=listen.host,
@@ -114,8 +198,10 @@ def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] |
         access_log=False,
         proxy_headers=False,  # no X-Forwarded-* rewriting: the API reads no client address, and trusts no proxy
         lifespan="on",
-        http="httptools",
+        http=guarded_protocol(cap, HEADER_TIMEOUT if header_timeout is None else header_timeout),
         loop="uvloop",
+        limit_concurrency=cap + 1,  # uvicorn answers 503 from this many connections (or tasks) on
+        timeout_keep_alive=KEEP_ALIVE,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="privsched-http", daemon=True)
@@ -124,12 +210,9 @@ def http_api(db: str | os.PathLike, listen: Listen, log: Callable[[str], None] |
         if not thread.is_alive():
             raise ValueError(f"cannot listen on {listen.host}:{listen.port} (in use, or not an address of this host)")
         time.sleep(0.01)
+    servers.append((server, thread))
     port = server.servers[0].sockets[0].getsockname()[1]
     bound = Listen(listen.host, port, listen.tls_cert, listen.tls_key)
     if log is not None:
-        log(f"HTTP API on {bound.url} (OpenAPI page: {bound.url}/docs)")
-    try:
-        yield bound
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        log(f"HTTP API on {bound.url} (OpenAPI schema: {bound.url}/openapi.json)")
+    return bound

@@ -42,7 +42,7 @@ from privsched.ledger.launches import LaunchRecord
 from privsched.ledger.models import PipelineInfo
 from privsched.errors import validation_message
 from privsched.policies.base import PolicySpec, orders_per_pipeline
-from privsched.policies.unlock import UnlockGrid, unlock_step, unlocked_fraction
+from privsched.policies.unlock import UnlockGrid, unlock_amounts, unlocked_fraction
 from privsched.service.executors.base import Executor, Launch
 from privsched.service.launching import LaunchFiles
 from privsched.service.pending import Marks, PendingSet
@@ -271,12 +271,12 @@ class Scheduler:
     def unlock(self, now: float) -> tuple[list[int], bool]:
         """Raise each active block's unlocked fraction to the rule's target with the same
         functions as the simulator (:func:`~privsched.policies.unlock.unlocked_fraction`,
-        :func:`~privsched.policies.unlock.unlock_step`; module docstring). Per-time rules count
+        :func:`~privsched.policies.unlock.unlock_amounts`; module docstring). Per-time rules count
         the clock up to the last instant of ``unlock_grid`` (all of it without a grid).
         Returns the ids of the blocks unlocked, and whether time will unlock more."""
         rule = self.policy.unlock
         counted = self.unlock_grid.floor(now) if self.unlock_grid is not None else now
-        fractions: dict[int, float] = {}
+        targets: dict[int, float] = {}
         more = False
         for dataset in sorted(self.pending.datasets.values(), key=lambda d: d.name):
             blocks = self.pending.blocks_of(dataset)
@@ -286,12 +286,12 @@ class Scheduler:
             ids = blocks.ids[active]
             arrivals = np.fromiter((self.pending.arrivals[i] for i in ids.tolist()), dtype=float, count=len(ids))
             target = unlocked_fraction(rule, arrivals, counted - blocks.created_at[active])
-            step = unlock_step(blocks.capacity[active], blocks.locked[active], target)
-            fractions.update((int(ids[i]), float(step[i])) for i in np.flatnonzero(step > 0).tolist())
+            moved = unlock_amounts(blocks.capacity[active], blocks.locked[active], target)
+            targets.update((int(ids[i]), float(target[i])) for i in np.flatnonzero((moved > 0).any(axis=1)).tolist())
             more = more or bool(rule.on_tick(1.0) > 0 and np.any(target < 1.0))
-        if fractions:
-            self.ledger.unlock(fractions, now=now)
-        return list(fractions), more
+        if targets:
+            self.ledger.raise_unlocked(targets, now=now)
+        return list(targets), more
 
     def admit(self, now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
@@ -303,19 +303,25 @@ class Scheduler:
         pass that the ledger committed as chosen, no pending pipeline fits (the budget only
         shrinks within a pass), and a fit only depends on the pipeline's own blocks, so the
         others cannot fit now either, and the pass over the shown pipelines grants what a
-        pass over all of them would. A grant the ledger refused (a quota, a change from
-        another process) makes the scheduler read everything again and show everyone."""
+        pass over all of them would. Under team quotas the policy sees every pending
+        pipeline of the dataset, and its team's quota and holdings, so that it skips what a
+        quota holds back and goes on to the next (:class:`~privsched.policies.base.Quotas`).
+        A grant the ledger refused (a change from another process) makes the scheduler read
+        everything again and show everyone."""
         marks = self._unadmitted.take()
         order: list[int] = []
         reserved: dict[tuple[int, int], np.ndarray] = {}
         every = marks.everything or not orders_per_pipeline(self.policy.policy)
         try:
             for dataset_id, table in sorted(self.pending.tables.items(), key=lambda item: self.pending.datasets[item[0]].name):
-                pipelines = None if every else self._changed(dataset_id, marks, marks.gained)
+                teams = self.ledger.team_quotas(dataset_id, table.pipeline_ids.tolist()) if len(table.pipeline_ids) else None
+                # Under quotas a pipeline's fit also depends on what its team holds: show all.
+                pipelines = None if every or teams is not None else self._changed(dataset_id, marks, marks.gained)
                 if not len(table.pipeline_ids) or (pipelines is not None and not len(pipelines)):
                     continue
                 view = self.pending.view(dataset_id, pipelines)
-                allocation = self.policy.policy.allocate(snapshot_of(view, now, edge_reservations(view, self._reserved)))
+                snapshot = snapshot_of(view, now, edge_reservations(view, self._reserved), teams)
+                allocation = self.policy.policy.allocate(snapshot)
                 granted = [int(i) for i in view.pipelines.pipeline_ids[allocation.granted]]
                 if allocation.reserved is not None:
                     reserved.update(_waiting_reservations(edge_keys(view), allocation.reserved, set(granted)))
@@ -330,7 +336,7 @@ class Scheduler:
         self._reserved = reserved  # pipelines no longer pending drop theirs
         if changed:
             self.runs.record_reservations(reserved)  # for the waiting reasons of every client
-        self._reread = granted != order  # a quota, or a change the pass did not see: read everything next tick
+        self._reread = granted != order  # a change the pass did not see: read everything next tick
         if order:
             self._refresh()
         if granted:

@@ -138,6 +138,8 @@ def compile_trace(trace: Trace) -> Instance:
             raise TraceError(f"invalid trace: pipelines[{i}] {p.id!r}: {exc}") from None
 
     pipelines = [trace.pipelines[i] for i in order]
+    teams = sorted(trace.quotas or {})
+    team_index = {name: t for t, name in enumerate(teams)}
     return Instance(
         accounting=accounting,
         block_ids=ids,
@@ -151,4 +153,6 @@ def compile_trace(trace: Trace) -> Instance:
         edge_start=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64),
         edge_block=np.array(edge_block, dtype=np.int64),
         edge_demand=np.array(edge_demand, dtype=float).reshape(len(edge_block), accounting.dims),
+        team=np.array([team_index.get(p.team or "", -1) for p in pipelines], dtype=np.intp) if teams else None,
+        share=np.array([(trace.quotas or {})[name] for name in teams], dtype=float) if teams else None,
     )

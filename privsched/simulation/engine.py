@@ -25,14 +25,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from privsched.budgets.exact import clamp, raised_of, raised_units, sum_at, units, value
 from privsched.policies.base import Allocation, PolicySpec
 from privsched.policies.unlock import (
     UnlockGrid,
-    block_unlock_amounts,
-    block_unlock_step,
     block_unlocked_fraction,
-    unlock_amounts,
-    unlock_step,
     unlocked_fraction,
 )
 from privsched.simulation.instance import Instance
@@ -88,18 +85,19 @@ class Simulator:
         B, K, P = instance.n_blocks, self.acc.dims, instance.n_pipelines
         self.cap = instance.capacity
         self.live = self.acc.live(self.cap)
-        self.locked = self.cap.copy()
-        self.unlocked = np.zeros((B, K))
-        self.consumed = np.zeros((B, K))
+        # Balances in exact quanta (docs/design.md §3.3), the ledger's arithmetic.
+        self.cap_units = units(self.cap, up=False)
+        self.locked = self.cap_units.copy()
+        self.unlocked = np.zeros((B, K), dtype=np.int64)
+        self.consumed = np.zeros((B, K), dtype=np.int64)
+        self.demand = units(instance.edge_demand, up=True)  # (E, K) quanta
         self.wasted = np.zeros((B, K))
         self.arrivals = [0.0] * B  # pipelines that asked for each block so far
-        # Per block, for the one-pipeline unlock: its creation time, capacity, the dimension
-        # unlock_step measures in (the first largest capacity) and the capacity there, as
-        # Python numbers.
+        # Per block, for the one-pipeline unlock: its creation time and capacity (also in
+        # quanta) as Python numbers.
         self.created = instance.block_arrival.tolist()
         self.cap_rows = self.cap.tolist()
-        self.top_dim = self.cap.argmax(axis=1).tolist()
-        self.top = self.cap[np.arange(B), self.top_dim].tolist()
+        self.cap_unit_rows = self.cap_units.tolist()
         #: False once a block has nothing locked (all zero): it stays so, only unlocks move locked budget.
         self.maybe_locked = [True] * B
         self.status = np.zeros(P, dtype=np.int8)
@@ -117,8 +115,11 @@ class Simulator:
         self.deadline_next = 0  # position in ``by_deadline`` of the next timeout
         self.n_pending = 0
         self.passes = 0
-        #: Decides which passes run and over which pipelines.
-        self.allocation = PassSkipping(self) if shortcuts else EveryInstant(self)
+        #: What each team holds on each block (T, B, K), under team quotas.
+        self.held = np.zeros((len(instance.share), B, K), dtype=np.int64) if instance.has_quotas and instance.share is not None else None
+        #: Decides which passes run and over which pipelines. Under quotas a pipeline's fit
+        #: also depends on its team's holdings, which the shortcuts do not follow: every pass runs.
+        self.allocation = PassSkipping(self) if shortcuts and self.held is None else EveryInstant(self)
 
     # -- budget -----------------------------------------------------------------------------
 
@@ -131,34 +132,30 @@ class Simulator:
             return blocks[:0]
         elapsed = self._counted(now) - self.inst.block_arrival[blocks]
         target = unlocked_fraction(self.spec.unlock, np.array(self.arrivals)[blocks], elapsed)
-        cap = self.cap[blocks]
-        step = unlock_step(cap, locked, target)
-        moved = unlock_amounts(cap, locked, step)
-        self.locked[blocks] -= moved
+        moved = raised_units(self.cap[blocks], self.cap_units[blocks], locked, target)
+        self.locked[blocks] = locked - moved
         self.unlocked[blocks] += moved
-        return blocks[step > 0]
+        return blocks[(moved > 0).any(axis=1)]
 
     def _unlock_one(self, i: int, now: float) -> np.ndarray:
         """:meth:`_unlock` for pipeline i's few (distinct) blocks, block by block in Python
-        floats with the same bits (:func:`~privsched.policies.unlock.block_unlock_step`).
-        Blocks with nothing locked are skipped: they step by 0 and move nothing, and locked
-        budget never comes back (:attr:`maybe_locked`)."""
+        numbers with the same result (:func:`~privsched.policies.unlock.block_unlocked_fraction`,
+        :func:`~privsched.budgets.exact.raised_of`).
+        Blocks with nothing locked are skipped: they move nothing, and locked budget never
+        comes back (:attr:`maybe_locked`)."""
         rule, counted = self.spec.unlock, self._counted(now)
         gained = []
         for j in self.block_ids[i]:
             if not self.maybe_locked[j]:
                 continue
-            row = self.locked[j].tolist()
-            if not any(row):
+            if not (self.locked[j] > 0).any():
                 self.maybe_locked[j] = False
                 continue
             target = block_unlocked_fraction(rule, self.arrivals[j], counted - self.created[j])
-            locked = target >= 1.0 and any(x > 0 for x in row)  # the step reads it at a target of 1 only
-            step = block_unlock_step(self.top[j], row[self.top_dim[j]], target, locked)
-            moved = block_unlock_amounts(self.cap_rows[j], row, step)
-            self.locked[j] -= moved
-            self.unlocked[j] += moved
-            if step > 0:
+            moved = raised_of(self.cap_rows[j], self.cap_unit_rows[j], self.locked[j].tolist(), target)
+            if any(moved):
+                self.locked[j] -= moved
+                self.unlocked[j] += moved
                 gained.append(j)
         return np.array(gained, dtype=np.int64) if gained else _NO_BLOCKS
 
@@ -216,7 +213,8 @@ class Simulator:
     def full_pass(self, now: float, pipelines: np.ndarray) -> np.ndarray:
         """One call of the policy on ``pipelines`` (ascending); applies and returns the grants."""
         inst = self.inst
-        snapshot, edges = inst.snapshot(pipelines, self.unlocked.copy(), now, self.reserved)
+        held = None if self.held is None else value(self.held)
+        snapshot, edges = inst.snapshot(pipelines, value(self.unlocked), now, self.reserved, held)
         if snapshot.reserved is None:
             snapshot = replace(snapshot, reserved=np.zeros((len(edges), self.acc.dims)))
         old = snapshot.reserved
@@ -228,7 +226,7 @@ class Simulator:
             if self.reserved is None:
                 self.reserved = np.zeros((len(inst.edge_block), self.acc.dims))
             new = np.asarray(allocation.reserved, dtype=float)
-            np.add.at(self.unlocked, inst.edge_block[edges], old - new)
+            np.add.at(self.unlocked, inst.edge_block[edges], units(old, up=True) - units(new, up=True))
             self.reserved[edges] = new
         granted = pipelines[np.asarray(allocation.granted, dtype=np.intp)]
         if granted.size:
@@ -243,24 +241,42 @@ class Simulator:
         if len(granted) == 1:  # distinct blocks
             i = int(granted[0])
             edges, blocks = self.edge_span[i], self.block_span[i]
-            demand = self.inst.edge_demand[edges]
+            demand = self.demand[edges]
             if not self.reserving:
-                self.unlocked[blocks] -= demand
-            self.consumed[blocks] += demand
+                self.unlocked[blocks] = clamp(self.unlocked[blocks] - demand)
+            self.consumed[blocks] = clamp(self.consumed[blocks] + demand)
         else:
             edges, _ = self.inst.edges_of(granted)
             blocks = self.inst.edge_block[edges]
-            demand = self.inst.edge_demand[edges]
+            total = sum_at(self.inst.n_blocks, blocks, self.demand[edges])
+            touched = np.unique(blocks)
             if not self.reserving:
-                np.subtract.at(self.unlocked, blocks, demand)
-            np.add.at(self.consumed, blocks, demand)
+                self.unlocked[touched] = clamp(self.unlocked[touched] - total[touched])
+            self.consumed[touched] = clamp(self.consumed[touched] + total[touched])
+        if self.held is not None:
+            self._hold(granted)
         if self.reserving:
             self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
-        if not checked and not np.all(self.acc.is_safe(self.consumed[blocks], self.cap[blocks])):
+        if not checked and not np.all(self.acc.fits_units(self.consumed[blocks], self.cap_units[blocks], self.live[blocks])):
             raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")
         self.status[granted] = GRANTED
         self.grant_time[granted] = now
         self.n_pending -= granted.size
+
+    def _hold(self, granted: np.ndarray) -> None:
+        """Count the granted pipelines' demands as held by their teams (under quotas; a
+        simulated pipeline consumes its grant, so a team never holds less)."""
+        assert self.held is not None and self.inst.team is not None
+        under = granted[self.inst.team[granted] >= 0]
+        if not under.size:
+            return
+        edges, owner = self.inst.edges_of(under)
+        n_blocks = self.inst.n_blocks
+        cell = self.inst.team[under][owner] * n_blocks + self.inst.edge_block[edges]
+        flat = self.held.reshape(-1, self.acc.dims)
+        total = sum_at(len(flat), cell, self.demand[edges])
+        touched = np.unique(cell)
+        flat[touched] = clamp(flat[touched] + total[touched])
 
     # -- the event loop ---------------------------------------------------------------------------
 
@@ -290,7 +306,7 @@ class Simulator:
             if now == math.inf:
                 break
             while len(sampled) < len(sample_times) and sample_times[len(sampled)] < now:
-                sampled.append(self.consumed.copy())
+                sampled.append(value(self.consumed))
             dirty: list[np.ndarray] = []
             # 1. block arrivals
             b_stop = bisect.bisect_right(block_times, now)
@@ -319,11 +335,11 @@ class Simulator:
             self.allocation.allocate(now, arrived, dirty, p_next)
         self._expire(sys.float_info.max)  # every finite deadline passes; no timeout: still pending
         while len(sampled) < len(sample_times):
-            sampled.append(self.consumed.copy())
+            sampled.append(value(self.consumed))
         return RunState(
             status=self.status,
             grant_time=self.grant_time,
-            consumed=self.consumed,
+            consumed=value(self.consumed),
             wasted=self.wasted,
             sample_times=sample_times,
             sample_consumed=np.array(sampled).reshape(len(sample_times), B, self.acc.dims),

@@ -18,7 +18,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_NOISE, MIN_NOISE, check_number
 from privsched.budgets.curves import gaussian_curve, gaussian_sigma, pure_dp_curve
-from privsched.policies.base import Snapshot
+from privsched.policies.base import Quotas, Snapshot
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,15 @@ class Instance:
     edge_start: np.ndarray  # (P + 1,) offsets into the edge arrays
     edge_block: np.ndarray  # (E,) block index
     edge_demand: np.ndarray  # (E, K)
+    #: Team quotas (docs/design.md §4.2): each pipeline's team (an index into ``share``, -1
+    #: under none) and each team's share of every block's capacity; None without quotas.
+    team: np.ndarray | None = None  # (P,) int
+    share: np.ndarray | None = None  # (T,)
+
+    @property
+    def has_quotas(self) -> bool:
+        """Whether some pipeline is under a team quota."""
+        return self.team is not None and self.share is not None and bool(np.any(self.team >= 0))
 
     @property
     def n_blocks(self) -> int:
@@ -69,14 +78,22 @@ class Instance:
             edge_start=self.edge_start[: p + 1],
             edge_block=self.edge_block[:e],
             edge_demand=self.edge_demand[:e],
+            team=None if self.team is None else self.team[:p],
+            share=self.share,
         )
 
     def snapshot(
-        self, pipelines: np.ndarray, unlocked: np.ndarray, clock: float = 0.0, reserved: np.ndarray | None = None
+        self,
+        pipelines: np.ndarray,
+        unlocked: np.ndarray,
+        clock: float = 0.0,
+        reserved: np.ndarray | None = None,
+        held: np.ndarray | None = None,
     ) -> tuple[Snapshot, np.ndarray]:
         """What a policy sees of ``pipelines`` (ascending, or in any order the policy may
         take as theirs) given the blocks' ``unlocked`` budget, and the pipelines' edges.
-        ``reserved`` is per edge of the whole instance (E, K)."""
+        ``reserved`` is per edge of the whole instance (E, K); ``held`` (T, B, K) what each
+        team holds, under quotas."""
         edges, owner = self.edges_of(pipelines)
         snapshot = Snapshot(
             accounting=self.accounting,
@@ -90,6 +107,7 @@ class Instance:
             edge_demand=self.edge_demand[edges],
             clock=clock,
             reserved=None if reserved is None else reserved[edges],
+            quotas=None if held is None or self.team is None or self.share is None else Quotas(self.team[pipelines], self.share, held),
         )
         return snapshot, edges
 

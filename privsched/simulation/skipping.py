@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from privsched.budgets.exact import sum_at, value
 from privsched.policies.admission import admit_in_order
 from privsched.policies.base import PerPipelineOrder, orders_per_pipeline
 from privsched.simulation.instance import Instance
 from privsched.simulation.status import PENDING
-from privsched.simulation.watch import BlockMembers, WatchLists, fits
+from privsched.simulation.watch import BlockMembers, WatchLists
 
 if TYPE_CHECKING:
     from privsched.simulation.engine import Simulator
@@ -130,20 +131,20 @@ class PassSkipping:
         if len(pipelines) == 1:
             i = int(pipelines[0])
             edges, blocks = self.sim.edge_span[i], self.sim.block_span[i]
-            demand = self.sim.inst.edge_demand[edges]
-            ok = fits(self.sim.acc, demand, self.sim.unlocked[blocks], self.sim.live[blocks])
+            demand = self.sim.demand[edges]
+            ok = self.sim.acc.fits_units(demand, self.sim.unlocked[blocks], self.sim.live[blocks])
             if ok.all():
                 return pipelines
             first = edges.start + int(np.argmin(ok))  # the first block where it does not fit
             witness = slice(first, first + 1)
-            self.watch.watch(pipelines, self.sim.inst.edge_block[witness], self.sim.inst.edge_demand[witness])
+            self.watch.watch(pipelines, self.sim.inst.edge_block[witness], self.sim.demand[witness])
             return pipelines[:0]
         if not len(pipelines):
             return pipelines
         edges, owner = self.sim.inst.edges_of(pipelines)
         blocks = self.sim.inst.edge_block[edges]
-        demand = self.sim.inst.edge_demand[edges]
-        ok = fits(self.sim.acc, demand, self.sim.unlocked[blocks], self.sim.live[blocks])
+        demand = self.sim.demand[edges]
+        ok = self.sim.acc.fits_units(demand, self.sim.unlocked[blocks], self.sim.live[blocks])
         if ok.all():
             return pipelines
         failing = np.flatnonzero(~ok)
@@ -168,7 +169,7 @@ class PassSkipping:
             order = self._check(order[1:])
             if not order.size:
                 return
-        snapshot, _ = self.sim.inst.snapshot(order, self.sim.unlocked, now)
+        snapshot, _ = self.sim.inst.snapshot(order, value(self.sim.unlocked), now)
         walked = np.zeros(len(order), dtype=bool)
         walked[admit_in_order(snapshot, np.arange(len(order)))] = True
         self.sim.grant(now, order[walked], checked=True)
@@ -195,10 +196,9 @@ class PassSkipping:
             return True
         edges, _ = self.sim.inst.edges_of(pipelines)
         blocks = self.sim.inst.edge_block[edges]
-        total = np.zeros_like(self.sim.unlocked)
-        np.add.at(total, blocks, self.sim.inst.edge_demand[edges])
+        total = sum_at(len(self.sim.unlocked), blocks, self.sim.demand[edges])
         touched = np.unique(blocks)
-        return bool(np.all(fits(self.sim.acc, total[touched], self.sim.unlocked[touched], self.sim.live[touched])))
+        return bool(np.all(self.sim.acc.fits_units(total[touched], self.sim.unlocked[touched], self.sim.live[touched])))
 
 
 def _distinct(arrays: list[np.ndarray]) -> np.ndarray:

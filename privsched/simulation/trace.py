@@ -13,7 +13,11 @@ Format (times in seconds)::
      "pipelines": [{"id": "p0", "arrival": 1.0, "blocks": ["b0"] | {"last": 10},
                     "epsilon": 0.01, "delta": 1e-9, "demands": {"b0": 0.5},
                     "curve": [...], "mechanism": "gaussian" | {...},
-                    "weight": 1, "timeout": 300, "class": "mice"}, ...]}
+                    "weight": 1, "timeout": 300, "class": "mice", "team": "blue"}, ...],
+     "quotas": {"blue": 0.3}}
+
+``quotas`` gives a team's share of every block's capacity (docs/design.md §4.2); a
+pipeline's ``team`` is under its team's quota, if it has one.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
 Timeout = bounded(MIN_DURATION, MAX_TIME)
 Share = bounded(MIN_EPSILON, MAX_DEMAND)
 CurveValue = bounded(0.0, MAX_DEMAND)
+QuotaShare = bounded(0.0, 1.0)
 
 
 class _Entry(BaseModel):
@@ -87,6 +92,7 @@ class TracePipeline(_Entry):
     weight: Weight = 1.0
     timeout: Timeout | None = None
     klass: str = Field("", alias="class", max_length=256)
+    team: Name | None = None
 
     @field_validator("blocks")
     @classmethod
@@ -125,6 +131,7 @@ class Trace(_Entry):
     alphas: list[bounded(1.0, MAX_ORDER, low_open=True)] | None = Field(None, max_length=MAX_ORDERS)  # type: ignore[valid-type]
     blocks: list[TraceBlock]
     pipelines: list[TracePipeline]
+    quotas: dict[Name, QuotaShare] | None = None
     _instance: Instance | None = PrivateAttr(None)
 
     @property

@@ -11,20 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from privsched.budgets.accounting import Accounting
 
-
-def _fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Whether each demand fits ``available`` under plain ``<=`` (reduces the last axis)."""
+def fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """Whether each demand fits ``available`` under plain ``<=`` (reduces the last axis). The
+    simulator passes budgets in exact quanta, held here as float64 (exact below 2⁵³, beyond
+    any budget), so this is the exact fit test and a filter that never drops a fitting one."""
     ok = demand <= available
     return (ok & live).any(axis=-1) if rdp else ok.all(axis=-1)
-
-
-def fits(accounting: Accounting, demand: np.ndarray, available: np.ndarray, live: np.ndarray) -> np.ndarray:
-    """Exactly ``accounting.fits(demand, available, live)`` for float (rows, K) arrays, without
-    its conversions: :func:`~privsched.budgets.accounting.leq` is the plain ``<=`` (no
-    tolerance, docs/design.md §3.3), NaN never fitting."""
-    return _fits_under(accounting.is_rdp, demand, available, live)
 
 
 class WatchLists:
@@ -73,12 +66,12 @@ class WatchLists:
 
     def worth_scanning(self, blocks: np.ndarray, unlocked: np.ndarray) -> np.ndarray:
         """The ``blocks`` where the lower bound of the watchers' demands fits (all at once)."""
-        ok = _fits_under(self.rdp, self.low[blocks], unlocked[blocks], self.live[blocks])
+        ok = fits_under(self.rdp, self.low[blocks], unlocked[blocks], self.live[blocks])
         return blocks[ok]
 
     def may_fit(self, j: int, unlocked: np.ndarray) -> np.ndarray:
-        """Pending watchers of block j whose demand there fits ``unlocked`` (under
-        :func:`~privsched.budgets.accounting.leq`)."""
+        """Pending watchers of block j whose demand there may fit ``unlocked`` (under plain
+        ``<=``, implied by an exact fit)."""
         n = self.count[j]
         if n == 0:
             return self.pipeline[j][:0]
@@ -91,7 +84,7 @@ class WatchLists:
             pipeline, demand = pipeline[:m], demand[:m]
             self.count[j] = m
         self.low[j] = demand.min(axis=0) if len(pipeline) else np.inf
-        return pipeline[_fits_under(self.rdp, demand, unlocked, live)]
+        return pipeline[fits_under(self.rdp, demand, unlocked, live)]
 
 
 class BlockMembers:

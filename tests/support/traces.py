@@ -15,9 +15,13 @@ from privsched.simulation.trace import Trace
 GLOBAL_BUDGET = {"basic": (1.0, 1e-6), "rdp": (10.0, 1e-7)}
 
 
-def random_trace(accounting: str, seed: int, *, blocks: int = 5, pipelines: int = 36, span: float = 30.0) -> Trace:
+def random_trace(
+    accounting: str, seed: int, *, blocks: int = 5, pipelines: int = 36, span: float = 30.0, quotas: dict[str, float] | None = None
+) -> Trace:
     """A trace of ``blocks`` blocks arriving over the first half of ``span`` seconds and
-    ``pipelines`` pipelines arriving over all of it (ids ``p000``… in arrival order)."""
+    ``pipelines`` pipelines arriving over all of it (ids ``p000``… in arrival order). With
+    ``quotas`` (team → share), every pipeline belongs to one of those teams or to a team
+    ``open`` without a quota, at random."""
     rng = np.random.default_rng(seed)
     epsilon_g, delta_g = GLOBAL_BUDGET[accounting]
     block_arrival = np.sort(np.round(rng.uniform(0, span / 2, blocks) * 2) / 2)
@@ -36,6 +40,8 @@ def random_trace(accounting: str, seed: int, *, blocks: int = 5, pipelines: int 
             entry.update(mechanism="gaussian", epsilon=share * epsilon_g, delta=1e-9)
         if rng.random() < 0.3:
             entry["timeout"] = float(rng.choice([2.0, 5.0, 12.5]))
+        if quotas:
+            entry["team"] = str(rng.choice([*sorted(quotas), "open"]))
         entries.append(entry)
     return Trace.model_validate(
         {
@@ -44,5 +50,6 @@ def random_trace(accounting: str, seed: int, *, blocks: int = 5, pipelines: int 
                 {"id": f"b{j}", "arrival": float(a), "epsilon": epsilon_g, "delta": delta_g} for j, a in enumerate(block_arrival.tolist())
             ],
             "pipelines": entries,
+            **({"quotas": quotas} if quotas else {}),
         }
     )

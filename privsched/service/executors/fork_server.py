@@ -127,6 +127,9 @@ def serve(control: socket.socket, modules: list[str]) -> None:
     for name in modules:
         importlib.import_module(name)
     _warm_up()
+    from privsched.jobs.namespaces import available
+
+    available()  # tried once here (a fork, tens of ms): every supervisor forked from here inherits the answer
     from threadpoolctl import ThreadpoolController
 
     pools = ThreadpoolController()  # finds the loaded thread pools once (tens of ms), not in every job

@@ -26,9 +26,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from privsched.jobs.runner import JobResult, write_atomic
+from privsched.jobs.runner import JOB_VARIABLES, JobResult, write_atomic
 from privsched.ledger.lease import pid_exists
-from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result, without_secrets
+from privsched.service.executors.base import LAUNCH_TOKEN_ENV, Executor, Launch, failure, read_result
 from privsched.service.executors.result_pipe import ResultPipe
 from privsched.service.executors.warm_launcher import ForkServer, WarmLauncher
 from privsched.service.logcap import cap_log
@@ -161,12 +161,12 @@ class LocalExecutor(Executor):
 
     @staticmethod
     def _base_environment() -> dict[str, str]:
-        """This process's environment without secrets (:func:`without_secrets`), with
-        privsched importable and no launch token."""
-        env = without_secrets(os.environ)
+        """A supervisor's environment, built from the jobs' allow-list (:data:`JOB_VARIABLES`
+        and ``LC_*``), never inherited whole (the operator's tokens and cloud keys stay with
+        the scheduler), with privsched importable and no launch token."""
+        env = {name: value for name, value in os.environ.items() if name in JOB_VARIABLES or name.startswith("LC_")}
         package_root = str(Path(__file__).resolve().parents[3])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        env.pop(LAUNCH_TOKEN_ENV, None)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         return env
 
     def _environment(self, launch: Launch) -> dict[str, str]:
