@@ -427,6 +427,9 @@ class Client(BudgetReads):
 
     def _quota(self, dataset: DatasetInfo, blocks: builtins.list[BlockInfo], team: str) -> Any:
         """``team``'s :class:`~privsched.service.dryrun.Quota` on ``dataset``, or None without one."""
+        import numpy as np
+
+        from privsched.budgets.exact import value
         from privsched.ledger.connection import open_database
         from privsched.ledger.quotas import QuotaCheck
         from privsched.service.dryrun import Quota
@@ -437,7 +440,7 @@ class Client(BudgetReads):
             check = QuotaCheck.load(db)
             if check is None or (dataset.id, team) not in check.shares:
                 return None
-            held = {keys[b]: v for b, v in check.held(dataset.id, team).items() if b in keys}
+            held = {keys[b]: value(np.asarray(q)) for b, q in check.held(dataset.id, team).items() if b in keys}  # quanta to budget
             consumed = {keys[b]: v for b, v in check.consumed(dataset.id, team).items() if b in keys}
             return Quota(team, check.shares[(dataset.id, team)], held, consumed)  # type: ignore[arg-type]
         finally:

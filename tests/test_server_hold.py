@@ -47,19 +47,43 @@ def _lowered_limit() -> None:
 
 
 @pytest.mark.slow
+def api_line(stream) -> str:
+    """The line of a starting ``serve``'s summary that gives its HTTP API (it comes once the
+    scheduler owns the database)."""
+    for _ in range(12):
+        line = stream.readline()
+        if "HTTP API" in line:
+            return line
+    raise AssertionError("serve never said where its HTTP API is")
+
+
 def test_a_scheduler_flooded_with_idle_connections_keeps_scheduling_and_serving(tmp_path: Path):
     db = tmp_path / "p.db"
     tokens = make_database(db)
     port = free_port()
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--tick", "100ms", "--cpus", "2", "--gpus", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "privsched",
+        "serve",
+        "--policy",
+        "fcfs",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--tick",
+        "100ms",
+        "--cpus",
+        "2",
+        "--gpus",
+        "0",
+    ]
     process = subprocess.Popen(
         command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_lowered_limit
     )
     flood: list[socket.socket] = []
     try:
-        line = process.stdout.readline()
-        assert "HTTP API on" in line, line
+        api_line(process.stdout)
         for _ in range(FLOOD):
             try:
                 flood.append(socket.create_connection(("127.0.0.1", port), timeout=30))
@@ -99,7 +123,22 @@ def _submit_once_served(client, spec: dict, process: subprocess.Popen) -> int:
 
 def _serve(db: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "privsched", "serve", "--listen", f"127.0.0.1:{port}", "--tick", "100ms", "--cpus", "2", "--gpus", "0"]
+    command = [
+        sys.executable,
+        "-m",
+        "privsched",
+        "serve",
+        "--policy",
+        "fcfs",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--tick",
+        "100ms",
+        "--cpus",
+        "2",
+        "--gpus",
+        "0",
+    ]
     return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -111,7 +150,7 @@ def test_a_scheduler_that_takes_over_a_paused_ones_lease_binds_the_api_once_the_
     first = _serve(db, port)
     standby = None
     try:
-        assert "HTTP API on" in first.stdout.readline()
+        api_line(first.stdout)
         first.send_signal(signal.SIGSTOP)  # paused, holding the port and (until it expires) the lease
         deadline = time.monotonic() + 120
         while True:  # a standby retrying until the paused scheduler's lease has expired

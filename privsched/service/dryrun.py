@@ -23,6 +23,7 @@ from typing import Literal
 
 import numpy as np
 
+from privsched.budgets.exact import quantize
 from privsched.ledger import BlockInfo, DatasetInfo, LedgerError, PipelineRequest
 from privsched.readouts import demand_share, demand_text, readout
 from privsched.service.unsatisfiable import _ROUNDING
@@ -100,7 +101,7 @@ def dry_run(
         raise LedgerError(f"unknown block {missing[0]!r} in dataset {dataset.name!r}")
     accounting = dataset.accounting
     chosen = [by_key[k] for k in request.block_keys]
-    demand = np.asarray(request.demand, dtype=float)
+    demand = quantize(np.asarray(request.demand, dtype=float), up=True)  # as the ledger records it (docs/design.md §3.3)
     demands = np.tile(demand, (len(chosen), 1))
     capacity = np.stack([b.capacity for b in chosen])
     live = accounting.live(capacity)
