@@ -4,6 +4,8 @@ low open-file limit keeps scheduling and serving."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import os
 import resource
 import signal
@@ -61,26 +63,7 @@ def test_a_scheduler_flooded_with_idle_connections_keeps_scheduling_and_serving(
     db = tmp_path / "p.db"
     tokens = make_database(db)
     port = free_port()
-    env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
-    command = [
-        sys.executable,
-        "-m",
-        "privsched",
-        "serve",
-        "--policy",
-        "fcfs",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--tick",
-        "100ms",
-        "--cpus",
-        "2",
-        "--gpus",
-        "0",
-    ]
-    process = subprocess.Popen(
-        command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_lowered_limit
-    )
+    process = _serve(db, port, preexec_fn=_lowered_limit)
     flood: list[socket.socket] = []
     try:
         api_line(process.stdout)
@@ -121,25 +104,12 @@ def _submit_once_served(client, spec: dict, process: subprocess.Popen) -> int:
             time.sleep(0.5)
 
 
-def _serve(db: Path, port: int) -> subprocess.Popen:
+def _serve(db: Path, port: int, preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """``privsched serve`` (FCFS) with its API on ``port``, its output merged on ``stdout``."""
     env = {**os.environ, "PRIVSCHED_DB": str(db), "PYTHONPATH": str(REPO)}
-    command = [
-        sys.executable,
-        "-m",
-        "privsched",
-        "serve",
-        "--policy",
-        "fcfs",
-        "--listen",
-        f"127.0.0.1:{port}",
-        "--tick",
-        "100ms",
-        "--cpus",
-        "2",
-        "--gpus",
-        "0",
-    ]
-    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    command = [sys.executable, "-m", "privsched", "serve", "--policy", "fcfs", "--listen", f"127.0.0.1:{port}"]
+    command += ["--tick", "100ms", "--cpus", "2", "--gpus", "0"]
+    return subprocess.Popen(command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=preexec_fn)
 
 
 @pytest.mark.slow
