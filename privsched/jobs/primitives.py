@@ -93,23 +93,23 @@ class Channel:
         """A granted block's files, by name within the block, as read-only files the
         supervisor opened (the job is then charged its whole grant)."""
         names = self.call({"op": "open", "key": key})
-        fds, self._fds = self._fds, []
-        if len(fds) != len(names):
-            for fd in fds:
-                os.close(fd)
-            raise ConnectionError("the job supervisor sent a block's files without their descriptors")
-        return {str(name): os.fdopen(fd, "rb") for name, fd in zip(names, fds)}
+        return {str(name): file for name, file in zip(names, self._received_files(len(names)))}
 
     def dpsgd_plan(self, request: dict) -> tuple[dict, list[BinaryIO]]:
         """A charged DP-SGD plan (:meth:`Account._dpsgd_plan`) and the granted blocks' files,
         open for reading."""
         plan = self.call({"op": "dpsgd_plan", **request})
+        return plan, self._received_files(plan.get("files"))
+
+    def _received_files(self, expected: int | None) -> list[BinaryIO]:
+        """The descriptors that came with the last answer, as files open for reading; all of
+        them closed and ``ConnectionError`` unless there are ``expected`` of them."""
         fds, self._fds = self._fds, []
-        if len(fds) != plan.get("files"):
+        if len(fds) != expected:
             for fd in fds:
                 os.close(fd)
-            raise ConnectionError("the job supervisor sent a plan without its blocks' descriptors")
-        return plan, [os.fdopen(fd, "rb") for fd in fds]
+            raise ConnectionError("the job supervisor's answer came without the descriptors it names")
+        return [os.fdopen(fd, "rb") for fd in fds]
 
     def finish(self, report: dict) -> None:
         self._sock.sendall(json.dumps({"op": "done", **report}, default=_jsonable).encode() + b"\n")
