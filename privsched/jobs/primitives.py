@@ -211,9 +211,10 @@ class Account:
         if key not in self.ctx.blocks or self.ctx.blocks[key].location is None:
             raise KeyError(f"block {key!r} is not granted")
         files = self._block_files(self.ctx.blocks[key].location)  # type: ignore[arg-type]
+        opened = self._descriptors(files)  # a block without the user column fails here, on its schema alone
         self._reach_data()
         self.read_blocks = True
-        return self._descriptors(files)
+        return opened
 
     def _block_files(self, location: str) -> dict[str, Path]:
         files = block_file_paths(location)
@@ -276,11 +277,12 @@ class Account:
         records to train on: the charge rests on the plan, never on the job's report. The
         answer is the plan (q, σ, steps, its charge) with a read-only descriptor for each file
         of the granted blocks, which do not count as the job reading its blocks itself (the
-        plan paid for the training)."""
+        plan paid for the training). On a dataset whose unit is a person, q is the rate at
+        which the job samples people (:mod:`privsched.trainers.people`) and the descriptors
+        hold at most K rows of each; a block without the user column fails here, before
+        anything is charged."""
         from privsched.budgets.training_plan import plan_training
 
-        if self.ctx.contribution is not None and self.ctx.max_rows_per_user > 1:
-            raise ValueError("DP-SGD clips per row: on a person-unit dataset it needs --max-rows-per-user 1")
         epsilon = request.get("epsilon")
         plan = plan_training(
             float(request["sample_rate"]),

@@ -63,10 +63,11 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
         from privsched.trainers.builtin import plan_mechanism
 
         if spec.job.kind == "dpsgd" and dataset.unit != "record" and dataset.max_rows_per_user > 1:
-            raise SpecError(
-                f"dataset {dataset.name!r} protects a person with up to {dataset.max_rows_per_user} rows, and DP-SGD "
-                "clips per row: it runs on person-unit datasets with --max-rows-per-user 1 only"
-            )
+            from privsched.trainers.plans import DPSGDJob, check_person_level, parse_job
+
+            job = parse_job(builtin_job(spec))
+            if isinstance(job, DPSGDJob):
+                check_person_level(job)  # it samples and clips per person: q is over people
         return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting, dataset.max_rows_per_user)
     return EpsilonDelta(epsilon=epsilon, delta=delta)
 

@@ -10,6 +10,12 @@ gradient is g_i. With the per-example norms N_i over all layers and Opacus' clip
 c_i = min(1, C / (N_i + 10⁻⁶)), the clipped sum of per-example gradients is one matrix
 product per layer, gᵀ diag(c) a, and Σ_i c_i g_i for the bias.
 
+Per person (user-level DP-SGD, :mod:`privsched.trainers.people`): a person's gradient is the
+sum over their rows, Σ_{i∈p} g_i a_iᵀ, whose squared norm is Σ_{i,j∈p} (a_i·a_j)(g_i·g_j)
+(the Gram identity behind ghost clipping, Li et al. 2022 §4, on a person's ≤ K rows; a bias
+adds Σ_{i,j∈p} g_i·g_j), computed from the rows padded per person; each row then takes its
+person's clip factor, and the clipped sum is the same matrix product.
+
 Noise, the division by the expected batch size and the privacy accountant are left to the
 Opacus optimizer the clipped sum is handed to (``DPOptimizerFastGradientClipping``, as
 :class:`privsched.trainers.optimizers.SinglePassGhostOptimizer`).
@@ -84,14 +90,19 @@ class GhostClipping:
             raise ValueError("single-pass ghost clipping needs every trainable linear layer used in the forward pass")
         return outputs, [captured[layer] for layer in self.layers]
 
-    def per_example(self, inputs: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, list[Pair]]:
+    def per_example(
+        self, inputs: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[Pair]]:
         """Per-example gradient norms N (n,) and each layer's (a, g): its input and the
         gradient of the summed loss with respect to its output (one backward pass that
         computes no weight gradient). A layer adds ‖g_i‖²·(‖a_i‖² + 1) to N_i² with a
-        trainable weight and bias, ‖g_i‖²·‖a_i‖² or ‖g_i‖² with only one of them."""
+        trainable weight and bias, ‖g_i‖²·‖a_i‖² or ‖g_i‖² with only one of them. With
+        ``groups`` (each row's person, 0..p−1), N has one norm per person (module docstring)."""
         outputs, captured = self.forward(inputs)
         total = self.loss(outputs, labels)
         grads = torch.autograd.grad(total, [z for _, z in captured])
+        if groups is not None:
+            return group_norms(self.layers, [a for a, _ in captured], grads, groups), [(a, g) for (a, _), g in zip(captured, grads)]
         squared = torch.zeros(len(labels), dtype=outputs.dtype, device=outputs.device)
         pairs = []
         for layer, (a, _), g in zip(self.layers, captured, grads):
@@ -111,11 +122,15 @@ class GhostClipping:
         computes them (torch's reciprocal times C), in place on ``norms``."""
         return norms.add_(NORM_EPSILON).reciprocal_().mul_(self.max_grad_norm).clamp_(max=1.0)
 
-    def accumulate(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+    def accumulate(self, inputs: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor | None = None) -> None:
         """Store the clipped sum of per-example gradients on the batch in each trainable
-        parameter's ``grad``: gᵀ diag(c) a for a weight, Σ_i c_i g_i for a bias."""
-        norms, pairs = self.per_example(inputs, labels)
-        factors = self.clip_factors(norms).unsqueeze(1)
+        parameter's ``grad``: gᵀ diag(c) a for a weight, Σ_i c_i g_i for a bias; with
+        ``groups``, c_i is the clip factor of row i's person."""
+        norms, pairs = self.per_example(inputs, labels, groups)
+        factors = self.clip_factors(norms)
+        if groups is not None:
+            factors = factors[groups.to(factors.device)]
+        factors = factors.unsqueeze(1)
         with torch.no_grad():
             for layer, (a, g) in zip(self.layers, pairs):
                 scaled = g * factors
@@ -123,3 +138,37 @@ class GhostClipping:
                     layer.weight.grad = scaled.t().mm(a.to(scaled.dtype))
                 if layer.bias is not None and layer.bias.requires_grad:
                     layer.bias.grad = scaled.sum(dim=0)
+
+
+def group_norms(layers: list[nn.Linear], inputs: list[torch.Tensor], grads: tuple[torch.Tensor, ...], groups: torch.Tensor) -> torch.Tensor:
+    """The norm of each person's summed gradient over all ``layers`` (p,), from each layer's
+    inputs a and output gradients g: Σ_{i,j∈p} (a_i·a_j + [bias])(g_i·g_j) per layer, on the
+    rows laid out as (person, rank within person) with zero padding, as batched Gram matrices."""
+    device = grads[0].device
+    groups = groups.to(device)
+    n_groups = int(groups.max()) + 1 if len(groups) else 0
+    counts = torch.bincount(groups, minlength=n_groups)
+    order = torch.argsort(groups, stable=True)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty_like(groups)
+    rank[order] = torch.arange(len(groups), device=device) - starts[groups[order]]
+    width = int(counts.max()) if n_groups else 0
+    squared = torch.zeros(n_groups, dtype=grads[0].dtype, device=device)
+
+    def padded(rows: torch.Tensor) -> torch.Tensor:
+        out = rows.new_zeros((n_groups, width, rows.shape[1]))
+        out[groups, rank] = rows
+        return out
+
+    for layer, a, g in zip(layers, inputs, grads):
+        g_pad = padded(g)
+        g_gram = g_pad.bmm(g_pad.transpose(1, 2))
+        if layer.weight.requires_grad:
+            a_pad = padded(a.to(g.dtype))
+            a_gram = a_pad.bmm(a_pad.transpose(1, 2))
+            if layer.bias is not None and layer.bias.requires_grad:
+                a_gram += 1.0
+            squared += (a_gram * g_gram).sum(dim=(1, 2))
+        elif layer.bias is not None and layer.bias.requires_grad:
+            squared += g_gram.sum(dim=(1, 2))
+    return squared.clamp_(min=0).sqrt_()

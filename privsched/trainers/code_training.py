@@ -6,7 +6,10 @@ from what is left of the grant and charges the plan before answering with it and
 read-only descriptors of the granted blocks' files. This process then trains exactly that plan: the built-in
 trainer's Poisson sampling on 64-bit draws from OS entropy, Opacus' secure noise from an
 OS-seeded generator, on the job's device, with the public batch divisor (the job's
-``expected_batch_size``, else q·(the blocks' row count)). The model is saved as the
+``expected_batch_size``, else q·(the blocks' row count)). On a dataset whose unit is a
+person with K > 1 rows, it samples people and clips each person's rows together
+(:mod:`privsched.trainers.people`; the divisor the job's ``expected_batch_size``, else
+q·its declared ``people``), on the granted blocks' features only. The model is saved as the
 pipeline's artifact (``model.pt``, its state dict) and returned. Nothing this process
 reports changes the charge; a job that fails after its plan is charged its whole grant.
 """
@@ -22,9 +25,11 @@ from torch.utils.data import TensorDataset
 
 from privsched.jobs.context import JobContext
 from privsched.jobs.records import read_block_files
-from privsched.trainers.dpsgd import Trainer, declarations, default_mode, fit, private_trainer
-from privsched.trainers.plans import DPSGDJob, parse_job
-from privsched.trainers.tabular import encode, resolve_schema
+from privsched.trainers.dpsgd import Trainer, declarations, default_mode, fit, person_column, private_trainer
+from privsched.trainers.dpsgd import expected_batch_size as public_divisor
+from privsched.trainers.people import people_of
+from privsched.trainers.plans import DPSGDJob, check_person_level, parse_job
+from privsched.trainers.tabular import encode_rows, resolve_schema
 
 
 def dp_sgd(
@@ -55,6 +60,11 @@ def dp_sgd(
     labels). Bad arguments raise before the plan is asked for, so they cost nothing."""
     if (features is None) == (data is None):
         raise ValueError("ctx.dp_sgd trains on 'features' and a 'label' of the granted blocks, or on 'data'")
+    user_column = person_column(ctx)
+    if user_column is not None and data is not None:
+        raise ValueError(
+            "on a dataset whose unit is a person, ctx.dp_sgd trains on 'features' of the granted blocks: 'data' names no person"
+        )
     params = {"sample_rate": sample_rate, "epochs": epochs, "lr": lr, "optimizer": optimizer, "max_grad_norm": max_grad_norm}
     if expected_batch_size is not None:
         params["expected_batch_size"] = expected_batch_size
@@ -62,19 +72,25 @@ def dp_sgd(
         params.update(features=list(features), label=label, **table)
     job = parse_job({"kind": "dpsgd", "model": "logreg", **params})
     schema = resolve_schema(job, declarations(ctx)) if job.tabular else None
+    if user_column is not None:
+        check_person_level(job)
     plan, files = ctx.channel.dpsgd_plan({"epsilon": epsilon, "sample_rate": sample_rate, "epochs": epochs})
     rows = len(data) if data is not None else 0
+    people = None
     try:
         if data is None:
             records = read_block_files(files)
             rows = len(records[job.label_column]) if job.label_column in records else 0
-            inputs, labels = encode(records, schema)  # type: ignore[arg-type]
+            inputs, labels, kept = encode_rows(records, schema)  # type: ignore[arg-type]
             data = TensorDataset(torch.from_numpy(inputs), torch.from_numpy(labels))
+            if user_column is not None:
+                people = people_of(records, user_column)[kept]
     finally:
         for file in files:
             file.close()
-    divisor = job.expected_batch_size or max(1, round(sample_rate * rows))
-    trainer = plan_trainer(model, data, job, plan["noise_multiplier"], torch.device(ctx.device), divisor, loss, grad_sample_mode)
+    divisor = public_divisor(job, rows, people is not None, holdout=0.0)
+    device = torch.device(ctx.device)
+    trainer = plan_trainer(model, data, job, plan["noise_multiplier"], device, divisor, loss, grad_sample_mode, people)
     fit(trainer, plan["steps"])
     if trainer.history != [(plan["noise_multiplier"], sample_rate, plan["steps"])]:
         raise RuntimeError("the training's accountant did not record the charged plan")
@@ -95,8 +111,11 @@ def plan_trainer(
     divisor: int,
     loss: nn.Module | None = None,
     grad_sample_mode: str | None = None,
+    people: np.ndarray | None = None,
 ) -> Trainer:
     """The trainer of a charged plan: the built-in trainer (:func:`private_trainer`) on the
     job's own model and loss, in single-pass ghost clipping where every trainable layer is
-    linear, Opacus' ghost clipping elsewhere (unless the job names a mode)."""
-    return private_trainer(model, data, job, sigma, grad_sample_mode or default_mode(model), device, divisor, loss)
+    linear, Opacus' ghost clipping elsewhere (Opacus' hooks per person), unless the job names
+    a mode; with ``people`` (each row's person), person-level."""
+    mode = grad_sample_mode or default_mode(model, people is not None)
+    return private_trainer(model, data, job, sigma, mode, device, divisor, loss, people)

@@ -56,8 +56,8 @@ from privsched.trainers.data import bag_of_words, split
 from privsched.trainers.layers import LayerModel
 from privsched.trainers.models import INPUTS, build_model, ghost_clipping_applies
 from privsched.trainers.networks import OneHotFeatures, SquaredError, check_private, layer_model, tabular_model
-from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob, DPSGDPlan
-from privsched.trainers.tabular import Declarations, TableSchema, as_numbers, codes, encode, resolve_schema
+from privsched.trainers.plans import GRAD_SAMPLE_MODES, DPSGDJob, DPSGDPlan, check_person_level
+from privsched.trainers.tabular import Declarations, TableSchema, as_numbers, codes, encode_rows, resolve_schema
 
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
@@ -82,6 +82,8 @@ class Examples:
     vocab_size: int | None  # text jobs: the declared vocabulary
     rows: int  # the granted blocks' public row count, before any record was dropped
     schema: TableSchema | None = None  # tabular jobs: the declared table
+    kept: np.ndarray | None = None  # which records became examples (a record whose label is no class is dropped)
+    people: np.ndarray | None = None  # person-level DP-SGD: each example's person (0..P−1)
 
     def subset(self, index: np.ndarray) -> TensorDataset:
         idx = torch.as_tensor(index, dtype=torch.long)
@@ -121,18 +123,27 @@ def text_examples(records: dict[str, np.ndarray], job: DPSGDJob) -> Examples:
     tokens, labels = tokens[keep], labels[keep]
     bow = isinstance(job.model, str) and INPUTS[job.model] == "bow"
     inputs = torch.from_numpy(bag_of_words(tokens, vocab_size)) if bow else torch.from_numpy(tokens)
-    return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size, len(raw))
+    return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size, len(raw), kept=keep)
 
 
-def examples(records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None) -> Examples:
+def examples(
+    records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None, user_column: str | None = None
+) -> Examples:
     """The job's inputs and labels: a table's declared features (:mod:`privsched.trainers.tabular`)
-    or a text column (:func:`text_examples`)."""
+    or a text column (:func:`text_examples`); with ``user_column``, each example's person
+    (:func:`privsched.trainers.people.person_codes`) for person-level DP-SGD."""
     if not job.tabular:
-        return text_examples(records, job)
-    schema = resolve_schema(job, declared)
-    rows = len(records[schema.label]) if schema.label in records else 0
-    inputs, labels = encode(records, schema)
-    return Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema)
+        data = text_examples(records, job)
+    else:
+        schema = resolve_schema(job, declared)
+        rows = len(records[schema.label]) if schema.label in records else 0
+        inputs, labels, keep = encode_rows(records, schema)
+        data = Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema, keep)
+    if user_column is not None:
+        from privsched.trainers.people import people_of
+
+        data.people = people_of(records, user_column)[data.kept]
+    return data
 
 
 def shape_only(job: DPSGDJob, declared: Declarations | None = None) -> Examples:
@@ -155,6 +166,19 @@ def train_heldout(
     data = examples(records, job, declared)
     train_idx, held_idx = split(len(data.labels), job.holdout)
     return data, data.subset(train_idx), data.subset(held_idx)
+
+
+def person_train_heldout(
+    records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None, user_column: str
+) -> tuple[Examples, TensorDataset, TensorDataset, np.ndarray]:
+    """As :func:`train_heldout`, each person held out with all of their rows
+    (:func:`privsched.trainers.people.person_split`); also the training rows' people."""
+    from privsched.trainers.people import person_split
+
+    data = examples(records, job, declared, user_column)
+    people = data.people if data.people is not None else np.zeros(0, dtype=np.int64)
+    train_idx, held_idx = person_split(people, job.holdout)
+    return data, data.subset(train_idx), data.subset(held_idx), people[train_idx]
 
 
 def secure_generator(device: torch.device | str = "cpu") -> torch.Generator:
@@ -318,11 +342,14 @@ def make_optimizer(model: nn.Module, job: DPSGDJob) -> torch.optim.Optimizer:
 OPACUS_MODES = {"opacus-ghost": "ghost", "hooks": "hooks"}
 
 
-def default_mode(model: nn.Module) -> str:
+def default_mode(model: nn.Module, per_person: bool = False) -> str:
     """Single-pass ghost clipping where every trainable layer is linear, Opacus' two-pass
     ghost clipping elsewhere (2× faster than hooks on ``cnn``, 10 % on ``lstm``:
-    ``benchmarks/dpsgd.py``)."""
-    return "ghost" if ghost_clipping_applies(model) else "opacus-ghost"
+    ``benchmarks/dpsgd.py``), Opacus' hooks there for person-level DP-SGD (whose per-row
+    gradients are summed per person)."""
+    if ghost_clipping_applies(model):
+        return "ghost"
+    return "hooks" if per_person else "opacus-ghost"
 
 
 @dataclass
@@ -341,18 +368,24 @@ class Trainer:
     accountant: RDPAccountant | None = None
     clipping: GhostClipping | None = None
 
-    def step(self, inputs: torch.Tensor, labels: torch.Tensor) -> None:
+    def step(self, inputs: torch.Tensor, labels: torch.Tensor, groups: torch.Tensor | None = None) -> None:
         """One optimiser step. An empty Poisson batch under ghost clipping is a noise-only
-        step (the noisy sum of zero clipped gradients), which Opacus' hooks mode also takes."""
+        step (the noisy sum of zero clipped gradients), which Opacus' hooks mode also takes.
+        ``groups`` (person-level batches, :class:`privsched.trainers.people.PersonBatches`):
+        each row's person, whose rows' gradients are summed and clipped as one."""
         self.optimizer.zero_grad(set_to_none=True)
         if self.mode in ("ghost", "opacus-ghost") and len(labels) == 0:
             for p in self.model.parameters():
                 p.grad = torch.zeros_like(p)
         elif self.clipping is not None:
-            self.clipping.accumulate(inputs.to(self.device), labels.to(self.device))
+            self.clipping.accumulate(inputs.to(self.device), labels.to(self.device), groups)
         else:
             loss = self.criterion(self.module(inputs.to(self.device)), labels.to(self.device))
             loss.backward()
+            if groups is not None:
+                from privsched.trainers.people import sum_grad_samples
+
+                sum_grad_samples(self.module, groups)
         self.optimizer.step()
 
     @property
@@ -370,6 +403,7 @@ def private_trainer(
     device: torch.device,
     batch_size: int | None = None,
     loss: nn.Module | None = None,
+    people: np.ndarray | None = None,
 ) -> Trainer:
     """A DP-SGD trainer with explicit noise σ in clipping ``mode`` (see :data:`OPACUS_MODES`).
 
@@ -379,28 +413,41 @@ def private_trainer(
     clipped sum and divides by the expected batch size ``batch_size`` (a job passes its
     public one, :func:`expected_batch_size`; None: :func:`batch_size_of`). Raises
     ``ValueError`` for an unknown mode, or "ghost" on a model with a non-linear trainable layer.
-    ``loss``: a torch loss with a ``reduction`` (default :func:`loss_of` the labels)."""
+    ``loss``: a torch loss with a ``reduction`` (default :func:`loss_of` the labels).
+    ``people`` (each training row's person): person-level DP-SGD, Poisson sampling over
+    people at q and each person's rows clipped together (:mod:`privsched.trainers.people`;
+    ``batch_size`` is then the expected number of people), in "ghost" or "hooks" mode."""
     batch_size = batch_size_of(job, train, batch_size)
     if mode not in GRAD_SAMPLE_MODES:
         raise ValueError(f"unknown grad_sample_mode {mode!r} (expected one of {', '.join(GRAD_SAMPLE_MODES)})")
+    if people is not None and mode == "opacus-ghost":
+        raise ValueError("person-level DP-SGD clips per person in grad_sample_mode ghost or hooks, not opacus-ghost")
     if mode in OPACUS_MODES:
-        return opacus_trainer(model, train, job, sigma, mode, device, batch_size, loss)
+        return opacus_trainer(model, train, job, sigma, mode, device, batch_size, loss, people)
     model.to(device)
     criterion = loss if loss is not None else loss_of(train)
     summed = copy.copy(criterion)
     summed.reduction = "sum"
     clipping = GhostClipping(model, job.max_grad_norm, summed)
-    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size, people)
     return Trainer(model, model, optimizer, criterion, batches, device, mode, accountant, clipping)
 
 
 def private_parts(
-    mode: str, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device, batch_size: int
-) -> tuple[Any, RDPAccountant, PoissonBatches]:
+    mode: str,
+    model: nn.Module,
+    train: TensorDataset,
+    job: DPSGDJob,
+    sigma: float,
+    device: torch.device,
+    batch_size: int,
+    people: np.ndarray | None = None,
+) -> tuple[Any, RDPAccountant, Any]:
     """What every clipping mode shares: the Opacus DP optimizer of ``mode``
     (:data:`privsched.trainers.optimizers.OPTIMIZERS`) built directly with
     ``secure_mode=True`` and noise from an OS-seeded generator on ``device``, the RDP
-    accountant its steps feed, and Poisson batches drawn from OS entropy."""
+    accountant its steps feed, and Poisson batches drawn from OS entropy, over records or,
+    given each row's person, over ``people``."""
     from opacus.accountants import RDPAccountant
 
     from privsched.trainers.optimizers import OPTIMIZERS
@@ -416,7 +463,11 @@ def private_parts(
     )
     accountant = RDPAccountant()
     optimizer.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=job.sample_rate))
-    return optimizer, accountant, PoissonBatches(train, job.sample_rate)
+    if people is None:
+        return optimizer, accountant, PoissonBatches(train, job.sample_rate)
+    from privsched.trainers.people import PersonBatches
+
+    return optimizer, accountant, PersonBatches(train, people, job.sample_rate)
 
 
 def opacus_trainer(
@@ -428,6 +479,7 @@ def opacus_trainer(
     device: torch.device,
     batch_size: int,
     loss: nn.Module | None = None,
+    people: np.ndarray | None = None,
 ) -> Trainer:
     """Wrap a model for an Opacus clipping mode ("opacus-ghost" or "hooks") and build the
     matching Opacus ``DPOptimizer`` directly, with ``secure_mode=True`` and a generator from
@@ -439,21 +491,30 @@ def opacus_trainer(
     grad_sample_mode = OPACUS_MODES[mode]
     extra = {"max_grad_norm": job.max_grad_norm} if grad_sample_mode == "ghost" else {}
     module = prepare_module(model, grad_sample_mode=grad_sample_mode, batch_first=True, loss_reduction="mean", **extra)
-    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size)
+    optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size, people)
     criterion: Any = loss if loss is not None else loss_of(train)
     if grad_sample_mode == "ghost":
         criterion = DPLossFastGradientClipping(module, optimizer, criterion, "mean")
     return Trainer(model, module, optimizer, criterion, batches, device, mode, accountant)
 
 
-def expected_batch_size(job: DPSGDJob, rows: int) -> int:
+def expected_batch_size(job: DPSGDJob, rows: int, per_person: bool = False, holdout: float | None = None) -> int:
     """DP-SGD's divisor B, the expected batch size, from public sizes only: the job's
     ``expected_batch_size``, else q·(1 − holdout)·``rows`` rounded (at least 1), ``rows``
     the granted blocks' public row count (docs/privacy.md). Never the number of training
-    records, which depends on the held-out split and on the records dropped."""
+    records, which depends on the held-out split and on the records dropped. Person-level
+    (``per_person``): the expected number of people a batch, the job's
+    ``expected_batch_size``, else q·(1 − holdout)·(the job's declared ``people``), never the
+    people counted in the data (:func:`privsched.trainers.plans.check_person_level`).
+    ``holdout``: the share held out (default the job's)."""
+    held = job.holdout if holdout is None else holdout
     if job.expected_batch_size is not None:
         return int(job.expected_batch_size)
-    return max(1, round(job.sample_rate * (1 - job.holdout) * rows))
+    if per_person:
+        if job.people is None:
+            raise ValueError("person-level DP-SGD needs expected_batch_size or people: the number of people is not public")
+        rows = job.people
+    return max(1, round(job.sample_rate * (1 - held) * rows))
 
 
 def batch_size_of(job: DPSGDJob, train: TensorDataset, batch_size: int | None) -> int:
@@ -485,10 +546,10 @@ def fit(trainer: Trainer, steps: int) -> int:
         for message in _QUIET:
             warnings.filterwarnings("ignore", message=message)
         while taken < steps:
-            for inputs, labels in trainer.batches:
+            for batch in trainer.batches:
                 if taken == steps:
                     break
-                trainer.step(inputs, labels)
+                trainer.step(*batch)
                 taken += 1
     return taken
 
@@ -504,13 +565,14 @@ def correct_wrong(model: nn.Module, data: TensorDataset, device: torch.device) -
     return np.array([correct, len(labels) - correct])
 
 
-def release_accuracy(model: nn.Module, heldout: TensorDataset, device: torch.device, epsilon: float) -> dict:
+def release_accuracy(model: nn.Module, heldout: TensorDataset, device: torch.device, epsilon: float, sensitivity: int = 1) -> dict:
     """The held-out accuracy as an ε-DP release: the histogram (correct, wrong) plus discrete
-    Laplace noise of scale 1/ε from OpenDP (Dwork & Roth 2014, Thm 3.6; sensitivity 1 for a
-    fixed model, so it composes adaptively with the training, Thm 3.16). Returns the noisy
-    accuracy c̃/(c̃ + w̃) clipped to [0, 1] and the noisy held-out size c̃ + w̃."""
+    Laplace noise of scale Δ/ε from OpenDP (Dwork & Roth 2014, Thm 3.6; sensitivity Δ = 1 for
+    a fixed model, K for a person's at most K rows, so it composes adaptively with the
+    training, Thm 3.16). Returns the noisy accuracy c̃/(c̃ + w̃) clipped to [0, 1] and the
+    noisy held-out size c̃ + w̃."""
     exact = correct_wrong(model, heldout, device)
-    scale = within_charge("laplace", laplace_scale(1.0, epsilon), True, 2, 1.0, epsilon)
+    scale = within_charge("laplace", laplace_scale(float(sensitivity), epsilon), True, 2, float(sensitivity), epsilon)
     correct, wrong = noisy(exact, "laplace", scale, integer=True)
     total = correct + wrong
     accuracy = float(np.clip(correct / total, 0.0, 1.0)) if total > 0 else 0.0
@@ -561,10 +623,24 @@ def declarations(ctx: JobContext) -> Declarations | None:
     return getattr(ctx, "schema", None)
 
 
+def person_column(ctx: JobContext) -> str | None:
+    """The column naming the person when DP-SGD samples and clips per person: on a dataset
+    whose unit is a person with K > 1 rows of each in a read (with K = 1 a row is the unit, a
+    person or a person in one period, and DP-SGD runs per row). Raises ``ValueError``, before
+    any data is read, for a person-unit context that names no user column."""
+    if ctx.unit == "record":
+        return None
+    if ctx.user_column is None:
+        raise ValueError(f"the dataset's unit is {ctx.unit} but the job's context names no user column")
+    return ctx.user_column if ctx.max_rows_per_user > 1 else None
+
+
 def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     """Train the job's model within its grant with the charged ``plan`` (σ, steps), release
     its held-out accuracy with the plan's ε_acc; save ``model.pt`` and ``metrics.json`` under
-    the work directory; report metrics and the budget actually spent."""
+    the work directory; report metrics and the budget actually spent. On a dataset whose unit
+    is a person with K > 1, per person (:mod:`privsched.trainers.people`): the held-out split,
+    the sampling and the clipping by person, the accuracy at sensitivity K."""
     sigma, delta, accuracy_epsilon = plan.noise_multiplier, plan.delta, plan.accuracy_epsilon
     accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
     releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
@@ -572,13 +648,22 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         accuracy_cost = np.zeros_like(accuracy_cost)
     if job.tabular:
         resolve_schema(job, declarations(ctx))  # a feature without declarations fails before any data is read
-    data, train, heldout = train_heldout(load_blocks(ctx), job, declarations(ctx))
+    user_column = person_column(ctx)
+    if user_column is not None:
+        check_person_level(job)  # before any data is read
+    people: np.ndarray | None = None
+    if user_column is None:
+        data, train, heldout = train_heldout(load_blocks(ctx), job, declarations(ctx))
+    else:
+        data, train, heldout, people = person_train_heldout(load_blocks(ctx), job, declarations(ctx), user_column)
+    per_person = people is not None
     planned = min(plan.steps, job.max_steps or plan.steps)
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)
     model = initial_model(job, data)
-    mode = job.grad_sample_mode or default_mode(model)
+    mode = job.grad_sample_mode or default_mode(model, per_person)
     device = torch.device(ctx.device)
-    trainer = private_trainer(model, train, job, sigma, mode, device, expected_batch_size(job, data.rows))
+    divisor = expected_batch_size(job, data.rows, per_person)
+    trainer = private_trainer(model, train, job, sigma, mode, device, divisor, people=people)
     taken = fit(trainer, steps)
     spent = spent_budget(trainer.history, ctx.accounting, delta) + accuracy_cost
     if not np.all(leq(spent, ctx.budget)):
@@ -594,7 +679,12 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         "planned_steps": plan.steps,
         "steps": taken,
         "stopped": "budget" if steps < planned else "max_steps" if planned < plan.steps else "plan",
-        **(release_accuracy(model, heldout, device, accuracy_epsilon) if releases_accuracy else {}),
+        **({"sampled": "people", "max_rows_per_user": ctx.max_rows_per_user} if per_person else {}),
+        **(
+            release_accuracy(model, heldout, device, accuracy_epsilon, ctx.max_rows_per_user if per_person else 1)
+            if releases_accuracy
+            else {}
+        ),
         "accuracy_epsilon": accuracy_epsilon if releases_accuracy else 0.0,
         "spent": spent.tolist(),
     }

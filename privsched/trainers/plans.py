@@ -111,7 +111,10 @@ class DPSGDJob(_Job):
     vocab_size: bounded(2, MAX_VOCAB, integer=True) | None = None  # type: ignore[valid-type]
     n_categories: bounded(2, MAX_CATEGORIES, integer=True) | None = None  # type: ignore[valid-type]
     #: DP-SGD's divisor B (public); else q·(1 − holdout)·(the blocks' public row count).
+    #: Person-level DP-SGD: the expected people a batch, else q·(1 − holdout)·``people``.
     expected_batch_size: bounded(1, 10**9, integer=True) | None = None  # type: ignore[valid-type]
+    #: Person-level DP-SGD: the number of people in the granted blocks, as declared (public).
+    people: bounded(1, 10**12, integer=True) | None = None  # type: ignore[valid-type]
 
     @model_validator(mode="before")
     @classmethod
@@ -202,6 +205,20 @@ def check_inputs(job: DPSGDJob) -> None:
     both = sorted(set(job.bounds) & set(job.categories))
     if both:
         raise ValueError(f"column {both[0]!r} has both bounds and categories")
+
+
+def check_person_level(job: DPSGDJob) -> None:
+    """What person-level DP-SGD (:mod:`privsched.trainers.people`, on a dataset whose unit is
+    a person with K > 1 rows) needs of a job, known without its data: a public divisor (the
+    number of people is not public, so it is never counted) and a clipping mode that clips
+    per person. Raises a one-line ``ValueError``."""
+    if job.expected_batch_size is None and job.people is None:
+        raise ValueError(
+            "DP-SGD on a dataset whose unit is a person samples people: declare expected_batch_size "
+            "(people a batch) or people (in the granted blocks), the number of people is not public"
+        )
+    if job.grad_sample_mode == "opacus-ghost":
+        raise ValueError("person-level DP-SGD clips per person in grad_sample_mode ghost or hooks, not opacus-ghost")
 
 
 def undeclared(job: DPSGDJob, kinds: dict[str, str]) -> str | None:

@@ -129,6 +129,12 @@ def encode(records: Mapping[str, np.ndarray], schema: TableSchema) -> tuple[np.n
     """(inputs, labels) of the records whose label is usable: inputs (n, k) float32, the
     scaled numeric features then the category codes; labels int64 class indices or float32
     (n, 1) scaled regression targets. Unknown columns raise a one-line ``ValueError``."""
+    inputs, labels, _ = encode_rows(records, schema)
+    return inputs, labels
+
+
+def encode_rows(records: Mapping[str, np.ndarray], schema: TableSchema) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """As :func:`encode`, with the mask of the records kept (those whose label is usable)."""
     for name in [*schema.numeric, *schema.categorical, schema.label]:
         if name not in records or np.asarray(records[name]).ndim != 1:
             raise ValueError(f"the blocks have no column {name!r}")
@@ -139,8 +145,8 @@ def encode(records: Mapping[str, np.ndarray], schema: TableSchema) -> tuple[np.n
     if schema.classes is not None:
         label = codes(np.asarray(records[schema.label]), schema.classes)
         keep = label < len(schema.classes)
-        return inputs[keep], label[keep]
+        return inputs[keep], label[keep], keep
     raw = as_numbers(records[schema.label])
     keep = ~np.isnan(raw)
     target = scaled(raw[keep], schema.label_bounds)  # type: ignore[arg-type]
-    return inputs[keep], target.astype(np.float32).reshape(-1, 1)
+    return inputs[keep], target.astype(np.float32).reshape(-1, 1), keep

@@ -1,0 +1,249 @@
+"""Person-level DP-SGD on a dataset whose unit is a person with K > 1 rows: Poisson sampling
+over people (a person's rows all in a batch or none), each person's summed gradient clipped
+to C, charged the subsampled Gaussian at the rate over people; a record-unit run unchanged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from privsched import connect
+from privsched.budgets import Accounting, EpsilonDelta, demand_vector, subsampled_gaussian_curve
+from privsched.jobs.context import BlockGrant, JobContext
+from privsched.jobs.primitives import Account
+from privsched.trainers.builtin import plan_mechanism, run_builtin
+from privsched.trainers.clipping import GhostClipping
+from privsched.trainers.dpsgd import PoissonBatches, person_column, private_trainer
+from privsched.trainers.people import PersonBatches, person_codes, person_split, sum_grad_samples
+from privsched.trainers.plans import parse_job
+from tests.support.tables import write_csv
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+DELTA = 1e-6
+
+
+def person_table(people: int, per_person: int, seed: int = 0) -> list[dict]:
+    """``per_person`` rows of each of ``people`` people: a feature x in [0, 1] and a label y,
+    1 when x > 0.5."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(people):
+        for _ in range(per_person):
+            x = float(rng.uniform(0, 1))
+            rows.append({"uid": f"p{u}", "x": round(x, 6), "y": int(x > 0.5)})
+    return rows
+
+
+def user_dataset(tmp_path: Path, k: int, people: int = 60, per_person: int = 5) -> tuple[Path, object]:
+    """A `user` dataset with K = ``k`` rows a person, its rows imported into two user blocks."""
+    db = tmp_path / "p.db"
+    with connect(db) as client:
+        client.create_dataset("people", epsilon=10, delta=1e-7, unit="user", user_column="uid", max_rows_per_user=k)
+        client.import_blocks("people", write_csv(tmp_path / "a.csv", person_table(people, per_person)), partitions=2, unlocked=1.0)
+        return db, client.dataset("people")
+
+
+JOB = {
+    "kind": "dpsgd",
+    "model": "logreg",
+    "features": ["x"],
+    "label": "y",
+    "bounds": {"x": [0.0, 1.0]},
+    "sample_rate": 0.2,
+    "epochs": 1,
+    "lr": 0.5,
+    "people": 60,
+}
+
+
+def granted(db: Path, info, job: dict, workdir: Path, unit: str | None = None) -> JobContext:
+    """A context granted every block of ``people`` with the job's plan as the grant."""
+    with connect(db) as client:
+        blocks = client.blocks("people")
+    plan = plan_mechanism(job, 1.0, DELTA, info.accounting, info.max_rows_per_user)
+    grant = demand_vector(plan, info.accounting)
+    return JobContext(
+        pipeline_id=1,
+        name="p",
+        dataset="people",
+        accounting=info.accounting,
+        delta=DELTA,
+        blocks={b.key: BlockGrant(b.key, b.location, grant) for b in blocks},
+        workdir=workdir,
+        params=job,
+        plan=plan,
+        epsilon=1.0,
+        unit=unit or info.unit,
+        user_column=info.user_column,
+        max_rows_per_user=info.max_rows_per_user,
+    )
+
+
+# -- clipping per person ---------------------------------------------------------------------------
+def summed_gradient(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The gradient of the summed loss of ``inputs``, flattened (autograd, no clipping)."""
+    model.zero_grad()
+    nn.CrossEntropyLoss(reduction="sum")(model(inputs), labels).backward()
+    return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+
+
+def small_model(seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 3))
+
+
+@settings(max_examples=40, deadline=None)
+@given(k=st.integers(1, 6), clip=st.floats(0.01, 10.0), scale=st.floats(0.1, 100.0), seed=st.integers(0, 2**16))
+def test_a_persons_clipped_sum_over_k_rows_has_norm_at_most_c(k, clip, scale, seed):
+    model = small_model(seed)
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(k, 4, generator=generator) * scale
+    labels = torch.randint(0, 3, (k,), generator=generator)
+    GhostClipping(model, clip, nn.CrossEntropyLoss(reduction="sum")).accumulate(inputs, labels, torch.zeros(k, dtype=torch.long))
+    clipped = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+    assert torch.linalg.vector_norm(clipped) <= clip * (1 + 1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(sizes=st.lists(st.integers(1, 4), min_size=1, max_size=6), seed=st.integers(0, 2**16))
+def test_per_person_norms_are_the_norms_of_each_persons_summed_gradient(sizes, seed):
+    model = small_model(seed)
+    generator = torch.Generator().manual_seed(seed)
+    groups = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    groups = groups[torch.randperm(len(groups), generator=generator)]  # a person's rows anywhere in the batch
+    inputs = torch.randn(len(groups), 4, generator=generator)
+    labels = torch.randint(0, 3, (len(groups),), generator=generator)
+    norms, _ = GhostClipping(model, 1.0, nn.CrossEntropyLoss(reduction="sum")).per_example(inputs, labels, groups)
+    for person in range(len(sizes)):
+        mine = groups == person
+        exact = torch.linalg.vector_norm(summed_gradient(model, inputs[mine], labels[mine]))
+        assert torch.isclose(norms[person], exact, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook")
+def test_hooks_mode_sums_each_persons_per_row_gradients_before_clipping():
+    from opacus.grad_sample import GradSampleModule
+
+    model = small_model(1)
+    module = GradSampleModule(model, loss_reduction="sum")
+    inputs, labels = torch.randn(5, 4), torch.tensor([0, 1, 2, 0, 1])
+    groups = torch.tensor([1, 0, 1, 2, 0])
+    nn.CrossEntropyLoss(reduction="sum")(module(inputs), labels).backward()
+    sum_grad_samples(module, groups)
+    for person in range(3):
+        mine = groups == person
+        expected = summed_gradient(small_model(1), inputs[mine], labels[mine])
+        got = torch.cat([p.grad_sample[person].reshape(-1) for p in model.parameters()])
+        assert torch.allclose(got, expected, atol=1e-6)
+
+
+# -- sampling over people --------------------------------------------------------------------------
+def test_poisson_batches_over_people_hold_all_of_a_persons_rows_or_none():
+    people = np.array([3, 1, 3, 2, 1, 3, 0, 2])
+    data = TensorDataset(torch.arange(8), torch.arange(8))
+    batches = PersonBatches(data, people, 0.5)
+    seen = set()
+    for rows, _, groups in (batches.batch(batches.draw()) for _ in range(200)):
+        chosen = set(people[rows.numpy()].tolist())
+        assert sorted(rows.tolist()) == [i for i in range(8) if people[i] in chosen]
+        for group in groups.unique().tolist():  # one batch index per person
+            assert len(set(people[rows[groups == group].numpy()].tolist())) == 1
+        assert len(groups.unique()) == len(chosen)
+        seen.add(len(chosen))
+    assert seen >= {0, 4}  # every subset size occurs: people are drawn independently
+
+
+def test_people_join_a_batch_at_the_rate_q():
+    people = np.repeat(np.arange(2000), 3)
+    data = TensorDataset(torch.zeros(len(people)), torch.zeros(len(people)))
+    batches = PersonBatches(data, people, 0.1)
+    share = np.mean([batches.draw().mean() for _ in range(20)])
+    assert abs(share - 0.1) < 0.01  # 40,000 draws: the standard error is 0.0015
+
+
+def test_the_held_out_split_holds_out_whole_people():
+    people = np.repeat(np.arange(300), 4)
+    train, held = person_split(people, 0.3)
+    assert not set(people[train]) & set(people[held])
+    assert sorted(np.r_[train, held]) == list(range(len(people)))
+
+
+def test_a_row_without_a_person_is_refused():
+    with pytest.raises(ValueError, match="no user id"):
+        person_codes(np.array(["a", None, "b"], dtype=object))
+
+
+def test_the_trainer_samples_people_where_it_is_given_them_and_records_otherwise():
+    job = parse_job(JOB)
+    data = TensorDataset(torch.rand(12, 1), torch.randint(0, 2, (12,)))
+    model = nn.Sequential(nn.Linear(1, 2))
+    people = np.repeat(np.arange(4), 3)
+    assert isinstance(private_trainer(model, data, job, 1.0, "ghost", torch.device("cpu"), 3, people=people).batches, PersonBatches)
+    assert type(private_trainer(model, data, job, 1.0, "ghost", torch.device("cpu"), 3).batches) is PoissonBatches
+
+
+# -- the job ---------------------------------------------------------------------------------------
+def test_a_user_dataset_with_k_above_one_samples_people_and_a_record_or_k_one_dataset_records(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w")
+    assert person_column(ctx) == "uid"
+    ctx.unit = "record"
+    assert person_column(ctx) is None
+    ctx.unit, ctx.max_rows_per_user = "user", 1
+    assert person_column(ctx) is None
+
+
+def test_a_person_level_plan_is_the_subsampled_gaussian_at_the_rate_over_people():
+    accounting = Accounting.rdp()
+    record = plan_mechanism(JOB, 1.0, DELTA, accounting, 1)
+    person = plan_mechanism(JOB, 1.0, DELTA, accounting, 3)
+    training = person.parts[0]
+    assert (training.sample_rate, training.steps) == (0.2, 5) and person == record
+
+
+def test_built_in_dpsgd_on_a_user_dataset_with_k_three_spends_the_sgm_at_q_over_people(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w")
+    run_builtin(ctx)
+    metrics = ctx.metrics
+    assert metrics["sampled"] == "people" and metrics["steps"] == 5
+    sigma = ctx.plan.parts[0].noise_multiplier
+    accuracy = demand_vector(EpsilonDelta(epsilon=metrics["accuracy_epsilon"]), info.accounting)
+    assert np.allclose(ctx.spent, subsampled_gaussian_curve(0.2, sigma, 5, info.accounting.alphas) + accuracy, rtol=1e-12)
+    assert json.loads((tmp_path / "w" / "metrics.json").read_text())["max_rows_per_user"] == 3
+
+
+def test_a_person_unit_context_without_a_user_column_fails_before_reading_any_block(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w")
+    ctx.user_column = None
+    with pytest.raises(ValueError, match="names no user column"):
+        run_builtin(ctx)
+    assert not ctx.touched_data
+
+
+def test_a_job_without_a_public_divisor_fails_before_reading_any_block(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    job = {k: v for k, v in JOB.items() if k != "people"}
+    ctx = granted(db, info, job, tmp_path / "w")
+    with pytest.raises(ValueError, match="the number of people is not public"):
+        run_builtin(ctx)
+    assert not ctx.touched_data
+
+
+def test_a_code_jobs_plan_on_blocks_without_the_user_column_is_refused_and_charges_nothing(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w")
+    ctx.user_column = "nobody"
+    account = Account(ctx)
+    with pytest.raises(ValueError, match="no user column 'nobody'"):
+        account._dpsgd_plan({"sample_rate": 0.2, "epochs": 1})
+    assert account.first_access is None and not np.any(account.spent)
