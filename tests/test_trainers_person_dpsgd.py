@@ -247,3 +247,46 @@ def test_a_code_jobs_plan_on_blocks_without_the_user_column_is_refused_and_charg
     with pytest.raises(ValueError, match="no user column 'nobody'"):
         account._dpsgd_plan({"sample_rate": 0.2, "epochs": 1})
     assert account.first_access is None and not np.any(account.spent)
+
+
+# -- submitted and served --------------------------------------------------------------------------
+def dpsgd_spec(path: Path, params: dict) -> Path:
+    body = {k: v for k, v in params.items() if k != "kind"}
+    path.write_text(
+        "name: people-model\ndataset: people\nblocks: [u0, u1]\nepsilon: 1.0\ndelta: 1.0e-9\n"
+        f"job: {{kind: dpsgd, params: {json.dumps(body)}}}\n"
+    )
+    return path
+
+
+def test_a_person_level_dpsgd_job_without_a_public_divisor_is_refused_at_submit_in_one_line(tmp_path):
+    from tests.cli_inprocess import invoke
+
+    db, _ = user_dataset(tmp_path, 3)
+    spec = dpsgd_spec(tmp_path / "job.yaml", {k: v for k, v in JOB.items() if k != "people"})
+    refused = invoke("submit", str(spec), db=db)
+    assert refused.code == 1 and refused.stderr.count("\n") == 1
+    assert refused.stderr.startswith("error: ") and "declare expected_batch_size" in refused.stderr
+    with connect(db) as client:
+        assert client.list() == []
+
+
+@pytest.mark.slow
+def test_built_in_dpsgd_on_a_user_dataset_with_k_three_completes_and_is_charged_its_plan(run_cli, tmp_path):
+    from privsched.budgets.mechanisms import parse_mechanism
+
+    db, info = user_dataset(tmp_path, 3)
+    env = {"PRIVSCHED_DB": str(db)}
+    assert run_cli("submit", dpsgd_spec(tmp_path / "job.yaml", JOB), env=env).returncode == 0
+    served = run_cli("serve", "--until-idle", "--tick", "200ms", "--cpus", "1", "--gpus", "0", env=env)
+    assert "pipeline 1 completed" in served.stdout + served.stderr, served.stderr
+    with connect(db) as client:
+        pipeline = client.status(1)
+    training, accuracy = parse_mechanism(json.loads(pipeline.mechanism)).parts
+    plan = subsampled_gaussian_curve(0.2, training.noise_multiplier, training.steps, info.accounting.alphas)
+    charged = plan + demand_vector(accuracy, info.accounting)
+    assert training.sample_rate == 0.2 and training.steps == 5
+    for key in ("u0", "u1"):
+        assert np.allclose(pipeline.consumed[key], charged, rtol=1e-9, atol=0)
+    metrics = json.loads((tmp_path / "runs" / "p" / "1" / "work" / "metrics.json").read_text())
+    assert metrics["sampled"] == "people" and metrics["steps"] == 5

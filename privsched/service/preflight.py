@@ -289,12 +289,7 @@ def record_columns(path: Path) -> set[str]:
     if is_parquet(path):
         import pyarrow.parquet as pq
 
-        if path.is_dir():
-            segments = sorted(path.glob("*.parquet"))
-            if not segments:
-                raise ValueError("the user block holds no segment")
-            path = segments[0]
-        return set(pq.read_schema(path).names)
+        return set(pq.read_schema(_footer_file(path)).names)
     return {name for name, (shape, _) in array_headers(path).items() if name not in METADATA and len(shape) >= 1}
 
 
@@ -304,8 +299,19 @@ def record_dtypes(path: Path) -> dict[str, str]:
     if is_parquet(path):
         import pyarrow.parquet as pq
 
-        return {field.name: _arrow_kind(field.type) for field in pq.read_schema(path)}
+        return {field.name: _arrow_kind(field.type) for field in pq.read_schema(_footer_file(path))}
     return {name: dtype.kind for name, (_, dtype) in array_headers(path).items()}
+
+
+def _footer_file(path: Path) -> Path:
+    """The Parquet file whose footer tells a block's columns: the block's file, or a user
+    block folder's first segment."""
+    if not path.is_dir():
+        return path
+    segments = sorted(path.glob("*.parquet"))
+    if not segments:
+        raise ValueError("the user block holds no segment")
+    return segments[0]
 
 
 def _arrow_kind(arrow_type: Any) -> str:
