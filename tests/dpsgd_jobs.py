@@ -46,3 +46,20 @@ def trains_a_regression_with_its_own_loss(ctx: JobContext) -> None:
         bounds={"amount": [0, 200], "spend": [0, 100]},
         categories=TABLE["categories"],
     )
+
+
+def trains_people(ctx: JobContext) -> None:
+    """A logistic regression on a person table (tests/test_trainers_person_dpsgd.py), through
+    ``ctx.dp_sgd`` only, in the clipping mode ``ctx.params`` names."""
+    model = nn.Sequential(nn.Linear(1, 2))
+    ctx.dp_sgd(
+        model,
+        features=["x"],
+        label="y",
+        sample_rate=0.2,
+        epochs=1,
+        lr=0.5,
+        bounds={"x": [0.0, 1.0]},
+        people=60,
+        grad_sample_mode=ctx.params.get("mode"),
+    )

@@ -5,6 +5,9 @@ to C, charged the subsampled Gaussian at the rate over people; a record-unit run
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,10 +22,13 @@ from privsched import connect
 from privsched.budgets import Accounting, EpsilonDelta, demand_vector, subsampled_gaussian_curve
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.primitives import Account
+from privsched.jobs.runner import JobResult
+from privsched.jobs.sandbox import abi_version
 from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.trainers.clipping import GhostClipping
+from privsched.trainers.code_training import dp_sgd
 from privsched.trainers.dpsgd import PoissonBatches, person_column, private_trainer
-from privsched.trainers.people import PersonBatches, person_codes, person_split, sum_grad_samples
+from privsched.trainers.people import PersonBatches, people_of, person_codes, person_split, sum_grad_samples
 from privsched.trainers.plans import parse_job
 from tests.support.tables import write_csv
 
@@ -169,6 +175,19 @@ def test_people_join_a_batch_at_the_rate_q():
     assert abs(share - 0.1) < 0.01  # 40,000 draws: the standard error is 0.0015
 
 
+def test_a_persons_rows_in_two_blocks_are_two_units_and_in_one_block_one():
+    day1 = {"uid": np.array(["a", "b", "a"]), "x": np.array([1.0, 2.0, 3.0])}
+    day2 = {"uid": np.array(["a", "c"]), "x": np.array([4.0, 5.0])}
+    records, units = people_of([day1, day2], "uid")
+    assert records["x"].tolist() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert units[0] == units[2] and len(set(units.tolist())) == 4  # a on day 1, b, a on day 2, c
+
+
+def test_blocks_without_the_user_column_are_refused():
+    with pytest.raises(ValueError, match="no user column 'uid'"):
+        people_of([{"x": np.ones(2)}], "uid")
+
+
 def test_the_held_out_split_holds_out_whole_people():
     people = np.repeat(np.arange(300), 4)
     train, held = person_split(people, 0.3)
@@ -290,3 +309,33 @@ def test_built_in_dpsgd_on_a_user_dataset_with_k_three_completes_and_is_charged_
         assert np.allclose(pipeline.consumed[key], charged, rtol=1e-9, atol=0)
     metrics = json.loads((tmp_path / "runs" / "p" / "1" / "work" / "metrics.json").read_text())
     assert metrics["sampled"] == "people" and metrics["steps"] == 5
+
+
+# -- ctx.dp_sgd ------------------------------------------------------------------------------------
+@pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock sandbox")
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_a_code_job_trains_per_person_on_a_user_dataset_and_is_charged_its_plan(tmp_path, mode):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "work")
+    ctx.params, ctx.plan = {"mode": mode}, None
+    repo = Path(__file__).resolve().parents[1]
+    document = {**json.loads(ctx.to_json()), "job": {"function": "tests.dpsgd_jobs:trains_people", "pythonpath": [str(repo)]}}
+    (tmp_path / "context.json").write_text(json.dumps(document))
+    command = [sys.executable, "-m", "privsched.jobs.runner", "context.json", "result.json"]
+    subprocess.run(command, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, timeout=600, check=False)
+    result = JobResult.from_json((tmp_path / "result.json").read_text())
+    assert result.completed, result.message
+    plan = result.metrics["dp_sgd"]
+    expected = subsampled_gaussian_curve(0.2, plan["noise_multiplier"], 5, info.accounting.alphas)
+    assert plan["sample_rate"] == 0.2 and plan["steps"] == 5
+    for spent in result.spent.values():
+        assert np.array_equal(np.asarray(spent), expected)
+
+
+def test_a_code_job_on_a_user_dataset_cannot_train_on_tensors_that_name_no_person(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "work")
+    data = TensorDataset(torch.rand(4, 1), torch.zeros(4, dtype=torch.long))
+    with pytest.raises(ValueError, match="'data' names no person"):
+        dp_sgd(ctx, nn.Linear(1, 2), data=data, sample_rate=0.2, epochs=1, lr=0.1)
+    assert not ctx.touched_data

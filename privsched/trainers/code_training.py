@@ -79,12 +79,15 @@ def dp_sgd(
     people = None
     try:
         if data is None:
-            records = read_block_files(files)
+            if user_column is None:
+                records = read_block_files(files)
+            else:  # one bounded file a block: each block's people apart
+                records, units = people_of([read_block_files([file]) for file in files], user_column)
             rows = len(records[job.label_column]) if job.label_column in records else 0
             inputs, labels, kept = encode_rows(records, schema)  # type: ignore[arg-type]
             data = TensorDataset(torch.from_numpy(inputs), torch.from_numpy(labels))
             if user_column is not None:
-                people = people_of(records, user_column)[kept]
+                people = units[kept]
     finally:
         for file in files:
             file.close()

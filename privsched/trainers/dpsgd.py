@@ -126,12 +126,9 @@ def text_examples(records: dict[str, np.ndarray], job: DPSGDJob) -> Examples:
     return Examples(inputs, torch.from_numpy(labels), n_classes, vocab_size, len(raw), kept=keep)
 
 
-def examples(
-    records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None, user_column: str | None = None
-) -> Examples:
+def examples(records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None = None) -> Examples:
     """The job's inputs and labels: a table's declared features (:mod:`privsched.trainers.tabular`)
-    or a text column (:func:`text_examples`); with ``user_column``, each example's person
-    (:func:`privsched.trainers.people.person_codes`) for person-level DP-SGD."""
+    or a text column (:func:`text_examples`)."""
     if not job.tabular:
         data = text_examples(records, job)
     else:
@@ -139,10 +136,6 @@ def examples(
         rows = len(records[schema.label]) if schema.label in records else 0
         inputs, labels, keep = encode_rows(records, schema)
         data = Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema, keep)
-    if user_column is not None:
-        from privsched.trainers.people import people_of
-
-        data.people = people_of(records, user_column)[data.kept]
     return data
 
 
@@ -169,14 +162,16 @@ def train_heldout(
 
 
 def person_train_heldout(
-    records: dict[str, np.ndarray], job: DPSGDJob, declared: Declarations | None, user_column: str
+    blocks: list[dict[str, np.ndarray]], job: DPSGDJob, declared: Declarations | None, user_column: str
 ) -> tuple[Examples, TensorDataset, TensorDataset, np.ndarray]:
-    """As :func:`train_heldout`, each person held out with all of their rows
-    (:func:`privsched.trainers.people.person_split`); also the training rows' people."""
-    from privsched.trainers.people import person_split
+    """As :func:`train_heldout` on the records of ``blocks`` (each block's apart), each person
+    held out with all of their rows (:func:`privsched.trainers.people.person_split`); also
+    the training rows' people (:func:`privsched.trainers.people.people_of`)."""
+    from privsched.trainers.people import people_of, person_split
 
-    data = examples(records, job, declared, user_column)
-    people = data.people if data.people is not None else np.zeros(0, dtype=np.int64)
+    records, units = people_of(blocks, user_column)
+    data = examples(records, job, declared)
+    data.people = people = units[data.kept]
     train_idx, held_idx = person_split(people, job.holdout)
     return data, data.subset(train_idx), data.subset(held_idx), people[train_idx]
 
@@ -655,7 +650,8 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     if user_column is None:
         data, train, heldout = train_heldout(load_blocks(ctx), job, declarations(ctx))
     else:
-        data, train, heldout, people = person_train_heldout(load_blocks(ctx), job, declarations(ctx), user_column)
+        blocks = [load_blocks(ctx, [key]) for key in ctx.block_keys]
+        data, train, heldout, people = person_train_heldout(blocks, job, declarations(ctx), user_column)
     per_person = people is not None
     planned = min(plan.steps, job.max_steps or plan.steps)
     steps = affordable_steps(ctx.budget, ctx.accounting, job.sample_rate, sigma, delta, planned, accuracy_cost)

@@ -11,7 +11,9 @@ one term of norm at most C, so the sampled Gaussian mechanism's RDP (Mironov, Ta
 2019), with people in place of records, is the charge: SGM(q over people, σ, steps), the
 plan the ledger charged (docs/privacy.md "Person-level DP-SGD").
 
-Rows are grouped by person once (:func:`person_codes`); the sampler draws one 64-bit integer
+Rows are grouped by person within their block once (:func:`people_of`: a person of a
+`user` dataset lies in one block; a `user-time` block holds one period, whose person-period
+is the unit protected, so a group is never split across the unit nor merges two); the sampler draws one 64-bit integer
 per person (:class:`PersonBatches`, the record sampler's threshold); the per-person sums are
 formed by ``index_add`` over per-row gradients (:func:`sum_grad_samples`, Opacus' hooks) or
 by single-pass ghost clipping's per-person norms (:mod:`privsched.trainers.clipping`).
@@ -44,12 +46,23 @@ def person_codes(users: np.ndarray) -> np.ndarray:
     return np.unique(keys, return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
-def people_of(records: dict[str, np.ndarray], user_column: str) -> np.ndarray:
-    """Each record's person (:func:`person_codes` of the user column); records without the
-    user column raise ``ValueError``."""
-    if user_column not in records:
+def people_of(blocks: list[dict[str, np.ndarray]], user_column: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The records of ``blocks`` (each block's, read apart) concatenated, and each record's
+    unit: its person within its block (a person of a `user` dataset, who lies in one block;
+    a person in one period of a `user-time` one), so that adding or removing one unit adds or
+    removes one group. Blocks without the user column, or with different columns, raise
+    ``ValueError``."""
+    if not blocks:
+        raise ValueError("no blocks to read")
+    names = set(blocks[0])
+    if any(set(block) != names for block in blocks):
+        raise ValueError("blocks hold different columns")
+    if user_column not in names:
         raise ValueError(f"the blocks have no user column {user_column!r}")
-    return person_codes(records[user_column])
+    records = {name: np.concatenate([block[name] for block in blocks]) for name in names}
+    persons = [person_codes(block[user_column]) for block in blocks]
+    offsets = np.cumsum([0] + [int(codes.max()) + 1 if len(codes) else 0 for codes in persons[:-1]])
+    return records, np.concatenate([codes + offset for codes, offset in zip(persons, offsets)]).astype(np.int64)
 
 
 def person_split(people: np.ndarray, holdout: float) -> tuple[np.ndarray, np.ndarray]:
