@@ -99,3 +99,27 @@ def test_a_unit_layout_compiles_to_the_arrays_of_its_validated_trace(unit):
 def test_a_unit_layout_too_large_or_out_of_range_is_refused_before_it_is_built(params, message):
     with pytest.raises(ValueError, match=message):
         workloads.generate("macro-rdp", **{"days": 2, "pipelines_per_day": 5, **params})
+
+
+def one_block_bound(instance):
+    """``benchmarks/units.py``'s bound (the benchmarks folder is scripts, not a package)."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("units_benchmark", Path(__file__).resolve().parents[1] / "benchmarks" / "units.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.one_block_bound(instance)
+
+
+@pytest.mark.parametrize("policy", ["dpf-n", "dpack-n"])
+def test_no_policy_grants_more_under_user_than_one_user_blocks_smallest_first_bound(policy):
+    w = workloads.generate("macro-rdp", seed=3, days=4, pipelines_per_day=120, unit="user", partitions=2)
+    bound = one_block_bound(w.instance)
+    granted = run("macro", w.instance, resolve_policy(policy, n=w.instance.n_pipelines)).granted
+    assert bound is not None and bound < w.instance.n_pipelines  # the user block is oversubscribed
+    assert bound - 5 <= granted <= bound
+
+
+def test_the_one_block_bound_applies_only_where_every_pipeline_asks_the_first_block():
+    assert one_block_bound(workloads.generate("macro-rdp", seed=3, days=4, pipelines_per_day=30).instance) is None
