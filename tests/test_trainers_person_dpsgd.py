@@ -29,7 +29,7 @@ from privsched.trainers.clipping import GhostClipping
 from privsched.trainers.code_training import dp_sgd
 from privsched.trainers.dpsgd import PoissonBatches, person_column, private_trainer
 from privsched.trainers.people import PersonBatches, people_of, person_codes, person_split, sum_grad_samples
-from privsched.trainers.plans import parse_job
+from privsched.trainers.plans import check_person_level, parse_job
 from tests.support.tables import write_csv
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -228,16 +228,32 @@ def test_a_person_level_plan_is_the_subsampled_gaussian_at_the_rate_over_people(
     assert (training.sample_rate, training.steps) == (0.2, 5) and person == record
 
 
-def test_built_in_dpsgd_on_a_user_dataset_with_k_three_spends_the_sgm_at_q_over_people(tmp_path):
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_built_in_dpsgd_on_a_user_dataset_with_k_three_spends_the_sgm_at_q_over_people(tmp_path, mode):
     db, info = user_dataset(tmp_path, 3)
-    ctx = granted(db, info, JOB, tmp_path / "w")
+    ctx = granted(db, info, {**JOB, "grad_sample_mode": mode}, tmp_path / "w")
     run_builtin(ctx)
     metrics = ctx.metrics
-    assert metrics["sampled"] == "people" and metrics["steps"] == 5
+    assert metrics["sampled"] == "people" and metrics["steps"] == 5 and metrics["grad_sample_mode"] == mode
     sigma = ctx.plan.parts[0].noise_multiplier
     accuracy = demand_vector(EpsilonDelta(epsilon=metrics["accuracy_epsilon"]), info.accounting)
     assert np.allclose(ctx.spent, subsampled_gaussian_curve(0.2, sigma, 5, info.accounting.alphas) + accuracy, rtol=1e-12)
     assert json.loads((tmp_path / "w" / "metrics.json").read_text())["max_rows_per_user"] == 3
+
+
+def test_a_record_unit_run_samples_records_and_spends_the_same_plan(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w", unit="record")
+    run_builtin(ctx)
+    assert "sampled" not in ctx.metrics and ctx.metrics["steps"] == 5
+    sigma = ctx.plan.parts[0].noise_multiplier
+    accuracy = demand_vector(EpsilonDelta(epsilon=ctx.metrics["accuracy_epsilon"]), info.accounting)
+    assert np.allclose(ctx.spent, subsampled_gaussian_curve(0.2, sigma, 5, info.accounting.alphas) + accuracy, rtol=1e-12)
+
+
+def test_opacus_two_pass_ghost_clipping_is_refused_for_person_level_dp_sgd():
+    with pytest.raises(ValueError, match="not opacus-ghost"):
+        check_person_level(parse_job({**JOB, "grad_sample_mode": "opacus-ghost"}))
 
 
 def test_a_person_unit_context_without_a_user_column_fails_before_reading_any_block(tmp_path):
