@@ -183,6 +183,17 @@ def test_a_persons_rows_in_two_blocks_are_two_units_and_in_one_block_one():
     assert units[0] == units[2] and len(set(units.tolist())) == 4  # a on day 1, b, a on day 2, c
 
 
+@settings(max_examples=60, deadline=None)
+@given(blocks=st.lists(st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=8), min_size=1, max_size=4))
+def test_two_rows_share_a_unit_exactly_when_they_are_one_persons_in_one_block(blocks):
+    parts = [{"uid": np.array(users, dtype=object), "x": np.zeros(len(users))} for users in blocks]
+    _, units = people_of(parts, "uid")
+    rows = [(b, user) for b, users in enumerate(blocks) for user in users]
+    for i, first in enumerate(rows):
+        for j, second in enumerate(rows):
+            assert (units[i] == units[j]) == (first == second)
+
+
 def test_blocks_without_the_user_column_are_refused():
     with pytest.raises(ValueError, match="no user column 'uid'"):
         people_of([{"x": np.ones(2)}], "uid")

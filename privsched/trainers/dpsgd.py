@@ -17,6 +17,11 @@ the held-out accuracy release, would exceed the grant in any dimension, may stop
 accountant that counted them, plus the accuracy release: the scheduler releases the rest
 (docs/design.md §4.4).
 
+On a dataset whose unit is a person with K > 1 rows, the sampling, the clipping and the
+held-out split are per person (:mod:`privsched.trainers.people`, user-level DP-SGD) and
+the held-out accuracy is released at sensitivity K; the charge is the same plan, with q
+the rate over people.
+
 Randomness: the Gaussian noise comes from Opacus' optimizer built with ``secure_mode=True``
 (each coordinate sums four normal draws, resisting floating-point attacks; Holohan & Braghin
 2021), drawn for all parameters at once (:mod:`privsched.trainers.optimizers`, the same
