@@ -50,7 +50,7 @@ def trains_a_regression_with_its_own_loss(ctx: JobContext) -> None:
 
 def trains_people(ctx: JobContext) -> None:
     """A logistic regression on a person table (tests/test_trainers_person_dpsgd.py), through
-    ``ctx.dp_sgd`` only, in the clipping mode ``ctx.params`` names."""
+    ``ctx.dp_sgd`` only."""
     model = nn.Sequential(nn.Linear(1, 2))
     ctx.dp_sgd(
         model,
@@ -61,5 +61,4 @@ def trains_people(ctx: JobContext) -> None:
         lr=0.5,
         bounds={"x": [0.0, 1.0]},
         people=60,
-        grad_sample_mode=ctx.params.get("mode"),
     )

@@ -340,11 +340,10 @@ def test_built_in_dpsgd_on_a_user_dataset_with_k_three_completes_and_is_charged_
 
 # -- ctx.dp_sgd ------------------------------------------------------------------------------------
 @pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock sandbox")
-@pytest.mark.parametrize("mode", ["ghost", "hooks"])
-def test_a_code_job_trains_per_person_on_a_user_dataset_and_is_charged_its_plan(tmp_path, mode):
+def test_a_code_job_trains_per_person_on_a_user_dataset_and_is_charged_its_plan(tmp_path):
     db, info = user_dataset(tmp_path, 3)
     ctx = granted(db, info, JOB, tmp_path / "work")
-    ctx.params, ctx.plan = {"mode": mode}, None
+    ctx.params, ctx.plan = {}, None
     repo = Path(__file__).resolve().parents[1]
     document = {**json.loads(ctx.to_json()), "job": {"function": "tests.dpsgd_jobs:trains_people", "pythonpath": [str(repo)]}}
     (tmp_path / "context.json").write_text(json.dumps(document))
