@@ -67,6 +67,8 @@ from privsched.trainers.tabular import Declarations, TableSchema, as_numbers, co
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
 
+    from privsched.trainers.people import PersonBatches
+
 #: Opacus warnings that say nothing about a correct run (backward hooks on modules whose
 #: inputs need no gradient, the RDP conversion's order range).
 _QUIET = (
@@ -135,13 +137,11 @@ def examples(records: dict[str, np.ndarray], job: DPSGDJob, declared: Declaratio
     """The job's inputs and labels: a table's declared features (:mod:`privsched.trainers.tabular`)
     or a text column (:func:`text_examples`)."""
     if not job.tabular:
-        data = text_examples(records, job)
-    else:
-        schema = resolve_schema(job, declared)
-        rows = len(records[schema.label]) if schema.label in records else 0
-        inputs, labels, keep = encode_rows(records, schema)
-        data = Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema, keep)
-    return data
+        return text_examples(records, job)
+    schema = resolve_schema(job, declared)
+    rows = len(records[schema.label]) if schema.label in records else 0
+    inputs, labels, keep = encode_rows(records, schema)
+    return Examples(torch.from_numpy(inputs), torch.from_numpy(labels), schema.n_outputs, None, rows, schema, keep)
 
 
 def shape_only(job: DPSGDJob, declared: Declarations | None = None) -> Examples:
@@ -362,7 +362,7 @@ class Trainer:
     module: nn.Module
     optimizer: torch.optim.Optimizer
     criterion: nn.Module
-    batches: PoissonBatches | ShuffledBatches
+    batches: PoissonBatches | PersonBatches | ShuffledBatches
     device: torch.device
     mode: str | None = None
     accountant: RDPAccountant | None = None
@@ -442,7 +442,7 @@ def private_parts(
     device: torch.device,
     batch_size: int,
     people: np.ndarray | None = None,
-) -> tuple[Any, RDPAccountant, Any]:
+) -> tuple[Any, RDPAccountant, PoissonBatches | PersonBatches]:
     """What every clipping mode shares: the Opacus DP optimizer of ``mode``
     (:data:`privsched.trainers.optimizers.OPTIMIZERS`) built directly with
     ``secure_mode=True`` and noise from an OS-seeded generator on ``device``, the RDP
