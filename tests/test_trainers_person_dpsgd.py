@@ -297,6 +297,16 @@ def test_a_job_without_a_public_divisor_fails_before_reading_any_block(tmp_path)
     assert not ctx.touched_data
 
 
+def test_a_block_without_the_user_column_is_refused_before_the_jobs_first_data_access(tmp_path):
+    db, info = user_dataset(tmp_path, 3)
+    ctx = granted(db, info, JOB, tmp_path / "w")
+    ctx.user_column = "nobody"
+    account = Account(ctx)
+    with pytest.raises(ValueError, match="no user column 'nobody'"):
+        account.open_block(ctx.block_keys[0])  # how a built-in job's supervisor hands it a block
+    assert account.first_access is None and not account.read_blocks
+
+
 def test_a_code_jobs_plan_on_blocks_without_the_user_column_is_refused_and_charges_nothing(tmp_path):
     db, info = user_dataset(tmp_path, 3)
     ctx = granted(db, info, JOB, tmp_path / "w")
