@@ -380,7 +380,12 @@ class Client(BudgetReads):
         """``request`` naming the release it reuses (:mod:`privsched.service.reuse`), or as it is."""
         from privsched.service.reuse import with_reuse
 
-        return with_reuse(self.ledger, request)
+        return with_reuse(self.ledger, request, self._released_metrics)
+
+    def _released_metrics(self, pipeline_id: int) -> dict[str, Any] | None:
+        """What pipeline ``pipeline_id``'s job reported (None when it wrote nothing)."""
+        result = self.job_result(pipeline_id)
+        return None if result is None else result.metrics
 
     def _protected(self) -> builtins.list[str]:
         """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""

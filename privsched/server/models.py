@@ -320,6 +320,7 @@ class ResultOut(Model):
     first_access: float | None  # when its job first reached its data
     artifacts: list[ArtifactOut]
     reused_from: int | None = None  # the pipeline whose release it returned, at no charge
+    answered_from_cache: list[int] | None = None  # the pipelines whose releases answered it, at no charge
 
 
 class EventOut(Model):
