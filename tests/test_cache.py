@@ -19,7 +19,7 @@ from privsched.ledger.models import PipelineRequest
 from privsched.remote import RemoteClient, RemoteError
 from privsched.server.runner import Listen, http_api
 from privsched.statistics.accuracy import laplace_epsilon
-from workloads.reviews import write_blocks
+from tests.test_reuse import make_reviews
 
 BOUNDS = [1.0, 5.0]
 #: Each answer below misses its accuracy with probability at most 1e-6 (its beta): a test
@@ -44,16 +44,6 @@ class Cached:
     db: Path
     data: list[Path]
     source: int  # the histogram of 4 bins that ran, within ±30
-
-
-def make_reviews(folder: Path) -> tuple[Path, list[Path]]:
-    """Three blocks of 100 synthetic reviews (basic accounting, ε_G = 10), fully unlocked."""
-    db = folder / "p.db"
-    paths = write_blocks(folder / "data", days=3, per_day=100, seed=7)
-    with ps.connect(db) as client:
-        client.create_dataset("reviews", epsilon=10.0, delta=1e-6, accounting="basic")
-        client.add_blocks("reviews", [(f"b{i}", str(p)) for i, p in enumerate(paths)], unlocked=1.0)
-    return db, paths
 
 
 @pytest.fixture(scope="module")
