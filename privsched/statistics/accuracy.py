@@ -31,6 +31,9 @@ from privsched.statistics.noise import laplace_scale
 #: (:func:`~privsched.statistics.noise.within_charge` adds at most 16); bounds are taken at
 #: the scale times this factor, which only ever makes them larger.
 SCALE_SLACK = 1.0 + 2.0**-40
+#: Bounds computed in floating point are raised by this relative margin (rounding errors of
+#: a few ulps could otherwise bring one under its exact value).
+_ROUNDING = 1.0 + 1e-12
 _GRID = np.linspace(1e-3, 1.0 - 1e-3, 999)
 
 
@@ -48,7 +51,7 @@ class Term:
 def laplace_tail(scale: float, alpha: float) -> float:
     """P(|X| > α) for X discrete Laplace of scale b: 2p^k / (1 + p), k = ⌊α⌋ + 1, p = e^{−1/b}."""
     p = math.exp(-1.0 / scale)
-    return min(1.0, 2.0 * p ** (math.floor(alpha) + 1) / (1.0 + p))
+    return min(1.0, _ROUNDING * 2.0 * p ** (math.floor(alpha) + 1) / (1.0 + p))
 
 
 def _log_mgf(term: Term, t: np.ndarray) -> np.ndarray:
@@ -71,7 +74,7 @@ def failure_bound(terms: list[Term], alpha: float) -> float:
     else:  # sub-Gaussian: the optimal t = α / Σ c²σ², and a grid around it
         grid = _GRID * 2.0 * alpha / sum(t.count * t.coefficient**2 * t.scale**2 for t in terms)
     best = float(np.min(-grid * alpha + sum(_log_mgf(term, grid) for term in terms)))
-    return min(1.0, 2.0 * math.exp(best))
+    return min(1.0, _ROUNDING * 2.0 * math.exp(best))
 
 
 def laplace_epsilon(alpha: float, beta: float, bins: int, sensitivity: float = 1.0) -> float:
