@@ -111,6 +111,7 @@ def replay_linear(pool: list[dict], order: list[int], ratings: list[np.ndarray],
     the sum of the β of all answers (the expected misses at most), for one replay in
     ``mode`` (without, exact or cache)."""
     from privsched.budgets.mechanisms import parse_mechanism
+    from privsched.service.cache import combined_answer
     from privsched.service.reuse import with_reuse
     from privsched.statistics.queries import StatisticJob
     from privsched.statistics.release import dp_statistic
@@ -137,6 +138,8 @@ def replay_linear(pool: list[dict], order: list[int], ratings: list[np.ndarray],
             answer = client.result(run).metrics if run not in released else released[run]
             if "reused_from" in info.job:
                 answer = released[info.job["reused_from"]]
+            if "cache_update" in info.job:
+                answer = combined_answer(client.ledger, client.status(run), released.get) or {}
             truth = [len(values)] if job.query == "count" else np.histogram(values, bins=job.bins, range=job.bounds)[0]
             value = np.atleast_1d(np.asarray(answer["value"], dtype=float))
             misses += bool(np.any(np.abs(value - truth) > pool[i]["accuracy"]["alpha"]))

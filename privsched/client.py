@@ -569,13 +569,22 @@ class Client(BudgetReads):
     def result(self, pipeline_id: int) -> PipelineResult:
         """What a pipeline released (its job's metrics and primitives' values), its charge per
         block as ε at the dataset's δ_G, its state and reason, and its artifacts (listed once
-        it has ended). The local operator reads every pipeline's."""
+        it has ended); a statistic that ran as a cache update answers its own release combined
+        with the cached ones (:func:`privsched.service.cache.combined_answer`; its own is
+        ``release``). The local operator reads every pipeline's."""
         from privsched.results import pipeline_result
+
+        from privsched.service.cache import combined_answer
 
         info = self.status(pipeline_id)
         ran = self.ran_by(info)
         artifacts = self.runs.artifacts(ran) if info.state.is_final() else []
-        return pipeline_result(info, self.dataset(info.dataset), self.job_result(ran), artifacts, info.message)
+        result = pipeline_result(info, self.dataset(info.dataset), self.job_result(ran), artifacts, info.message)
+        combined = combined_answer(self.ledger, info, self._released_metrics)
+        if combined is None:
+            return result
+        own = {"release": result.metrics.get("value"), "combined_with": combined.pop("sources")}
+        return dataclasses.replace(result, metrics=result.metrics | combined | own)
 
     @staticmethod
     def ran_by(info: PipelineInfo) -> int:

@@ -119,6 +119,23 @@ def test_a_miss_runs_pays_and_then_answers_from_the_cache(tmp_path: Path):
     assert hit.answered_from_cache == [miss] and hit.epsilon == 0.0 and abs(hit.metrics["value"] - 200) <= 25.0
 
 
+def test_a_miss_the_cache_half_answers_pays_less_and_answers_its_release_combined_with_the_cache(tmp_path: Path):
+    db, paths = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        source = client.submit(spec("first", histogram(4), 30.0)).id
+        client.run_until_idle()
+        update = client.submit(spec("tighter", histogram(4), 20.0)).id
+        planned = client.status(update).job["cache_update"]
+        client.run_until_idle()
+        result = client.result(update)
+        assert client.audit().ok
+    assert planned["sources"] == [source] and planned["epsilon"] < laplace_epsilon(20.0, BETA, 4)
+    assert result.epsilon == pytest.approx(planned["epsilon"], rel=1e-9)
+    assert result.metrics["combined_with"] == [source, update] and result.metrics["failure_bound"] <= BETA
+    assert len(result.metrics["release"]) == 4 and result.metrics["release"] != result.metrics["value"]
+    assert np.max(np.abs(np.array(result.metrics["value"]) - truth(paths, 4))) <= 20.0
+
+
 def test_reuse_false_runs_and_pays(cached: Cached):
     with ps.connect(cached.db) as client:
         info = client.status(client.submit(spec("paid", COUNT, 120.0, reuse=False)).id)

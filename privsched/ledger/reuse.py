@@ -27,6 +27,8 @@ from privsched.ledger.transaction import Transaction
 REUSED_FROM = "reused_from"
 #: The job field holding an answer from the cached releases of its blocks, and their ids.
 ANSWERED_FROM_CACHE = "answered_from_cache"
+#: The job field of a statistic that ran at a smaller ε to be combined with cached releases.
+CACHE_UPDATE = "cache_update"
 #: Job fields that do not change what a statistic releases.
 _IGNORED = frozenset({REUSED_FROM, "max_runtime"})
 _BLOCK_KEYS = "SELECT b.key FROM demands e JOIN blocks b ON b.id = e.block_id WHERE e.pipeline_id = ? ORDER BY e.position"
@@ -34,8 +36,8 @@ _BLOCK_KEYS = "SELECT b.key FROM demands e JOIN blocks b ON b.id = e.block_id WH
 
 def reusable(job: dict[str, Any]) -> bool:
     """Whether a job's release may be served again: a built-in statistic's, neither itself a
-    reuse nor an answer from the cache."""
-    return job.get("kind") == "statistic" and job.get(REUSED_FROM) is None and job.get(ANSWERED_FROM_CACHE) is None
+    reuse nor an answer from the cache or combined with it."""
+    return job.get("kind") == "statistic" and all(job.get(name) is None for name in (REUSED_FROM, ANSWERED_FROM_CACHE, CACHE_UPDATE))
 
 
 def reuse_key(dataset: str, mechanism: str | None, job: dict[str, Any], block_keys: list[str]) -> str:
@@ -85,7 +87,8 @@ def record_cache_answer(tx: Transaction, pipeline_id: int, answer: dict[str, Any
         if not found or found[0][0] != "completed" or found[0][1] != dataset_id:
             raise LedgerError(f"pipeline {source} is no completed pipeline of the dataset whose release can answer from the cache")
         params = json.loads(found[0][2])
-        if not reusable(params) or (params.get("params") or {}).get("query") not in ("count", "histogram"):
+        ran = params.get("kind") == "statistic" and params.get(REUSED_FROM) is None and params.get(ANSWERED_FROM_CACHE) is None
+        if not ran or (params.get("params") or {}).get("query") not in ("count", "histogram"):
             raise LedgerError(f"pipeline {source} released no count or histogram that the cache holds")
         if sorted(k for (k,) in tx.sql(_BLOCK_KEYS, [source])) != blocks:
             raise LedgerError(f"pipeline {source} released on other blocks: it cannot answer from the cache")
