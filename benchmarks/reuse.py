@@ -179,8 +179,8 @@ def linear_queries(args: argparse.Namespace, rng: np.random.Generator) -> None:
     ratings = [generate_reviews(args.rows, rng)["rating"] for _ in range(args.blocks)]
     pool = linear_pool(args.pool, args.blocks, rng)
     print(f"\nlinear queries: pool {args.pool}, stream {args.stream}, {args.blocks} blocks of {args.rows} rows")
-    head = "| stream | distinct| ε without reuse | ε exact reuse | ε cache | ratio exact | ratio cache | paid (exact, cache) | misses, Σβ|"
-    print(head)
+    print("| stream | distinct | ε without reuse | ε exact reuse | ε cache | ratio exact | ratio cache", end=" ")
+    print("| paid (exact, cache) | misses, Σβ (cache; without reuse) |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
     for skew in ("uniform", "zipf s=1"):
         order = stream(args.pool, args.stream, "uniform" if skew == "uniform" else "zipf", rng)
@@ -189,7 +189,7 @@ def linear_queries(args: argparse.Namespace, rng: np.random.Generator) -> None:
         cache, paid_cache, cache_missed, cache_bound = replay_linear(pool, order, ratings, "cache")
         print(
             f"| {skew} | {len(set(order))} | {without:.2f} | {exact:.2f} | {cache:.2f} | {without / exact:.2f}× | {without / cache:.2f}× "
-            f"| {paid_exact}, {paid_cache} | {cache_missed}, {cache_bound:.1f} (without reuse {missed}, {bound:.1f}) |"
+            f"| {paid_exact}, {paid_cache} | {cache_missed}, {cache_bound:.1f}; {missed}, {bound:.1f} |"
         )
 
 
