@@ -198,3 +198,24 @@ def test_a_submitter_of_another_team_gets_no_answer_from_the_cache(tmp_path: Pat
     assert answered.answered_from_cache == [source] and answered.epsilon == 0.0
     with ps.connect(db) as client:
         assert [p.owner for p in client.list()] == [client.status(source).owner, "alice"]
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "job", "message"),
+    [
+        ({"alpha": 10, "beta": 0.7}, COUNT, "beta"),
+        ({"alpha": 0, "beta": 0.01}, COUNT, "alpha"),
+        ({"alpha": 10, "beta": 0.01}, {"kind": "dpsgd", "params": {}}, "'accuracy' is for a built-in statistic"),
+    ],
+    ids=["beta", "alpha", "dpsgd"],
+)
+def test_a_bad_accuracy_is_refused_in_one_line_and_nothing_is_written(cached: Cached, run_cli, tmp_path: Path, accuracy, job, message):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(spec("bad", job, 1.0) | {"accuracy": accuracy}))
+    with ps.connect(cached.db) as client:
+        count = len(client.list())
+    refused = run_cli("submit", path, env={"PRIVSCHED_DB": str(cached.db)})
+    lines = refused.stderr.strip().splitlines()
+    assert refused.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    with ps.connect(cached.db) as client:
+        assert len(client.list()) == count
