@@ -18,7 +18,8 @@ from privsched.ledger.identities import Identities
 from privsched.ledger.models import PipelineRequest
 from privsched.remote import RemoteClient, RemoteError
 from privsched.server.runner import Listen, http_api
-from privsched.statistics.accuracy import laplace_epsilon
+from privsched.statistics.accuracy import SCALE_SLACK, Source, laplace_epsilon
+from privsched.statistics.noise import laplace_scale
 from tests.test_reuse import make_reviews
 
 BOUNDS = [1.0, 5.0]
@@ -127,12 +128,14 @@ def test_a_miss_the_cache_half_answers_pays_less_and_answers_its_release_combine
         update = client.submit(spec("tighter", histogram(4), 20.0)).id
         planned = client.status(update).job["cache_update"]
         client.run_until_idle()
-        result = client.result(update)
+        result, first = client.result(update), client.result(source)
         assert client.audit().ok
     assert planned["sources"] == [source] and planned["epsilon"] < laplace_epsilon(20.0, BETA, 4)
     assert result.epsilon == pytest.approx(planned["epsilon"], rel=1e-9)
     assert result.metrics["combined_with"] == [source, update] and result.metrics["failure_bound"] <= BETA
-    assert len(result.metrics["release"]) == 4 and result.metrics["release"] != result.metrics["value"]
+    weights = [1 / Source(np.zeros(4), 1, "laplace", laplace_scale(1, e) * SCALE_SLACK).variance() for e in (first.epsilon, result.epsilon)]
+    mean = (weights[0] * np.array(first.metrics["value"]) + weights[1] * np.array(result.metrics["release"])) / sum(weights)
+    assert result.metrics["value"] == pytest.approx(mean.tolist(), rel=1e-12)
     assert np.max(np.abs(np.array(result.metrics["value"]) - truth(paths, 4))) <= 20.0
 
 
@@ -219,3 +222,28 @@ def test_a_bad_accuracy_is_refused_in_one_line_and_nothing_is_written(cached: Ca
     assert refused.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
     with ps.connect(cached.db) as client:
         assert len(client.list()) == count
+
+
+def test_a_dry_run_names_the_releases_that_would_answer_and_a_charge_of_0(cached: Cached):
+    with ps.connect(cached.db) as client:
+        count = len(client.list())
+        plan = client.dry_run(spec("planned", COUNT, 120.0))
+        assert len(client.list()) == count
+    assert plan.answered_from_cache == [cached.source] and plan.verdict == "fits now"
+    assert f"answered from the cached releases of pipelines {cached.source}: charged 0" in plan.lines()
+
+
+def test_the_dashboard_shows_a_cache_update_its_combined_answer(tmp_path: Path):
+    db, _ = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        client.submit(spec("first", histogram(4), 30.0))
+        client.run_until_idle()
+        update = client.submit(spec("tighter", histogram(4), 20.0)).id
+        client.run_until_idle()
+        expected = client.result(update).metrics
+    with Identities(db) as identities:
+        viewer = identities.add_user("vera", "viewer")
+    with http_api(db, Listen("127.0.0.1", 0)) as bound, RemoteClient(bound.url, viewer) as remote:
+        page = remote.request("GET", "/v1/dashboard/pipelines?per_page=100")
+    row = next(r for r in page["rows"] if r["id"] == update)
+    assert row["result"].startswith("value = " + ", ".join(f"{v:.6g}" for v in expected["value"]) + ", query = histogram"), row["result"]

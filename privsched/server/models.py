@@ -497,6 +497,7 @@ class DryRunOut(Model):
     reason: str | None = Field(None, description="Why it waits or can never fit.")
     share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
     reuses: int | None = Field(None, description="The pipeline whose release it would return, at no charge.")
+    answered_from_cache: list[int] | None = Field(None, description="The pipelines whose releases would answer it, at no charge.")
 
 
 class ErrorOut(Model):
