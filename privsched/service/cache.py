@@ -3,8 +3,10 @@
 As Turbo does (Kostopoulou et al., SOSP'23), a count or a histogram that asks for an
 ``accuracy`` (α, β) instead of an ε is answered, at no charge, from the counts and histograms
 already released on the same blocks when their noise proves the accuracy
-(:mod:`privsched.statistics.accuracy`); otherwise it runs at the ε the accuracy needs
-(:func:`accuracy_epsilon`), pays, and its release joins the cache.
+(:mod:`privsched.statistics.accuracy`); otherwise it runs, pays and its release joins the
+cache: at the ε the accuracy needs alone (:func:`accuracy_epsilon`), or, when the cached
+releases half meet it, at the smallest ε whose release combined with theirs proves it
+(:func:`update_epsilon`), answering that combination (:func:`combined_answer`).
 
 There is no separate cache to drift from the ledger: the cache of a dataset's blocks *is*
 its completed, charged built-in counts and histograms on exactly those blocks (not reuses,
