@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import privsched as ps
 from privsched.ledger import LedgerError
@@ -18,8 +20,10 @@ from privsched.ledger.identities import Identities
 from privsched.ledger.models import PipelineRequest
 from privsched.remote import RemoteClient, RemoteError
 from privsched.server.runner import Listen, http_api
-from privsched.statistics.accuracy import SCALE_SLACK, Source, laplace_epsilon
+from privsched.service.cache import update_epsilon
+from privsched.statistics.accuracy import SCALE_SLACK, Source, best_estimate, laplace_epsilon
 from privsched.statistics.noise import laplace_scale
+from privsched.statistics.queries import StatisticJob
 from tests.test_reuse import make_reviews
 
 BOUNDS = [1.0, 5.0]
@@ -247,3 +251,19 @@ def test_the_dashboard_shows_a_cache_update_its_combined_answer(tmp_path: Path):
         page = remote.request("GET", "/v1/dashboard/pipelines?per_page=100")
     row = next(r for r in page["rows"] if r["id"] == update)
     assert row["result"].startswith("value = " + ", ".join(f"{v:.6g}" for v in expected["value"]) + ", query = histogram"), row["result"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    scales=st.lists(st.floats(0.5, 10.0), min_size=1, max_size=3),
+    alpha=st.floats(2.0, 50.0),
+    beta=st.floats(1e-8, 0.2),
+    bins=st.sampled_from([1, 4]),
+)
+def test_a_cache_update_is_charged_no_more_than_alone_and_proves_its_accuracy(scales: list[float], alpha: float, beta: float, bins: int):
+    query = StatisticJob(query="histogram", column="rating", bounds=(1.0, 5.0), bins=bins)
+    cached = [Source(np.zeros(bins), 1, "laplace", b) for b in scales]
+    full = laplace_epsilon(alpha, beta, bins)
+    epsilon = update_epsilon(cached, query, alpha, beta, full, 1.0)
+    fresh = Source(np.zeros(bins), 1, "laplace", laplace_scale(1.0, epsilon) * SCALE_SLACK)
+    assert epsilon <= full and best_estimate([*cached, fresh], alpha).failure <= beta  # type: ignore[union-attr]

@@ -95,7 +95,8 @@ def failure_bound(terms: list[Term], alpha: float) -> float:
     bounds = []
     if len({(t.kind, t.scale, abs(t.coefficient)) for t in terms}) == 1 and terms[0].kind == "laplace":
         count, coefficient = sum(t.count for t in terms), abs(terms[0].coefficient)
-        threshold = alpha / coefficient * (1.0 - 1e-12)  # rounded down: more mass is counted
+        # α/|c| is exact for |c| = 1; else rounded down, so that more mass is counted
+        threshold = alpha if coefficient == 1.0 else alpha / coefficient * (1.0 - 1e-12)
         if count == 1:
             return laplace_tail(terms[0].scale, threshold)
         bounds.append(laplace_sum_tail(terms[0].scale, count, threshold))
