@@ -124,7 +124,7 @@ def test_a_miss_runs_pays_and_then_answers_from_the_cache(tmp_path: Path):
     assert hit.answered_from_cache == [miss] and hit.epsilon == 0.0 and abs(hit.metrics["value"] - 200) <= 25.0
 
 
-def test_a_miss_the_cache_half_answers_pays_less_and_answers_its_release_combined_with_the_cache(tmp_path: Path):
+def test_a_miss_the_cache_half_answers_pays_less_and_answers_its_release_combined_with_the_cache(tmp_path: Path, run_cli):
     db, paths = make_reviews(tmp_path)
     with ps.connect(db) as client:
         source = client.submit(spec("first", histogram(4), 30.0)).id
@@ -132,9 +132,11 @@ def test_a_miss_the_cache_half_answers_pays_less_and_answers_its_release_combine
         update = client.submit(spec("tighter", histogram(4), 20.0)).id
         planned = client.status(update).job["cache_update"]
         client.run_until_idle()
+        status = run_cli("status", update, env={"PRIVSCHED_DB": str(db)})
         result, first = client.result(update), client.result(source)
         assert client.audit().ok
     assert planned["sources"] == [source] and planned["epsilon"] < laplace_epsilon(20.0, BETA, 4)
+    assert re.search(rf"cache_update\W+its release combined with those of pipelines {source}\b", status.stdout), status.stdout
     assert result.epsilon == pytest.approx(planned["epsilon"], rel=1e-9)
     assert result.metrics["combined_with"] == [source, update] and result.metrics["failure_bound"] <= BETA
     weights = [1 / Source(np.zeros(4), 1, "laplace", laplace_scale(1, e) * SCALE_SLACK).variance() for e in (first.epsilon, result.epsilon)]

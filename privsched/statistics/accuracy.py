@@ -24,7 +24,8 @@ a discrete Laplace of scale b' > b is one of scale b plus independent symmetric 
 noise (the ratio of their characteristic functions is that of a law with masses ∝
 (1 + p²) − 2pp' at 0 and p'^{k−1}(p' − p)(1 − pp') at ±k), and adding such noise to a
 symmetric unimodal integer sum (a sum of log-concave laws is log-concave) never brings
-more mass within ±t (Anderson's inequality, in its discrete form).
+more mass within ±t (Anderson's inequality, in its discrete form); the Chernoff bounds grow
+with the scale directly, as the moment generating functions do.
 """
 
 from __future__ import annotations
