@@ -201,8 +201,10 @@ def combined_answer(ledger: Ledger, info: PipelineInfo, released: Released) -> d
     combined with the releases its job names, as :func:`best_estimate` chose at submit
     (the choice depends on the noise scales alone, so it is the same); None otherwise."""
     update = info.job.get(CACHE_UPDATE)
+    if update is None or str(info.state) != "completed":
+        return None
     query = _statistic(info.job)
-    if update is None or query is None or str(info.state) != "completed":
+    if query is None:
         return None
     request = PipelineRequest(info.name, info.dataset, info.block_keys)
     found = _sources(ledger, request, query, released, only=[*update["sources"], info.id])
