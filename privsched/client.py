@@ -380,7 +380,12 @@ class Client(BudgetReads):
         """``request`` naming the release it reuses (:mod:`privsched.service.reuse`), or as it is."""
         from privsched.service.reuse import with_reuse
 
-        return with_reuse(self.ledger, request)
+        return with_reuse(self.ledger, request, self._released_metrics)
+
+    def _released_metrics(self, pipeline_id: int) -> dict[str, Any] | None:
+        """What pipeline ``pipeline_id``'s job reported (None when it wrote nothing)."""
+        result = self.job_result(pipeline_id)
+        return None if result is None else result.metrics
 
     def _protected(self) -> builtins.list[str]:
         """What a code job's paths must not overlap (:func:`privsched.service.preflight.protected_paths`)."""
@@ -391,7 +396,10 @@ class Client(BudgetReads):
     def dry_run(self, spec: SpecLike, *, owner: str | None = None, team: str | None = None) -> DryRun:
         """What submitting ``spec`` would claim and whether it would be granted: fits now,
         waits (and why) or can never fit, weighing ``team``'s quota (the submitter's team, if
-        any); writes nothing (:mod:`privsched.service.dryrun`)."""
+        any), and the release it would reuse or the cached releases that would answer it (or
+        lower its charge); writes nothing (:mod:`privsched.service.dryrun`)."""
+        from privsched.ledger.reuse import ANSWERED_FROM_CACHE
+        from privsched.service.cache import with_cached_answer
         from privsched.service.dryrun import dry_run
         from privsched.service.reuse import reusable_source
         from privsched.service.submissions import build_request, checked_code
@@ -403,11 +411,17 @@ class Client(BudgetReads):
         build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
         request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
         quota = None if team is None else self._quota(dataset, blocks, team)
-        plan = dry_run(request, dataset, blocks, quota=quota, compute=compute)
         source = reusable_source(self.ledger, request) if parsed.reuse and compute is None else None
-        if source is None:
+        if source is not None:
+            plan = dry_run(request, dataset, blocks, quota=quota, compute=compute)
+            return dataclasses.replace(plan, verdict="fits now", reason=None, reuses=source.id)
+        if parsed.reuse and compute is None:  # answered from the cache, or charged less for it
+            request = with_cached_answer(self.ledger, request, self._released_metrics)
+        plan = dry_run(request, dataset, blocks, quota=quota, compute=compute)
+        answer = request.job.get(ANSWERED_FROM_CACHE)
+        if answer is None:
             return plan
-        return dataclasses.replace(plan, verdict="fits now", reason=None, reuses=source.id)
+        return dataclasses.replace(plan, verdict="fits now", reason=None, answered_from_cache=answer["sources"])
 
     def quota_usage(self, dataset: str | None = None, *, team: str | None = None) -> builtins.list[QuotaUsage]:
         """Every team quota (on ``dataset`` only, of ``team`` only, when given) with what the
@@ -564,13 +578,28 @@ class Client(BudgetReads):
     def result(self, pipeline_id: int) -> PipelineResult:
         """What a pipeline released (its job's metrics and primitives' values), its charge per
         block as ε at the dataset's δ_G, its state and reason, and its artifacts (listed once
-        it has ended). The local operator reads every pipeline's."""
+        it has ended); a statistic that ran as a cache update answers its own release combined
+        with the cached ones (:func:`privsched.service.cache.combined_answer`; its own is
+        ``release``). The local operator reads every pipeline's."""
         from privsched.results import pipeline_result
 
         info = self.status(pipeline_id)
         ran = self.ran_by(info)
         artifacts = self.runs.artifacts(ran) if info.state.is_final() else []
-        return pipeline_result(info, self.dataset(info.dataset), self.job_result(ran), artifacts, info.message)
+        result = pipeline_result(info, self.dataset(info.dataset), self.job_result(ran), artifacts, info.message)
+        return dataclasses.replace(result, metrics=self.combined_metrics(info, result.metrics))
+
+    def combined_metrics(self, info: PipelineInfo, metrics: dict[str, Any]) -> dict[str, Any]:
+        """``metrics`` (what ``info``'s job released), with the answer of a statistic that ran
+        as a cache update: its release (``release``) combined with the cached ones it names
+        (:func:`privsched.service.cache.combined_answer`); other pipelines' as they are."""
+        from privsched.service.cache import combined_answer
+
+        combined = combined_answer(self.ledger, info, self._released_metrics)
+        if combined is None:
+            return metrics
+        sources = combined.pop("sources")
+        return metrics | combined | {"release": metrics.get("value"), "combined_with": sources}
 
     @staticmethod
     def ran_by(info: PipelineInfo) -> int:

@@ -62,6 +62,7 @@ class PipelineResult:
     first_access: float | None = None  # when its job first reached its data (None: never)
     artifacts: list[Artifact] = field(default_factory=list)  # files its job left
     reused_from: int | None = None  # the pipeline whose release it returned, at no charge
+    answered_from_cache: list[int] | None = None  # the pipelines whose releases answered it, at no charge
 
     @property
     def declarative(self) -> bool:
@@ -85,6 +86,9 @@ class PipelineResult:
             out.append(f"charged: ε {self.epsilon:.4g} at δ={self.delta:g} ({blocks})")
         if self.reused_from is not None:
             out.append(f"reused_from: {self.reused_from} (its release, returned at no charge)")
+        if self.answered_from_cache is not None:
+            sources = ", ".join(str(i) for i in self.answered_from_cache)
+            out.append(f"answered_from_cache: pipelines {sources} (their releases, at no charge)")
         return out + self.output_lines()
 
     def output_lines(self) -> list[str]:
@@ -107,9 +111,17 @@ def job_label(job: dict[str, Any]) -> str:
 
 def released_metrics(info: PipelineInfo, job_result: JobResult | None) -> dict[str, Any]:
     """What ``info``'s job released (``job_result``: that of the pipeline that ran it), and,
-    for a pipeline that reused another's release, ``reused_from``: that pipeline's id."""
-    from privsched.ledger.reuse import REUSED_FROM
+    for a pipeline that reused another's release, ``reused_from``: that pipeline's id; for
+    one answered from the cache, its answer, ``answered_from_cache`` and ``reused_from``: the
+    pipelines whose releases answered it."""
+    from privsched.ledger.reuse import ANSWERED_FROM_CACHE, REUSED_FROM
 
+    answer = info.job.get(ANSWERED_FROM_CACHE)
+    if answer is not None:
+        params = info.job.get("params") or {}
+        shown = {name: answer[name] for name in ("value", "edges", "failure_bound") if name in answer}
+        described = {"query": params.get("query"), "column": params.get("column"), "accuracy": info.job.get("accuracy")}
+        return described | shown | {ANSWERED_FROM_CACHE: True, REUSED_FROM: answer["sources"]}
     source = info.job.get(REUSED_FROM)
     return (dict(job_result.metrics) if job_result is not None else {}) | ({} if source is None else {REUSED_FROM: source})
 
@@ -120,7 +132,7 @@ def pipeline_result(
     """The result of pipeline ``info`` from the ledger's record (its charge) and its job's
     result file (``job_result``, None when it has none), with ``reason`` as its readers may
     see it."""
-    from privsched.ledger.reuse import REUSED_FROM
+    from privsched.ledger.reuse import ANSWERED_FROM_CACHE, REUSED_FROM
     from privsched.readouts import readout
 
     charged = None if info.consumed is None else {key: readout(info.consumed[key], dataset).epsilon for key in info.block_keys}
@@ -139,6 +151,7 @@ def pipeline_result(
         first_access=job_result.first_access if job_result is not None else None,
         artifacts=artifacts,
         reused_from=info.job.get(REUSED_FROM),
+        answered_from_cache=(info.job.get(ANSWERED_FROM_CACHE) or {}).get("sources"),
     )
 
 

@@ -232,6 +232,14 @@ class Resources(_Model):
         return f"{self.gpus} GPU(s), {self.cpus:g} CPU(s){memory}"
 
 
+class Accuracy(_Model):
+    """What a statistic's answer must meet: every bin within ±``alpha`` of the truth with
+    probability at least 1 − ``beta`` (docs/privacy.md, "Answers from a cached histogram")."""
+
+    alpha: bounded(0.0, 1e15, low_open=True)  # type: ignore[valid-type]
+    beta: bounded(1e-12, 0.5)  # type: ignore[valid-type]
+
+
 class PipelineSpec(_Model):
     """A pipeline as submitted: data, privacy demand, job, compute and timeouts."""
 
@@ -254,14 +262,18 @@ class PipelineSpec(_Model):
     #: A statistic already released on the same blocks is returned again at no charge
     #: (docs/privacy.md, "Reuse of released results"); false runs it and pays.
     reuse: bool = True
+    #: A statistic's accuracy; its ε is derived from it (``epsilon``, if given, is the cap).
+    accuracy: Accuracy | None = None
 
     @model_validator(mode="after")
     def _one_demand(self) -> PipelineSpec:
         if self.mechanism is not None and (self.epsilon is not None or self.delta is not None):
             raise ValueError("give either 'epsilon'/'delta' or a 'mechanism', not both")
+        if self.accuracy is not None and self.job.kind != "statistic":
+            raise ValueError("'accuracy' is for a built-in statistic (job kind statistic)")
         if self.delta is not None and self.epsilon is None:
             raise ValueError("'delta' needs 'epsilon'")
-        if self.mechanism is None and self.epsilon is None:
+        if self.mechanism is None and self.epsilon is None and self.accuracy is None:
             raise ValueError("the pipeline has no privacy demand: give 'epsilon' (and 'delta') or a 'mechanism'")
         return self
 

@@ -196,6 +196,10 @@ def status(
         add_row(table, f"block {grant.key}", f"demand {demand}{consumed}")
     if (source := info.job.get("reused_from")) is not None:
         add_row(table, "reused_from", f"{source} (its release, returned at no charge)")
+    if (answer := info.job.get("answered_from_cache")) is not None:
+        add_row(table, "answered_from_cache", f"pipelines {', '.join(map(str, answer['sources']))} (their releases, at no charge)")
+    if (update := info.job.get("cache_update")) is not None:
+        add_row(table, "cache_update", f"its release combined with those of pipelines {', '.join(map(str, update['sources']))}")
     if info.placement:
         add_row(table, "placement", ", ".join(f"{k}={v}" for k, v in info.placement.items()))
     for label, at in (

@@ -20,7 +20,7 @@ from privsched.ledger.errors import LedgerError
 from privsched.ledger.models import HOLDING_STATES, Ending, PipelineRequest
 from privsched.ledger.moves import Moves, detail_text, settle
 from privsched.ledger.quotas import QuotaCheck
-from privsched.ledger.reuse import REUSED_FROM, record_reuse
+from privsched.ledger.reuse import ANSWERED_FROM_CACHE, REUSED_FROM, record_cache_answer, record_reuse
 from privsched.ledger.schema import pack, unpack, unpack_rows
 from privsched.ledger.transaction import Transaction
 
@@ -35,15 +35,18 @@ def submit_many(
 ) -> list[int]:
     """Record pending pipelines (all or none), each submitted by its actor (default: the
     transaction's); ``claim(ids)`` runs inside the transaction. A request whose job names
-    a release it reuses is completed at once, at no charge (:mod:`privsched.ledger.reuse`)."""
+    a release it reuses, or that carries its answer from the cache, is completed at once, at
+    no charge (:mod:`privsched.ledger.reuse`)."""
     ids = []
     for i, request in enumerate(requests):
         if actors is not None:
             tx.moves.actor = actors[i]
         ids.append(_insert_pipeline(tx, request))
-        source = request.job.get(REUSED_FROM) if isinstance(request.job, dict) else None
-        if source is not None:
-            record_reuse(tx, ids[-1], check.ids([source], "reused pipeline id")[0])
+        job = request.job if isinstance(request.job, dict) else {}
+        if job.get(REUSED_FROM) is not None:
+            record_reuse(tx, ids[-1], check.ids([job[REUSED_FROM]], "reused pipeline id")[0])
+        elif job.get(ANSWERED_FROM_CACHE) is not None:
+            record_cache_answer(tx, ids[-1], job[ANSWERED_FROM_CACHE])
     if claim is not None:
         claim(ids)
     return ids

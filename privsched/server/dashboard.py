@@ -59,7 +59,7 @@ def dashboard_router(client: Client, identities: Identities, current_user: Calla
         def released(info: PipelineInfo) -> dict[str, Any] | None:
             if not access.can_read_outputs(caller, info, identities.submissions([info.id]).get(info.id)):
                 return None
-            return released_metrics(info, client.job_result(client.ran_by(info)))
+            return client.combined_metrics(info, released_metrics(info, client.job_result(client.ran_by(info))))
 
         return released
 

@@ -320,6 +320,7 @@ class ResultOut(Model):
     first_access: float | None  # when its job first reached its data
     artifacts: list[ArtifactOut]
     reused_from: int | None = None  # the pipeline whose release it returned, at no charge
+    answered_from_cache: list[int] | None = None  # the pipelines whose releases answered it, at no charge
 
 
 class EventOut(Model):
@@ -496,6 +497,7 @@ class DryRunOut(Model):
     reason: str | None = Field(None, description="Why it waits or can never fit.")
     share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
     reuses: int | None = Field(None, description="The pipeline whose release it would return, at no charge.")
+    answered_from_cache: list[int] | None = Field(None, description="The pipelines whose releases would answer it, at no charge.")
 
 
 class ErrorOut(Model):

@@ -66,6 +66,7 @@ class DryRun:
     reason: str | None = None  # why it waits or can never fit
     share: float = 0.0  # the fraction of each block's capacity the demand takes (readouts.demand_share)
     reuses: int | None = None  # the pipeline whose release it would return at no charge (privsched.ledger.reuse)
+    answered_from_cache: list[int] | None = None  # the pipelines whose releases would answer it at no charge
 
     @property
     def exit_code(self) -> int:
@@ -85,6 +86,8 @@ class DryRun:
             head.append(f"{demand_text(self.epsilon, self.share, fit.key)}: {state}")
         if self.reuses is not None:
             head.append(f"reuses the release of pipeline {self.reuses}: charged 0")
+        if self.answered_from_cache is not None:
+            head.append(f"answered from the cached releases of pipelines {', '.join(map(str, self.answered_from_cache))}: charged 0")
         head.append(self.verdict if self.reason is None else f"{self.verdict}: {self.reason}")
         return head
 

@@ -16,6 +16,7 @@ from privsched.ledger import Ledger
 from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.models import PipelineInfo, PipelineRequest
 from privsched.ledger.reuse import REUSED_FROM, reusable, reuse_key
+from privsched.service.cache import Released, with_cached_answer
 
 
 def reusable_source(ledger: Ledger, request: PipelineRequest) -> PipelineInfo | None:
@@ -32,9 +33,13 @@ def reusable_source(ledger: Ledger, request: PipelineRequest) -> PipelineInfo | 
     return None
 
 
-def with_reuse(ledger: Ledger, request: PipelineRequest) -> PipelineRequest:
-    """``request`` with its job naming the release it reuses, if there is one."""
+def with_reuse(ledger: Ledger, request: PipelineRequest, released: Released | None = None) -> PipelineRequest:
+    """``request`` with its job naming the release it reuses, if there is one, else (given
+    what released pipelines reported, ``released``) carrying its answer from the cache
+    (:mod:`privsched.service.cache`), if the cache has one."""
     source = reusable_source(ledger, request)
-    if source is None:
+    if source is not None:
+        return dataclasses.replace(request, job={**request.job, REUSED_FROM: source.id})
+    if released is None:
         return request
-    return dataclasses.replace(request, job={**request.job, REUSED_FROM: source.id})
+    return with_cached_answer(ledger, request, released)

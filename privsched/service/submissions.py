@@ -2,9 +2,11 @@
 
 The privacy demand comes from, in this order: an explicit ``mechanism`` description; a
 built-in job's own plan (:func:`privsched.trainers.builtin.plan_mechanism` for the target
-(ε, δ)), which is what the job then runs with; or the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2);
-δ > 0 without a named mechanism is refused, docs/design.md §3.4). A job that asks for more compute than the pool has is refused here, before
-anything is written (docs/design.md §4.4). A code job is checked first, at no charge
+(ε, δ), a statistic's ε derived from its ``accuracy``:
+:func:`privsched.service.cache.accuracy_epsilon`), which is what the job then runs with; or
+the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2); δ > 0
+without a named mechanism is refused, docs/design.md §3.4). A job that asks for more
+compute than the pool has is refused here, before anything is written (docs/design.md §4.4). A code job is checked first, at no charge
 (:func:`checked_code`, :mod:`privsched.service.preflight`).
 """
 
@@ -58,7 +60,12 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
         raise SpecError(f"a {spec.job.kind} job plans the mechanism it is charged: give 'epsilon' (and 'delta'), not a 'mechanism'")
     if spec.mechanism is not None:
         return parse_mechanism(spec.mechanism)
-    epsilon, delta = float(spec.epsilon), float(spec.delta or 0.0)  # type: ignore[arg-type]
+    if spec.accuracy is not None:
+        from privsched.service.cache import accuracy_epsilon
+
+        epsilon, delta = accuracy_epsilon(spec, dataset), float(spec.delta or 0.0)
+    else:
+        epsilon, delta = float(spec.epsilon), float(spec.delta or 0.0)  # type: ignore[arg-type]
     if spec.job.kind is not None:
         from privsched.trainers.builtin import plan_mechanism
 
@@ -88,6 +95,8 @@ def build_request(
         raise LedgerError(f"pipeline {spec.name!r}: {exc}") from None
     job = spec.job.model_dump()
     job.update(max_runtime=spec.max_runtime, epsilon=spec.epsilon, delta=spec.delta)
+    if spec.accuracy is not None:
+        job.update(accuracy=spec.accuracy.model_dump())
     return PipelineRequest(
         name=spec.name,
         dataset=spec.dataset,
