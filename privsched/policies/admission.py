@@ -31,7 +31,7 @@ import numpy as np
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.exact import LIMIT, clamp, sum_at, units
-from privsched.policies.base import Snapshot
+from privsched.policies.base import Allocation, Snapshot
 
 
 def validate(snapshot: Snapshot) -> None:
@@ -60,6 +60,31 @@ def validate(snapshot: Snapshot) -> None:
             raise ValueError("a pipeline's team is not among the quotas' teams")
         if teams and not (np.all(np.asarray(quotas.share) >= 0) and np.all(np.asarray(quotas.share) <= 1)):
             raise ValueError("quota shares must be in [0, 1]")
+    elastic = snapshot.elastic_min
+    if elastic is not None:
+        if np.shape(elastic) != (n,):
+            raise ValueError("elastic_min needs one entry per pending pipeline")
+        if not np.all((np.asarray(elastic, dtype=float) > 0) & (np.asarray(elastic, dtype=float) <= 1)):
+            raise ValueError("elastic_min must be in (0, 1]")
+
+
+def validate_allocation(snapshot: Snapshot, allocation: Allocation) -> None:
+    """Raise ValueError (one line) unless ``allocation`` grants distinct pending pipelines,
+    each a fraction within its range ``[elastic_min, 1]``."""
+    granted = np.asarray(allocation.granted)
+    n = snapshot.n_pipelines
+    if granted.ndim != 1 or (granted.size and (granted.min() < 0 or granted.max() >= n)):
+        raise ValueError("an allocation grants a pipeline that is not in the snapshot")
+    if len(np.unique(granted)) != len(granted):
+        raise ValueError("an allocation grants a pipeline twice")
+    if allocation.fraction is None:
+        return
+    fraction = np.asarray(allocation.fraction, dtype=float)
+    if fraction.shape != granted.shape:
+        raise ValueError("an allocation's fraction needs one entry per granted pipeline")
+    low = np.ones(n) if snapshot.elastic_min is None else np.asarray(snapshot.elastic_min, dtype=float)
+    if not np.all((fraction >= low[granted]) & (fraction <= 1)):
+        raise ValueError("a granted fraction is outside its pipeline's range [elastic_min, 1]")
 
 
 def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
