@@ -96,12 +96,11 @@ def _name(value: str) -> str:
 def parse_epsilon(value: Any) -> float | tuple[float, float]:
     """An ε, or an elastic range ``[min, max]`` of ε (docs/design.md §10) as a pair; a range
     whose ends are equal is that ε."""
-    what = f"epsilon (from {MIN_EPSILON:g} to {MAX_EPSILON:g})"
     if not isinstance(value, (list, tuple)):
-        return float(check_number(value, what, MIN_EPSILON, MAX_EPSILON))
+        return float(check_number(value, "", MIN_EPSILON, MAX_EPSILON))
     if len(value) != 2:
         raise ValueError(f"an epsilon range is [min, max], got {len(value)} values")
-    low, high = (float(check_number(v, what, MIN_EPSILON, MAX_EPSILON)) for v in value)
+    low, high = (float(check_number(v, "each end of the range", MIN_EPSILON, MAX_EPSILON)) for v in value)
     if low > high:
         raise ValueError(f"epsilon range [{low:g}, {high:g}] is empty: its min is above its max")
     return high if low == high else (low, high)

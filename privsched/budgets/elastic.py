@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from privsched.budgets.accounting import leq
+from privsched.budgets.accounting import Accounting, leq
 from privsched.budgets.exact import quantize
 
 Plan = TypeVar("Plan")
@@ -80,3 +80,14 @@ def calibrate(
         else:
             high = middle
     return low, best
+
+
+def granted_epsilon(grant: np.ndarray, low: float, high: float, delta: float, accounting: Accounting) -> float:
+    """The largest ε in [low, high] whose plain (ε, δ) declaration
+    (:class:`~privsched.budgets.mechanisms.EpsilonDelta`: min(ε, αε²/2) under RDP, Bun &
+    Steinke 2016 Prop. 3.3; (ε, δ) under basic) fits ``grant``: what a code job granted a
+    fraction of its elastic demand may spend through its primitives."""
+    from privsched.budgets.mechanisms import EpsilonDelta, demand_vector
+
+    epsilon, _ = calibrate(lambda e: EpsilonDelta(epsilon=e, delta=delta), lambda m: demand_vector(m, accounting), low, high, grant)
+    return epsilon

@@ -211,9 +211,8 @@ def _check_pipelines(db: Database, records: Records) -> list[str]:
         if logged is None:
             out.append(f"pipeline {id_}: no event submitted it")
             continue
-        stored = dict(
-            zip(("dataset_id", "state", *SUBMITTED), (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources, elastic_min))
-        )
+        row = (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources, elastic_min)
+        stored = dict(zip(("dataset_id", "state", *SUBMITTED), row))
         out.extend(
             f"pipeline {id_}: stored {key} differs from the event log (submitted by event {logged['event']})"
             for key in stored

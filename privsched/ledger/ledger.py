@@ -328,7 +328,9 @@ class Ledger:
         check.now_or_clock(now)
         if not ids:
             return []
-        shares = None if fractions is None else {int(i): check.finite_number(f, "fraction", high=1.0, low_open=True) for i, f in fractions.items()}
+        shares = None
+        if fractions is not None:
+            shares = {int(i): check.finite_number(f, "fraction", high=1.0, low_open=True) for i, f in fractions.items()}
         return self._write(lifecycle.grant, ids, shares, now=now)
 
     def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None, launch_token: str | None = None) -> None:

@@ -153,9 +153,7 @@ def _fraction(pipeline_id: int, least: float | None, fractions: Mapping[int, flo
     return float(fraction)
 
 
-def _allocate(
-    tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]], quotas: QuotaCheck | None, fraction: float | None
-) -> bool:
+def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]], quotas: QuotaCheck | None, fraction: float | None) -> bool:
     """Allocate ``fraction`` of a pipeline's demand (None: all of it) on every block if it
     fits on all of them (and within its team's quota, :mod:`privsched.ledger.quotas`)."""
     import numpy as np

@@ -225,7 +225,9 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
         edge_pipeline=np.concatenate([table.edge_pipeline, batch.edge_pipeline + len(table.pipeline_ids)]),
         edge_block=np.concatenate([table.edge_block, batch.edge_block]),
         edge_demand=np.concatenate([table.edge_demand, batch.edge_demand]),
-        elastic_min=None if table.elastic_min is None and batch.elastic_min is None else np.concatenate([table.minimums(), batch.minimums()]),
+        elastic_min=None
+        if table.elastic_min is None and batch.elastic_min is None
+        else np.concatenate([table.minimums(), batch.minimums()]),
     )
     if np.all(ids[1:] > ids[:-1]):
         return joined

@@ -74,12 +74,34 @@ def run_builtin(ctx: JobContext) -> None:
     if ctx.plan is None:
         raise ValueError("a built-in job runs only with the mechanism it was charged, and its context has none")
     spec = parse_job(ctx.params)
+    epsilon, mechanism = granted_mechanism(ctx)
+    if epsilon is not None:
+        ctx.report_metrics(epsilon_used=epsilon, delta_used=ctx.delta)
     if isinstance(spec, DPSGDJob):
-        plan = charged_plan(spec, ctx.plan, ctx.delta)
+        plan = charged_plan(spec, mechanism, ctx.delta)
         from privsched.trainers.dpsgd import run_dpsgd
 
         run_dpsgd(ctx, spec, plan)
     else:
         from privsched.trainers.statistics import run_statistic
 
-        run_statistic(ctx, spec, ctx.plan)
+        run_statistic(ctx, spec, mechanism)
+
+
+def granted_mechanism(ctx: JobContext) -> tuple[float | None, Mechanism]:
+    """The ε a built-in job runs at and its mechanism: the charged plan at the pipeline's ε
+    when the grant holds its whole curve; after an elastic grant of less, the plan at the
+    largest ε of the range whose curve fits the grant at every order
+    (:func:`privsched.budgets.elastic.calibrate`; docs/privacy.md, "Elastic demands").
+    Raises ``ValueError`` if the grant holds neither."""
+    from privsched.budgets.elastic import calibrate
+    from privsched.budgets.mechanisms import demand_vector
+
+    assert ctx.plan is not None  # run_builtin checked
+    if ctx.epsilon_min is None or ctx.epsilon is None:
+        return ctx.epsilon, ctx.plan
+
+    def plan(epsilon: float) -> Mechanism:
+        return plan_mechanism(ctx.params, epsilon, ctx.delta, ctx.accounting, ctx.max_rows_per_user)
+
+    return calibrate(plan, lambda m: demand_vector(m, ctx.accounting), ctx.epsilon_min, ctx.epsilon, ctx.budget)
