@@ -38,13 +38,13 @@ STEPS = 24
 def minimum_fraction(least: np.ndarray, most: np.ndarray, live: np.ndarray) -> float:
     """The smallest f in (0, 1] with ``f · most ≥ least`` at every ``live`` dimension (``least``
     and ``most``: the demand curves planned at ε_min and at ε_max), checked in floating point
-    and raised by ulps until it holds. Raises ``ValueError`` if ``least`` exceeds ``most``
-    somewhere (a range whose min costs more than its max) or a live demand is not positive."""
+    and raised by ulps until it holds (a dimension where both are 0, such as the δ of a pure-DP
+    demand, holds for any f). Raises ``ValueError`` if ``least`` exceeds ``most`` somewhere
+    (a range whose min costs more than its max)."""
     least, most = np.asarray(least, dtype=float)[live], np.asarray(most, dtype=float)[live]
-    if not np.all(most > 0):
-        raise ValueError("an elastic demand must be positive at every live order")
     if np.any(least > most):
         raise ValueError("the mechanism planned at the range's min costs more than at its max")
+    least, most = least[most > 0], most[most > 0]
     fraction = float(np.max(least / most)) if least.size else 1.0
     while fraction < 1.0 and np.any(fraction * most < least):
         fraction = float(np.nextafter(fraction, 2.0))
