@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from privsched.policies.admission import admit_in_order
+from privsched.policies.admission import admit
 from privsched.policies.base import Allocation, Snapshot
 
 
@@ -35,4 +35,4 @@ class FirstComeFirstServed:
         return np.argsort(arrival_rank(snapshot))
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return Allocation(granted=admit_in_order(snapshot, self.order(snapshot)))
+        return admit(snapshot, self.order(snapshot))
