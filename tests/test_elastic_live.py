@@ -88,3 +88,25 @@ def test_an_elastic_range_above_what_the_block_could_ever_hold_is_refused_in_one
         with pytest.raises(LedgerError, match="can never be granted") as caught:
             client.submit(pipeline("too-much", [0.1, 2.0]))
         assert "\n" not in str(caught.value) and len(client.ledger.list_pipelines()) == before
+
+
+@pytest.mark.parametrize("accounting", ["basic", "rdp"])
+def test_under_dpf_an_elastic_pipeline_is_granted_what_a_fixed_one_leaves_and_runs_at_that_epsilon(tmp_path: Path, accounting: str):
+    paths = write_blocks(tmp_path / "data", days=1, per_day=50, seed=3)
+    with Client(tmp_path / "p.db") as client:
+        client.create_dataset("reviews", epsilon=1.0 if accounting == "basic" else 10.0, delta=1e-6, accounting=accounting)
+        client.add_blocks("reviews", [("b0", str(paths[0]))])
+        wide = client.submit(pipeline("fixed", 0.7 if accounting == "basic" else 7.0))
+        elastic = client.submit(pipeline("elastic", [0.1, 0.5] if accounting == "basic" else [1.0, 5.0]))
+        client.run_until_idle(policy="dpf-n", n=1)
+        fixed, info = client.status(wide.id), client.status(elastic.id)
+        assert fixed.state == info.state == "completed", (fixed.message, info.message)
+        assert info.elastic_min is not None and info.elastic_min <= info.fraction < 1
+        used = client.result(elastic.id).metrics["epsilon_used"]
+        assert info.job["epsilon_min"] <= used < info.job["epsilon"]
+        if accounting == "basic":  # all that the fixed 0.7 left of ε_G = 1
+            assert info.fraction == pytest.approx(0.6) and used == pytest.approx(0.3, rel=1e-6)
+        assert np.all(leq(info.consumed["b0"], info.granted["b0"]))
+        block = client.ledger.get_block("reviews", "b0")
+        live = client.ledger.get_dataset("reviews").accounting.live(block.capacity)
+        assert client.audit().ok and np.any(leq(block.consumed, block.capacity) & live)  # the safety invariant
