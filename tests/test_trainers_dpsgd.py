@@ -250,11 +250,13 @@ def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small
         "spent",
         "architecture",  # the model's name and shape: the job's and the blocks' declared metadata
         "device",
+        "epsilon_used",  # the (ε, δ) the noise was calibrated to
+        "delta_used",
     }  # depend on the plan, the grant and the placement, not on the data
     assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
     # 200 records: no record count is released except the noisy held-out size (and the noisy
     # accuracy, a proportion clamped to [0, 1], which reads 1.0 when its noise is large)
-    public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon")}
+    public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon", "epsilon_used")}
     leaked = {v for v in released_numbers(ctx, tmp_path) if v in set(range(1, 201)) and v not in public}
     assert leaked <= {ctx.metrics["heldout_records_noisy"], ctx.metrics["heldout_accuracy"]}
 
