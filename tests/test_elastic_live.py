@@ -15,6 +15,7 @@ from privsched.ledger import LedgerError
 from tests.cli_inprocess import invoke
 from workloads.reviews import write_blocks
 
+REPO = Path(__file__).resolve().parent.parent
 COUNT = {"kind": "statistic", "params": {"query": "count"}}
 
 
@@ -110,3 +111,16 @@ def test_under_dpf_an_elastic_pipeline_is_granted_what_a_fixed_one_leaves_and_ru
         block = client.ledger.get_block("reviews", "b0")
         live = client.ledger.get_dataset("reviews").accounting.live(block.capacity)
         assert client.audit().ok and np.any(leq(block.consumed, block.capacity) & live)  # the safety invariant
+
+
+def test_a_code_job_granted_part_of_its_range_spends_the_largest_epsilon_its_grant_holds(db: Path):
+    job = {"function": "tests.sandbox_jobs:counts_at_its_epsilon", "pythonpath": [str(REPO)]}
+    with Client(db) as client:
+        run = client.submit({**pipeline("code", [0.1, 0.5]), "job": job})
+        client.ledger.grant([run.id], fractions={run.id: 0.6})  # 0.3 of 0.5: what the fixed 0.7 left
+        client.run_until_idle()
+        info, result = client.status(run.id), client.result(run.id)
+        assert info.state == "completed", info.message
+        (release,) = result.releases
+        assert release["epsilon"] == result.metrics["epsilon"] == pytest.approx(0.3, rel=1e-6) and release["epsilon"] <= 0.3
+        assert np.all(leq(info.consumed["b0"], info.granted["b0"])) and client.audit().ok
