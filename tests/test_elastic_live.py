@@ -13,6 +13,8 @@ from privsched.budgets.accounting import leq
 from privsched.client import Client
 from privsched.ledger import LedgerError
 from tests.cli_inprocess import invoke
+from tests.conftest import dump_database
+from tests.server_fixtures import Server, server, spec  # noqa: F401  (server: a fixture)
 from workloads.reviews import write_blocks
 
 REPO = Path(__file__).resolve().parent.parent
@@ -124,3 +126,20 @@ def test_a_code_job_granted_part_of_its_range_spends_the_largest_epsilon_its_gra
         (release,) = result.releases
         assert release["epsilon"] == result.metrics["epsilon"] == pytest.approx(0.3, rel=1e-6) and release["epsilon"] <= 0.3
         assert np.all(leq(info.consumed["b0"], info.granted["b0"])) and client.audit().ok
+
+
+def test_the_http_api_takes_an_epsilon_range_and_answers_it_in_the_pipeline_and_the_dry_run(server: Server):
+    elastic = {**spec(), "epsilon": [0.1, 0.5]}
+    status, planned = server.call("POST", "/v1/pipelines/dry-run", {"spec": elastic}, user="alice")
+    assert status == 200 and planned["epsilon_range"] == [0.1, 0.5] and planned["elastic_min"] == pytest.approx(0.2), planned
+    status, submitted = server.call("POST", "/v1/pipelines", {"spec": elastic}, user="alice")
+    assert status == 201, submitted
+    shown = server.call("GET", f"/v1/pipelines/{submitted['id']}", user="alice")[1]
+    assert shown["elastic_min"] == pytest.approx(0.2) and shown["job"]["epsilon_min"] == 0.1 and shown["fraction"] is None
+
+
+def test_the_http_api_refuses_an_empty_epsilon_range_in_one_line(server: Server):
+    before = dump_database(server.db)
+    status, answer = server.call("POST", "/v1/pipelines", {"spec": {**spec(), "epsilon": [0.5, 0.1]}}, user="alice")
+    assert status == 400 and "is empty" in answer["error"] and "\n" not in answer["error"]
+    assert dump_database(server.db) == before
