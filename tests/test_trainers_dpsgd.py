@@ -26,6 +26,7 @@ from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 from privsched.jobs.records import load_blocks
 from privsched.budgets.bounds import MIN_SAMPLE_RATE
+from privsched.budgets.elastic import granted_amount
 from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches, inclusion_threshold, release_accuracy
 from privsched.trainers.models import build_model, ghost_clipping_applies
 from tests.support.devices import DEVICES
@@ -361,3 +362,16 @@ def test_opacus_ghost_clipping_computes_the_exact_per_sample_norms_of_the_all_li
     nn.functional.cross_entropy(ghost(inputs), labels).backward()
     assert torch.allclose(ghost.get_norm_sample(), torch.stack(expected), rtol=1e-4)
     assert all(getattr(p, "grad_sample", None) is None for p in model.parameters())
+
+
+def test_a_dpsgd_job_granted_part_of_its_elastic_range_trains_at_the_largest_epsilon_the_grant_holds(small_blocks, tmp_path):
+    job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.2, "epochs": 1, "lr": 0.05}
+    accounting = Accounting.rdp()
+    ctx = job_context(small_blocks, job, accounting, tmp_path, epsilon=2.0)
+    grant = granted_amount(demand_vector(ctx.plan, accounting), 0.6)  # of [0.5, 2.0], whose min needs less
+    ctx.blocks = {k: BlockGrant(k, b.location, grant) for k, b in ctx.blocks.items()}
+    ctx.epsilon_min = 0.5
+    run_builtin(ctx)
+    assert 0.5 < ctx.metrics["epsilon_used"] < 2.0 and ctx.metrics["delta_used"] == DELTA
+    assert ctx.spent is not None and np.all(leq(ctx.spent, grant))
+    assert ctx.metrics["noise_multiplier"] > ctx.plan.parts[0].noise_multiplier  # more noise than the whole plan
