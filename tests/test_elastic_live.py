@@ -143,3 +143,22 @@ def test_the_http_api_refuses_an_empty_epsilon_range_in_one_line(server: Server)
     status, answer = server.call("POST", "/v1/pipelines", {"spec": {**spec(), "epsilon": [0.5, 0.1]}}, user="alice")
     assert status == 400 and "is empty" in answer["error"] and "\n" not in answer["error"]
     assert dump_database(server.db) == before
+
+
+def test_an_elastic_pipeline_whose_max_no_longer_fits_but_whose_min_does_waits_and_is_granted_the_rest(db: Path):
+    with Client(db) as client:
+        run = client.submit(pipeline("elastic", [0.1, 0.5]))  # 0.3 of ε_G = 1 is left after the fixed 0.7
+        client.run_until_idle(policy="dpf-n", n=1)
+        info = client.status(run.id)
+        assert info.state == "completed" and info.fraction == pytest.approx(0.6), info.message
+        assert client.result(run.id).metrics["epsilon_used"] == pytest.approx(0.3, rel=1e-6)
+        shown = invoke("result", run.id, db=db)
+        assert "epsilon_used" in shown.stdout, shown.stdout
+
+
+def test_an_elastic_pipeline_whose_min_can_never_fit_ends_saying_so(db: Path):
+    with Client(db) as client:
+        run = client.submit(pipeline("elastic", [0.4, 0.5]))  # even 0.4 is more than the 0.3 left
+        client.run_until_idle(policy="dpf-n", n=1)
+        info = client.status(run.id)
+    assert info.state != "completed" and "can never be granted" in (info.message or ""), info
