@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.exact import sum_at, units
-from privsched.policies.admission import at_minimum, charge, validate, validate_allocation
+from privsched.policies.admission import EdgeTable, at_minimum, charge, dominant_shares, edge_shares, validate, validate_allocation
 from privsched.policies.base import Allocation, Quotas, Snapshot
 from privsched.policies.dpack import DPack
 from privsched.policies.dpf import DominantPrivateBlockFairness, dpf_order
@@ -95,7 +95,13 @@ def within_budget(snapshot: Snapshot, allocation: Allocation) -> bool:
     return True
 
 
-POLICIES = {"fcfs": FirstComeFirstServed(), "dpf": DominantPrivateBlockFairness(), "dpack": DPack()}
+POLICIES = {
+    "fcfs": FirstComeFirstServed(),
+    "dpf": DominantPrivateBlockFairness(),
+    "dpack": DPack(),
+    "dpf-n": DominantPrivateBlockFairness(fair_share=0.25),
+    "dpack-n": DPack(fair_share=0.25),
+}
 
 
 @settings(max_examples=150, deadline=None)
@@ -139,7 +145,7 @@ def test_asking_for_a_range_never_costs_a_pipeline_its_place_in_dpf_order(snapsh
 @settings(max_examples=100, deadline=None)
 @given(snapshot=elastic_snapshots(quotas=False), data=st.data())
 def test_no_granted_pipeline_could_take_more_once_the_others_are_charged(snapshot: Snapshot, data) -> None:
-    allocation = POLICIES[data.draw(st.sampled_from(sorted(POLICIES)))].allocate(snapshot)
+    allocation = POLICIES[data.draw(st.sampled_from(["dpack", "dpf", "fcfs"]))].allocate(snapshot)  # no fair share
     rows = charged(snapshot, allocation)
     for position, i in enumerate(np.asarray(allocation.granted).tolist()):
         f = float(allocation.fractions()[position])
@@ -153,7 +159,7 @@ def test_no_granted_pipeline_could_take_more_once_the_others_are_charged(snapsho
         assert not np.all(snapshot.accounting.fits_units(more, room[snapshot.edge_block[mine]], live))
 
 
-@pytest.mark.parametrize("policy", sorted(POLICIES))
+@pytest.mark.parametrize("policy", ["dpack", "dpf", "fcfs"])
 def test_a_lone_elastic_pipeline_takes_the_largest_fraction_that_fits(policy: str) -> None:
     snapshot = _elastic(make_snapshot([{0: 1.0, 1: 2.0}], unlocked=[0.9, 1.4]), [0.5])
     allocation = POLICIES[policy].allocate(snapshot)
@@ -185,3 +191,21 @@ def test_round_robin_refuses_elastic_demands() -> None:
     snapshot = _elastic(make_snapshot([{0: 1.0}], unlocked=[1.0]), [0.5])
     with pytest.raises(ValueError, match="fixed demands only"):
         RoundRobin().allocate(snapshot)
+
+
+@settings(max_examples=100, deadline=None)
+@given(snapshot=elastic_snapshots(), fair_share=st.sampled_from([0.1, 0.25, 0.5]), name=st.sampled_from(["dpf", "dpack", "fcfs"]))
+def test_no_top_up_goes_past_the_fair_share(snapshot: Snapshot, fair_share: float, name: str) -> None:
+    policy = replace(POLICIES[name], fair_share=fair_share)  # type: ignore[type-var]
+    allocation = policy.allocate(snapshot)
+    table = EdgeTable.of(snapshot)
+    dominant = dominant_shares(table, edge_shares(snapshot, table))[allocation.granted]
+    assert snapshot.elastic_min is not None
+    low = snapshot.elastic_min[allocation.granted]
+    above = allocation.fractions() > low
+    assert np.all(allocation.fractions()[above] * dominant[above] <= fair_share * (1 + 1e-9))
+
+
+def test_a_fair_share_tops_up_to_one_nth_of_the_block() -> None:
+    snapshot = _elastic(make_snapshot([{0: 1.0}], unlocked=[1.0], capacity=[4.0]), [0.1])
+    assert DominantPrivateBlockFairness(fair_share=0.125).allocate(snapshot).fractions()[0] == pytest.approx(0.5)

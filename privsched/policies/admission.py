@@ -318,44 +318,73 @@ def at_minimum(snapshot: Snapshot) -> Snapshot:
     return replace(snapshot, edge_demand=demand, elastic_min=None)
 
 
-def top_up(snapshot: Snapshot, granted: np.ndarray) -> np.ndarray:
+def edge_shares(snapshot: Snapshot, table: EdgeTable) -> np.ndarray:
+    """(E, K) each edge's demand as a share of its block's capacity, per dimension
+    (:meth:`~privsched.budgets.accounting.Accounting.shares`), in small slices."""
+    shares = np.empty_like(table.demand)
+    for start in range(0, len(shares), SLICE_ROWS):  # small temporaries, see EdgeTable._fit_rows
+        part = slice(start, start + SLICE_ROWS)
+        shares[part] = snapshot.accounting.shares(table.demand[part], snapshot.capacity[table.block[part]])
+    return shares
+
+
+def dominant_shares(table: EdgeTable, shares: np.ndarray) -> np.ndarray:
+    """(P,) each pipeline's dominant share, the largest of its :func:`edge_shares` (Luo et
+    al., OSDI'21 §4.1); 0 for a pipeline that asks for nothing."""
+    dominant = np.zeros(len(table.count))
+    requesting = np.flatnonzero(table.count)
+    if requesting.size:
+        dominant[requesting] = np.maximum.reduceat(shares.max(axis=1, initial=0.0), table.start[requesting])
+    return dominant
+
+
+def top_up(snapshot: Snapshot, granted: np.ndarray, fair_share: float | None = None) -> np.ndarray:
     """The fraction of its edge demands each of ``granted`` receives (docs/design.md §4.2,
     elastic demands): every granted pipeline's minimum is charged first; then, in grant
-    order, each one takes the largest fraction in ``[elastic_min, 1]`` whose charge fits what
-    is left on every one of its blocks (and its team's quota), at some live order under RDP,
-    in exact quanta. ``granted`` must fit at its minimums, as a walk of :func:`at_minimum`
-    grants."""
+    order, each one takes the largest fraction in ``[elastic_min, ceiling]`` whose charge
+    fits what is left on every one of its blocks (and its team's quota), at some live order
+    under RDP, in exact quanta. The ceiling is 1, or with a ``fair_share`` (DPF-N's 1/N) the
+    fraction at which the pipeline's dominant share reaches the fair share, if that is less
+    (never below the minimum). ``granted`` must fit at its minimums, as a walk of
+    :func:`at_minimum` grants."""
     granted = np.asarray(granted, dtype=np.intp)
     fraction = np.ones(len(granted))
     if not is_elastic(snapshot) or not len(granted):
         return fraction
     assert snapshot.elastic_min is not None
     low = np.asarray(snapshot.elastic_min, dtype=float)[granted]
+    high = np.ones(len(granted))
+    if fair_share is not None:
+        base = EdgeTable.of(snapshot)
+        dominant = dominant_shares(base, edge_shares(snapshot, base))[granted]
+        with np.errstate(divide="ignore"):
+            high = np.maximum(low, np.minimum(1.0, fair_share / dominant))
     table, budget = EdgeTable.admitting(snapshot)
     edges, owner = table.gather(granted)
     minimum = charge(table.demand[edges], low[owner][:, None])
     available = EdgeTable.subtract(budget, table.block[edges], minimum)
     first = np.cumsum(table.count[granted]) - table.count[granted]  # each one's rows of ``edges``
-    for position in np.flatnonzero(low < 1).tolist():
+    for position in np.flatnonzero(low < high).tolist():
         rows = slice(int(first[position]), int(first[position] + table.count[granted[position]]))
         blocks, demand = table.block[edges[rows]], table.demand[edges[rows]]
         room = available[blocks] + minimum[rows]  # what it may take, its own minimum given back
-        f = _largest_fraction(table.accounting, demand, room, table.live[blocks], float(low[position]))
+        f = _largest_fraction(table.accounting, demand, room, table.live[blocks], float(low[position]), float(high[position]))
         available[blocks] = clamp(room - charge(demand, f))
         fraction[position] = f
+    fraction[low >= high] = low[low >= high]
     return fraction
 
 
-def _largest_fraction(accounting: Accounting, demand: np.ndarray, room: np.ndarray, live: np.ndarray, low: float) -> float:
-    """The largest f in [low, 1] whose charge ``f × demand`` fits ``room`` (quanta) on every
+def _largest_fraction(accounting: Accounting, demand: np.ndarray, room: np.ndarray, live: np.ndarray, low: float, high: float) -> float:
+    """The largest f in [low, high] whose charge ``f × demand`` fits ``room`` (quanta) on every
     row, given that ``low`` fits: the real-valued bound, then bisection where rounding to
     quanta makes it miss."""
 
     def fits(f: float) -> bool:
         return bool(np.all(accounting.fits_units(charge(demand, f), room, live)))
 
-    if fits(1.0):
-        return 1.0
+    if fits(high):
+        return high
     scaled = demand * SCALE  # the demand in (real-valued) quanta
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(scaled > 0, room / np.where(scaled > 0, scaled, 1.0), np.where(room >= 0, np.inf, -np.inf))
@@ -363,7 +392,7 @@ def _largest_fraction(accounting: Accounting, demand: np.ndarray, room: np.ndarr
         per_row = np.max(np.where(live, ratio, -np.inf), axis=1)
     else:
         per_row = np.min(ratio, axis=1)
-    best = min(1.0, float(per_row.min(initial=np.inf)))
+    best = min(high, float(per_row.min(initial=np.inf)))
     if best <= low:
         return low
     if fits(best):
@@ -377,14 +406,15 @@ def _largest_fraction(accounting: Accounting, demand: np.ndarray, room: np.ndarr
     return lo
 
 
-def admit(snapshot: Snapshot, order: np.ndarray) -> Allocation:
+def admit(snapshot: Snapshot, order: np.ndarray, fair_share: float | None = None) -> Allocation:
     """The best-effort pass over ``order`` (:func:`admit_in_order`) with elastic demands:
     *who* is granted is decided on the minimums, then each granted pipeline is topped up in
-    the same order (:func:`top_up`). Without elastic demands, exactly :func:`admit_in_order`."""
+    the same order, up to its ``fair_share`` if given (:func:`top_up`). Without elastic
+    demands, exactly :func:`admit_in_order`."""
     if not is_elastic(snapshot):
         return Allocation(granted=admit_in_order(snapshot, order))
     granted = admit_in_order(at_minimum(snapshot), order)
-    return Allocation(granted=granted, fraction=top_up(snapshot, granted))
+    return Allocation(granted=granted, fraction=top_up(snapshot, granted, fair_share))
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:

@@ -66,6 +66,8 @@ class DPack:
 
     k: int = 50
     name: str = "dpack"
+    #: Under per-arrival unlocking, 1/N: how far an elastic pipeline is topped up (as DPF's).
+    fair_share: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
@@ -74,7 +76,7 @@ class DPack:
     def allocate(self, snapshot: Snapshot) -> Allocation:
         if is_elastic(snapshot):  # who on the minimums, then topped up in grant order
             granted = self.allocate(at_minimum(snapshot)).granted
-            return Allocation(granted=granted, fraction=top_up(snapshot, granted))
+            return Allocation(granted=granted, fraction=top_up(snapshot, granted, self.fair_share))
         from privsched.policies import dpack_kernels
 
         table, quanta = EdgeTable.admitting(snapshot)

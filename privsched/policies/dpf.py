@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from privsched.policies.admission import SLICE_ROWS, EdgeTable, admit, at_minimum
+from privsched.policies.admission import EdgeTable, admit, at_minimum, dominant_shares, edge_shares
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -38,14 +38,8 @@ def dpf_order(snapshot: Snapshot) -> np.ndarray:
     snapshot = at_minimum(snapshot)
     table = EdgeTable.of(snapshot)
     n = snapshot.n_pipelines
-    shares = np.empty_like(table.demand)
-    for start in range(0, len(shares), SLICE_ROWS):  # small temporaries, see EdgeTable._fit_rows
-        part = slice(start, start + SLICE_ROWS)
-        shares[part] = snapshot.accounting.shares(table.demand[part], snapshot.capacity[table.block[part]])
-    dominant = np.zeros(n)
-    requesting = np.flatnonzero(table.count)
-    if requesting.size:
-        dominant[requesting] = np.maximum.reduceat(shares.max(axis=1, initial=0.0), table.start[requesting])
+    shares = edge_shares(snapshot, table)
+    dominant = dominant_shares(table, shares)
     _, inverse, counts = np.unique(dominant, return_inverse=True, return_counts=True)
     tied = np.flatnonzero(counts[inverse] > 1)
     second = np.zeros(n, dtype=np.intp)
@@ -68,6 +62,9 @@ class DominantPrivateBlockFairness:
     """Orders pending pipelines by dominant share and admits best-effort."""
 
     name: str = "dpf"
+    #: Under per-arrival unlocking, each pipeline's fair share 1/N: an elastic pipeline is
+    #: topped up no further than it (docs/design.md §4.2, elastic demands).
+    fair_share: float | None = None
     per_pipeline_order: ClassVar[bool] = True
 
     def order(self, snapshot: Snapshot) -> np.ndarray:
@@ -76,4 +73,4 @@ class DominantPrivateBlockFairness:
         return dpf_order(snapshot)
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return admit(snapshot, self.order(snapshot))
+        return admit(snapshot, self.order(snapshot), self.fair_share)
