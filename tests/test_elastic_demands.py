@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from privsched.budgets import Accounting, demand_vector
 from privsched.budgets.curves import gaussian_curve, laplace_curve
 from privsched.budgets.elastic import calibrate, granted_amount, granted_epsilon, minimum_fraction
-from privsched.budgets.exact import on_grid, quantize
+from privsched.budgets.exact import on_grid, quantize, units
 from privsched.budgets.sgm import subsampled_gaussian_curve
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.ledger import Ledger, LedgerError
@@ -183,3 +183,36 @@ def test_an_audit_names_a_granted_fraction_changed_in_the_file(ledger):
     with sqlite3.connect(ledger.path, isolation_level=None) as conn:
         conn.execute("UPDATE pipelines SET fraction = 0.75 WHERE id = ?", [pipeline_id])
     assert any(f"pipeline {pipeline_id} on block d/b: holds" in v for v in ledger.audit().violations)
+
+
+@settings(max_examples=20)
+@given(
+    st.lists(
+        st.tuples(st.floats(0.05, 0.9), st.one_of(st.none(), st.floats(0.05, 1.0)), st.floats(0.0, 1.0), st.booleans()),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_interleaved_fixed_and_elastic_grants_stay_within_their_ranges_and_the_blocks_capacity(tmp_path_factory, pipelines):
+    """Each pipeline: its ε, its least fraction (None: fixed), where in [least, 1] the grant
+    falls, whether its job then completes spending all of its grant."""
+    with Ledger(tmp_path_factory.mktemp("l") / "l.db", create=True) as ledger:
+        ledger.create_dataset("d", epsilon=1.0, delta=1e-6, accounting="basic")
+        ledger.add_blocks("d", ["b"], unlocked_fraction=1.0)
+        for epsilon, least, where, completes in pipelines:
+            pipeline_id = elastic(ledger, least, round(epsilon, 3))
+            fraction = 1.0 if least is None else least + where * (1.0 - least)
+            before = ledger.get_block("d", "b").unlocked
+            granted = ledger.grant([pipeline_id], fractions={pipeline_id: fraction}) == [pipeline_id]
+            info = ledger.get_pipeline(pipeline_id)
+            share = granted_amount(info.demands["b"], fraction)
+            assert granted == bool(np.all(share <= before))  # granted exactly when its share fits
+            if granted:
+                assert (info.fraction or 1.0) == fraction and (info.elastic_min or 1.0) <= fraction
+                after = ledger.get_block("d", "b").unlocked  # exactly the share moved, in quanta
+                np.testing.assert_array_equal(units(before, up=False) - units(after, up=False), units(share, up=True))
+                if completes:
+                    ledger.complete(pipeline_id, share)
+        block = ledger.get_block("d", "b")
+        assert np.all(block.allocated + block.consumed <= block.capacity)
+        assert ledger.audit().ok
