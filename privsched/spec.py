@@ -11,7 +11,7 @@ Example (YAML)::
     name: sentiment-lstm
     dataset: reviews
     blocks: {last: 10}            # or [2026-01-01, 2026-01-02] or {from: 2026-01-01, to: 2026-01-31}
-    epsilon: 1.0
+    epsilon: 1.0                  # or a range [0.5, 2.0]: granted any amount in it (elastic)
     delta: 1.0e-9
     job: {function: mypkg.train:main, params: {lr: 0.1}}
     resources: {gpus: 1, cpus: 2, memory: 4GiB}
@@ -38,8 +38,8 @@ from pydantic import (
     model_validator,
 )
 
-from privsched.budgets.bounds import check_number, shown
-from privsched.budgets.fields import Delta, Epsilon, bounded
+from privsched.budgets.bounds import MAX_EPSILON, MIN_EPSILON, check_number, shown
+from privsched.budgets.fields import Delta, bounded
 from privsched.documents import check_depth
 from privsched.errors import validation_message
 from privsched.spec_files import MAX_SPEC_BYTES as MAX_SPEC_BYTES, SpecError, read_spec
@@ -93,7 +93,22 @@ def _name(value: str) -> str:
     return value
 
 
+def parse_epsilon(value: Any) -> float | tuple[float, float]:
+    """An ε, or an elastic range ``[min, max]`` of ε (docs/design.md §10) as a pair; a range
+    whose ends are equal is that ε."""
+    if not isinstance(value, (list, tuple)):
+        return float(check_number(value, "", MIN_EPSILON, MAX_EPSILON))
+    if len(value) != 2:
+        raise ValueError(f"an epsilon range is [min, max], got {len(value)} values")
+    low, high = (float(check_number(v, "each end of the range", MIN_EPSILON, MAX_EPSILON)) for v in value)
+    if low > high:
+        raise ValueError(f"epsilon range [{low:g}, {high:g}] is empty: its min is above its max")
+    return high if low == high else (low, high)
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
+#: A fixed ε or an elastic range of ε (:func:`parse_epsilon`).
+EpsilonDemand = Annotated[Union[float, tuple[float, float]], BeforeValidator(parse_epsilon)]
 Memory = Annotated[int, BeforeValidator(parse_memory)]
 #: A dataset, pipeline, block key or owner name (:func:`privsched.text.name_problem`).
 Name = Annotated[str, AfterValidator(_name)]
@@ -246,7 +261,8 @@ class PipelineSpec(_Model):
     name: Name
     dataset: Name
     blocks: BlockSelector
-    epsilon: Epsilon | None = None
+    #: ε, or a range (min, max): the pipeline accepts any grant in it (docs/design.md §10).
+    epsilon: EpsilonDemand | None = None
     delta: Delta | None = None
     #: A mechanism description (privsched.budgets.mechanisms), e.g. {kind: laplace, scale: 10}.
     mechanism: dict[str, Any] | None = None
@@ -271,11 +287,28 @@ class PipelineSpec(_Model):
             raise ValueError("give either 'epsilon'/'delta' or a 'mechanism', not both")
         if self.accuracy is not None and self.job.kind != "statistic":
             raise ValueError("'accuracy' is for a built-in statistic (job kind statistic)")
+        if self.accuracy is not None and isinstance(self.epsilon, tuple):
+            raise ValueError("with 'accuracy', 'epsilon' is a single cap, not a range")
         if self.delta is not None and self.epsilon is None:
             raise ValueError("'delta' needs 'epsilon'")
         if self.mechanism is None and self.epsilon is None and self.accuracy is None:
             raise ValueError("the pipeline has no privacy demand: give 'epsilon' (and 'delta') or a 'mechanism'")
         return self
+
+    @property
+    def epsilon_max(self) -> float | None:
+        """The ε the pipeline asks for at most (its demand): the range's max, or its ε."""
+        return self.epsilon[1] if isinstance(self.epsilon, tuple) else self.epsilon
+
+    @property
+    def epsilon_min(self) -> float | None:
+        """The least ε the pipeline accepts: the range's min, or its ε."""
+        return self.epsilon[0] if isinstance(self.epsilon, tuple) else self.epsilon
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the pipeline asks for a range of ε."""
+        return isinstance(self.epsilon, tuple)
 
     @classmethod
     def parse(cls, data: Any, source: str = "pipeline") -> PipelineSpec:

@@ -177,3 +177,10 @@ def reads_parquet(ctx: JobContext) -> None:
     with ctx.open_block(ctx.block_keys[0]) as stream:
         table = pq.read_table(stream)
     ctx.report_metrics(columns=table.column_names, rows=table.num_rows)
+
+
+def counts_at_its_epsilon(ctx: JobContext) -> None:
+    """Spends the ε its context gives (after an elastic grant: the largest its grant holds)
+    through one DP count."""
+    assert ctx.epsilon is not None
+    ctx.report_metrics(count=ctx.dp_count(ctx.epsilon), epsilon=ctx.epsilon)

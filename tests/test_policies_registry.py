@@ -96,8 +96,17 @@ def test_per_time_unlocking_rejects_negative_elapsed_time() -> None:
 )
 def test_dpack_aliases_fix_the_unlock_rule_and_keep_their_name(name, kwargs, unlock) -> None:
     spec = make_policy(name, **kwargs)
-    assert (spec.name, spec.unlock, spec.policy) == (name, unlock, DPack(k=3))
+    assert (spec.name, spec.unlock) == (name, unlock)
+    assert isinstance(spec.policy, DPack) and spec.policy.k == 3
     assert spec.params["k"] == 3
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "fair_share"),
+    [("dpf-n", {"n": 8}, 1 / 8), ("dpack-n", {"n": 4}, 1 / 4), ("dpf-t", {"lifetime": 9.0}, None), ("fcfs", {}, None)],
+)
+def test_elastic_top_ups_are_capped_at_the_per_arrival_fair_share(name, kwargs, fair_share) -> None:
+    assert make_policy(name, **kwargs).policy.fair_share == fair_share  # type: ignore[attr-defined]
 
 
 def test_an_alias_refuses_another_unlock_rule() -> None:

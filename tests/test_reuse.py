@@ -103,6 +103,17 @@ def test_a_different_statistic_is_not_reused_and_waits_to_pay(released: Released
     assert info.state == "pending" and "reused_from" not in info.job
 
 
+def test_an_elastic_statistic_is_never_served_again(tmp_path: Path):
+    """Its noise followed its grant, not the mechanism recorded at submit."""
+    db, _ = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        first = client.submit(spec("elastic", epsilon=[0.25, 0.5])).id
+        client.run_until_idle()
+        assert client.status(first).state == "completed", client.status(first).message
+        again = client.status(client.submit(spec("elastic-again", epsilon=[0.25, 0.5])).id)
+    assert again.state == "pending" and "reused_from" not in again.job
+
+
 def test_reuse_false_runs_the_statistic_again_and_pays(released: Released):
     with ps.connect(released.db) as client:
         info = client.status(client.submit(spec("paid", reuse=False)).id)

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from privsched.budgets import Accounting, EpsilonDelta, demand_vector, subsampled_gaussian_curve
 from privsched.budgets.sgm import calibrate_noise_multiplier, subsampled_gaussian_epsilon
+from privsched.budgets.elastic import granted_amount, granted_epsilon
 from privsched.budgets.training_plan import fit_noise_multiplier, plan_training
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult
@@ -80,6 +81,17 @@ def test_a_code_job_is_charged_the_plan_its_supervisor_computed_not_what_it_repo
         assert np.all(np.asarray(spent) <= grant)
     state = torch.load(tmp_path / "work" / "model.pt")
     assert state["1.weight"].shape == (8, 5)
+
+
+@needs_landlock
+def test_a_code_job_granted_part_of_an_elastic_range_trains_within_the_grant_and_reports_the_epsilon_it_used(tmp_path):
+    accounting = Accounting.rdp()
+    grant = granted_amount(demand_vector(EpsilonDelta(epsilon=2.0), accounting), 0.5)  # half of [0.5, 2.0]'s max
+    result = run_code_job(tmp_path, "trains_clicks", accounting, grant, granted_epsilon(grant, 0.5, 2.0, 0.0, accounting), {})
+    assert result.completed, result.message
+    plan = result.metrics["dp_sgd"]
+    assert plan["epsilon_used"] == subsampled_gaussian_epsilon(0.1, plan["noise_multiplier"], plan["steps"], DELTA)
+    assert all(np.all(np.asarray(spent) <= grant) for spent in result.spent.values())
 
 
 @needs_landlock

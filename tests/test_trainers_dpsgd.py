@@ -26,6 +26,7 @@ from privsched.trainers.builtin import plan_mechanism, run_builtin
 from privsched.jobs.context import BlockAccessError, BlockGrant, JobContext
 from privsched.jobs.records import load_blocks
 from privsched.budgets.bounds import MIN_SAMPLE_RATE
+from privsched.budgets.elastic import granted_amount
 from privsched.trainers.dpsgd import PoissonBatches, ShuffledBatches, inclusion_threshold, release_accuracy
 from privsched.trainers.models import build_model, ghost_clipping_applies
 from tests.support.devices import DEVICES
@@ -250,11 +251,13 @@ def test_no_released_number_is_an_exact_record_count_or_an_unnoised_metric(small
         "spent",
         "architecture",  # the model's name and shape: the job's and the blocks' declared metadata
         "device",
+        "epsilon_used",  # the (ε, δ) the noise was calibrated to
+        "delta_used",
     }  # depend on the plan, the grant and the placement, not on the data
     assert set(ctx.metrics) == plan | {"heldout_accuracy", "heldout_records_noisy"}
     # 200 records: no record count is released except the noisy held-out size (and the noisy
     # accuracy, a proportion clamped to [0, 1], which reads 1.0 when its noise is large)
-    public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon")}
+    public = {ctx.metrics[k] for k in ("sample_rate", "noise_multiplier", "planned_steps", "steps", "accuracy_epsilon", "epsilon_used")}
     leaked = {v for v in released_numbers(ctx, tmp_path) if v in set(range(1, 201)) and v not in public}
     assert leaked <= {ctx.metrics["heldout_records_noisy"], ctx.metrics["heldout_accuracy"]}
 
@@ -359,3 +362,16 @@ def test_opacus_ghost_clipping_computes_the_exact_per_sample_norms_of_the_all_li
     nn.functional.cross_entropy(ghost(inputs), labels).backward()
     assert torch.allclose(ghost.get_norm_sample(), torch.stack(expected), rtol=1e-4)
     assert all(getattr(p, "grad_sample", None) is None for p in model.parameters())
+
+
+def test_a_dpsgd_job_granted_part_of_its_elastic_range_trains_at_the_largest_epsilon_the_grant_holds(small_blocks, tmp_path):
+    job = {"kind": "dpsgd", "model": "logreg", "sample_rate": 0.2, "epochs": 1, "lr": 0.05}
+    accounting = Accounting.rdp()
+    ctx = job_context(small_blocks, job, accounting, tmp_path, epsilon=2.0)
+    grant = granted_amount(demand_vector(ctx.plan, accounting), 0.6)  # of [0.5, 2.0], whose min needs less
+    ctx.blocks = {k: BlockGrant(k, b.location, grant) for k, b in ctx.blocks.items()}
+    ctx.epsilon_min = 0.5
+    run_builtin(ctx)
+    assert 0.5 < ctx.metrics["epsilon_used"] < 2.0 and ctx.metrics["delta_used"] == DELTA
+    assert ctx.spent is not None and np.all(leq(ctx.spent, grant))
+    assert ctx.metrics["noise_multiplier"] > ctx.plan.parts[0].noise_multiplier  # more noise than the whole plan

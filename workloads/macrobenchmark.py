@@ -19,6 +19,14 @@ charged its training, calibrated to (0.9 ε, δ) (the subsampled Gaussian of its
 RDP, Mironov et al. 2019), composed with its 0.1 ε-DP held-out accuracy release.
 Time is in seconds; a block period is one day by default.
 
+Elastic demands (``elastic`` m; docs/design.md §4.2): every pipeline accepts any ε in
+[m·ε, ε]. Its demand is the charge at ε, and its minimum the smallest fraction of that
+curve which covers, at every order, the charge of the same job calibrated to m·ε
+(:func:`~privsched.simulation.generated.covering_fraction`): m for a mouse's Laplace count
+(its curve min(ε, αε²/2) shrinks by m at the orders where it is ε, by m² at the others);
+for an elephant, computed from its DP-SGD plan recalibrated to m·ε, and 1 (a fixed demand)
+where no plan reaches m·ε in its steps.
+
 Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md). The
 layouts follow PrivateKube's artifact, whose raw blocks are (day × user bucket), 100 buckets
 by a hash of the reviewer id (``evaluation/macrobenchmark/dataset.py``):
@@ -72,6 +80,8 @@ MAX_BLOCKS = 500
 UNITS = ("event", "user-time", "user")
 #: Most user partitions, and most (pipeline, block) pairs a unit's layout may list.
 MAX_PARTITIONS, MAX_EDGES = 1000, 50_000_000
+#: Smallest ``elastic`` fraction: a range [m·ε, ε] with m below it is refused.
+MIN_ELASTIC = 0.01
 
 #: DP-SGD plans: (model, the built-in zoo model its job trains, blocks needed at ε = 1,
 #: Poisson sampling rate, epochs). A small BERT stands as the zoo's text model.
@@ -126,6 +136,16 @@ def _elephant(model: int, epsilon: float, accounting: str) -> dict:
     return {"mechanism": live_charge(elephant_job(job_model, sample_rate, epochs), epsilon, ELEPHANT_DELTA, accounting)}
 
 
+def _minimum(key: tuple, epsilon: float, accounting: str, whole: dict) -> dict:
+    """The description of the charge of what ``key`` drew, calibrated to ``epsilon`` (the
+    smallest of its range); its ``whole`` demand, fixed, when its job has no plan there (a
+    DP-SGD plan whose noise cannot reach so small an ε in its steps)."""
+    try:
+        return _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(key[1], epsilon, accounting)
+    except ValueError:
+        return whole
+
+
 def macrobenchmark(
     *,
     accounting: str = "rdp",
@@ -138,9 +158,11 @@ def macrobenchmark(
     unit: str = "event",
     partitions: Annotated[int | None, Between(1, MAX_PARTITIONS)] = None,
     rows_per_user: Annotated[int | None, Between(1, MAX_BLOCKS)] = None,
+    elastic: Annotated[float | None, Between(MIN_ELASTIC, 1.0)] = None,
 ) -> GeneratedTrace:
     """Daily data and a mix of DP statistics (mice) and DP-SGD models (elephants), on the
-    blocks of ``unit`` (``event``, ``user-time`` or ``user``: the module's docstring)."""
+    blocks of ``unit`` (``event``, ``user-time`` or ``user``: the module's docstring). With
+    ``elastic`` m, every pipeline asks for the range [m·ε, ε] (the module's docstring)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {unit!r}")
     if unit == "event" and (partitions, rows_per_user) != (None, None):
@@ -160,6 +182,7 @@ def macrobenchmark(
     if unit == "user":
         _check_edges(len(times) * partitions)
     demands: dict[str, int] = {}  # a demand description (as JSON) -> its index
+    minimums: dict[int, dict] = {}  # a demand's index -> the description of its minimum (elastic)
     drawn: dict[tuple, int] = {}  # what a pipeline drew (its kind, model and ε) -> its demand's index
     demand, last, elephant = np.zeros(len(times), dtype=np.intp), np.zeros(len(times), dtype=np.int64), np.zeros(len(times), dtype=np.intp)
     for i in range(len(times)):
@@ -177,6 +200,8 @@ def macrobenchmark(
         if key not in drawn:
             description = _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(model, epsilon, accounting)
             drawn[key] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
+            if elastic is not None and drawn[key] not in minimums:
+                minimums[drawn[key]] = _minimum(key, elastic * epsilon, accounting, description)
         demand[i] = drawn[key]
     block_ids, block_arrival, block_lists = unit_layout(unit, days, partitions, block_period, times, last)
     return GeneratedTrace(
@@ -194,6 +219,7 @@ def macrobenchmark(
         timeout=np.full(len(times), timeout_periods * block_period),
         klass=elephant,
         classes=("mice", "elephants"),
+        minimums=None if elastic is None else tuple(minimums[d] for d in range(len(demands))),
     )
 
 

@@ -15,7 +15,9 @@ RDP is Mironov, Talwar & Zhang 2019 (:func:`privsched.budgets.sgm.subsampled_gau
 
 The charge is the plan's own cost: its curve under RDP, and under basic accounting the
 (ε, δ) that Opacus' RDP accountant reports for it (Balle et al. 2020, Thm 21), at most the
-ε asked for. A plan that does not fit what is left is refused with one line.
+ε asked for; that ε at the job's δ is the plan's ``epsilon``, which the job reports as the ε
+it used (an elastic grant's too: the plan fits what is left of the grant, whatever its
+size). A plan that does not fit what is left is refused with one line.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class TrainingPlan:
     noise_multiplier: float  # σ of every step
     steps: int  # noisy steps
     charge: np.ndarray  # the plan's cost in the dataset's accounting
+    epsilon: float  # the ε at the job's δ the plan's steps imply (Opacus' RDP accountant)
 
     def to_dict(self) -> dict:
         return {
@@ -54,6 +57,7 @@ class TrainingPlan:
             "noise_multiplier": self.noise_multiplier,
             "steps": self.steps,
             "charge": self.charge.tolist(),
+            "epsilon": self.epsilon,
         }
 
 
@@ -115,11 +119,11 @@ def plan_training(
         charge = subsampled_gaussian_curve(sample_rate, sigma, steps, accounting.alphas)
         if not np.all(charge <= left):  # the fit keeps it within; checked where it is charged
             raise ValueError("the DP-SGD plan is more than what is left of the grant")
-        return TrainingPlan(sample_rate, sigma, steps, charge)
+        return TrainingPlan(sample_rate, sigma, steps, charge, subsampled_gaussian_epsilon(sample_rate, sigma, steps, delta))
     epsilon_left, delta_left = float(left[0]), float(left[1])
     target = epsilon_left if epsilon is None else epsilon
     if target > epsilon_left or delta > delta_left or target <= 0:
         raise ValueError(f"epsilon {target:g} at delta {delta:g} is more than what is left of the grant ({epsilon_left:g}, {delta_left:g})")
     sigma = calibrate_noise_multiplier(sample_rate, steps, target, delta, tolerance=TOLERANCE)
     spent = subsampled_gaussian_epsilon(sample_rate, sigma, steps, delta)
-    return TrainingPlan(sample_rate, sigma, steps, np.array([spent, delta]))
+    return TrainingPlan(sample_rate, sigma, steps, np.array([spent, delta]), spent)

@@ -194,6 +194,8 @@ def status(
         consumed = "" if grant.consumed is None else f"; consumed {budget_text(grant.consumed, acc.is_rdp)} ({unit})"
         demand = demand_text(grant.demand.epsilon, demand_share(info.demands[grant.key], dataset), grant.key)
         add_row(table, f"block {grant.key}", f"demand {demand}{consumed}")
+    for label, value in elastic_rows(info):
+        add_row(table, label, value)
     if (source := info.job.get("reused_from")) is not None:
         add_row(table, "reused_from", f"{source} (its release, returned at no charge)")
     if (answer := info.job.get("answered_from_cache")) is not None:
@@ -216,6 +218,18 @@ def status(
     show(table)
     for line in [] if released is None else released.output_lines():  # its state and charge are in the table
         say(line)
+
+
+def elastic_rows(info: PipelineInfo) -> list[tuple[str, str]]:
+    """An elastic pipeline's range of ε, the least fraction of its demand it accepts, and the
+    fraction it was granted (docs/design.md §10); nothing for a fixed demand."""
+    least = info.job.get("epsilon_min")
+    if least is None:
+        return []
+    rows = [("epsilon", f"range [{least:g}, {info.job.get('epsilon'):g}], accepts {info.elastic_min or 1.0:.4g} of its demand or more")]
+    if info.granted_at is not None:
+        rows.append(("granted share", f"{info.fraction or 1.0:.4g} of its demand"))
+    return rows
 
 
 @app.command()

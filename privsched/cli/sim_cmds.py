@@ -113,6 +113,7 @@ def _summary_table(summary: dict) -> Table:
         f"timed out {summary['timed_out']}, pending {summary['pending']}; {delays}; "
         f"mean block budget used {summary['mean_block_used']:.3f}; "
         f"{summary['passes']} passes in {summary['runtime_s']:.2f} s"
+        + ("" if summary.get("mean_fraction") is None else f"; granted on average {summary['mean_fraction']:.3f} of the demand")
     )
     return table
 
@@ -132,6 +133,12 @@ def simulate(
     seed: SeedOption = 0,
     duration: DurationOption = None,
     param: ParamOption = None,
+    elastic: Annotated[
+        Optional[float],
+        typer.Option(
+            "--elastic", metavar="MIN_FRACTION", help="Elastic demands: each pipeline accepts [MIN_FRACTION·ε, ε] (workloads that take it)."
+        ),
+    ] = None,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Also draw the run's figures (PNG).")] = False,
 ) -> None:
     """Simulate a policy over a workload and write the result, a summary and (with --plots) figures."""
@@ -141,6 +148,10 @@ def simulate(
     _output_folder(out)
     _duration(duration)
     params = _params(param)
+    if elastic is not None:
+        if "elastic" in params:
+            fail("workload parameter 'elastic' is given twice")
+        params["elastic"] = elastic
     with errors():
         spec = resolve_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
         label, instance = load_workload(workload, seed=seed, duration=duration, **params)

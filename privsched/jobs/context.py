@@ -85,6 +85,7 @@ class JobContext:
     params: dict[str, Any] = field(default_factory=dict)  # the job's parameters (a built-in job's: its kind too)
     plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
     epsilon: float | None = None  # the ε the pipeline was planned with (None: it declared a mechanism)
+    epsilon_min: float | None = None  # the least ε of an elastic range (None: a fixed ε)
     max_runtime: float | None = None  # seconds the job may run before it is stopped (None: no limit)
     unit: str = "record"  # the dataset's unit of privacy (docs/privacy.md "Units")
     user_column: str | None = None  # the column naming the person (user units)
@@ -224,6 +225,7 @@ class JobContext:
             "params": self.params,
             "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
             "epsilon": self.epsilon,
+            "epsilon_min": self.epsilon_min,
             "max_runtime": self.max_runtime,
             "unit": self.unit,
             "user_column": self.user_column,
@@ -245,6 +247,7 @@ class JobContext:
             params=data["params"],
             plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),
             epsilon=data.get("epsilon"),
+            epsilon_min=data.get("epsilon_min"),
             max_runtime=data.get("max_runtime"),
             unit=data.get("unit", "record"),
             user_column=data.get("user_column"),

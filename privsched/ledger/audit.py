@@ -9,8 +9,9 @@ and dimension (docs/design.md §2, §3.3, §4.4):
 - the identity ``capacity = locked + unlocked + allocated + consumed``;
 - no negative locked, allocated or consumed budget (basic: nor unlocked);
 - the safety invariant ``Accounting.is_safe(allocated + consumed, capacity)``, in exact quanta;
-and per pipeline: a granted or running pipeline holds exactly its demand on each of its
-blocks, every other holds nothing, and its recorded consumption matches the log. Last, each
+and per pipeline: a granted or running pipeline holds exactly its grant on each of its
+blocks (its demand, or the fraction of it an elastic grant gave, within the least fraction
+it accepts), every other holds nothing, and its recorded consumption matches the log. Last, each
 block's data is re-hashed against the fingerprint its creation recorded.
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 
 from privsched.ledger.database import Database
 from privsched.budgets.accounting import RELATIVE_TOLERANCE, Accounting
+from privsched.budgets.elastic import granted_amount
 from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.history import EVENT_SELECT, Records, check_expected_head, check_tables, verify_chain
 from privsched.ledger.models import BUCKETS, HOLDING_STATES, AuditReport
@@ -222,8 +224,11 @@ def _check_pipelines(
     accountings: dict[int, Accounting],
 ) -> list[str]:
     out: list[str] = []
-    for pipeline_id, dataset_id, state, block_id, demand, consumed in db.execute(
-        "SELECT p.id, p.dataset_id, p.state, d.block_id, d.demand, d.consumed "
+    for pipeline_id, fraction, least in db.execute("SELECT id, fraction, elastic_min FROM pipelines WHERE fraction IS NOT NULL"):
+        if not (isinstance(fraction, float) and (least or 1.0) <= fraction <= 1.0):
+            out.append(f"pipeline {pipeline_id}: granted a fraction {fraction!r} of its demand outside [{least or 1.0!r}, 1]")
+    for pipeline_id, dataset_id, state, block_id, demand, consumed, fraction in db.execute(
+        "SELECT p.id, p.dataset_id, p.state, d.block_id, d.demand, d.consumed, p.fraction "
         "FROM pipelines p JOIN demands d ON d.pipeline_id = p.id ORDER BY p.id, d.position"
     ):
         key = (pipeline_id, block_id)
@@ -233,7 +238,8 @@ def _check_pipelines(
         labels = accountings[dataset_id].dimension_labels()
         label = f"pipeline {pipeline_id} on block {names[block_id]}"
         try:
-            out.extend(_check_holding(label, labels, state, demand, consumed, capacity, replay, key))
+            grant = granted_amount(unpack(demand), fraction if isinstance(fraction, float) else None)
+            out.extend(_check_holding(label, labels, state, grant, consumed, capacity, replay, key))
         except ValueError:  # a BLOB whose length is no budget vector of the block
             out.append(f"{label}: a stored demand or consumption is not a budget vector of the block")
     return out
@@ -243,14 +249,14 @@ def _check_holding(
     label: str,
     labels: list[str],
     state: str,
-    demand: bytes,
+    grant: np.ndarray,
     consumed: bytes | None,
     capacity: np.ndarray,
     replay: _Replay,
     key: tuple[int, int],
 ) -> list[str]:
     out: list[str] = []
-    expected = unpack(demand) if state in HOLDING_STATES else np.zeros_like(capacity)
+    expected = grant if state in HOLDING_STATES else np.zeros_like(capacity)
     held = replay.held[key] + np.zeros_like(capacity)
     bad = ~_close(held, expected, capacity)
     if bad.any():

@@ -105,10 +105,17 @@ def _blocks(db: Database, where: str, params: list) -> list[BlockInfo]:
     ]
 
 
+def _minimums(stored: list[float | None]) -> np.ndarray | None:
+    """The pipelines' least accepted fractions (NULL: a fixed demand, 1.0); None when all are fixed."""
+    if all(value is None for value in stored):
+        return None
+    return np.array([1.0 if value is None else value for value in stored], dtype=float)
+
+
 def pending_batches(db: Database, where: str, params: list) -> dict[int, PendingBatch]:
     """Pending pipelines (of ``where`` over ``pipelines p``) with their demands, per dataset id."""
     found = db.execute(
-        "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout "
+        "SELECT p.id, p.dataset_id, p.submitted_at, p.weight, p.submitted_at + p.timeout, p.elastic_min "
         f"FROM pipelines p WHERE {where} AND p.state = 'pending' "
         "ORDER BY p.id",
         params,
@@ -134,5 +141,6 @@ def pending_batches(db: Database, where: str, params: list) -> dict[int, Pending
             edge_pipeline=np.searchsorted(ids[mine], edge_ids[edge_mine]),
             edge_block=edge_blocks[edge_mine],
             edge_demand=unpack_rows([edges[i][3] for i in edge_mine.tolist()], int(dims[dataset_id])),
+            elastic_min=_minimums([row[5] for row, keep in zip(found, mine) if keep]),
         )
     return batches

@@ -19,7 +19,7 @@ from privsched.ledger.schema import unpack
 
 EVENT_SELECT = f"SELECT {', '.join(chain.COLUMNS)}, hash FROM events ORDER BY id"
 #: Fields of a pipeline row that its submit event records.
-SUBMITTED = ("name", "owner", "weight", "timeout", "mechanism", "job", "resources")
+SUBMITTED = ("name", "owner", "weight", "timeout", "mechanism", "job", "resources", "elastic_min")
 
 
 @dataclass
@@ -203,17 +203,16 @@ def _check_pipelines(db: Database, records: Records) -> list[str]:
     ):
         demands.setdefault(pipeline_id, []).append([position, block_id, _floats(demand)])
     seen: set[int] = set()
-    for id_, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources in db.execute(
-        "SELECT id, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources FROM pipelines ORDER BY id"
+    for id_, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources, elastic_min in db.execute(
+        "SELECT id, dataset_id, state, name, owner, weight, timeout, mechanism, job, resources, elastic_min FROM pipelines ORDER BY id"
     ):
         seen.add(id_)
         logged = records.pipelines.get(id_)
         if logged is None:
             out.append(f"pipeline {id_}: no event submitted it")
             continue
-        stored = dict(
-            zip(("dataset_id", "state", *SUBMITTED), (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources))
-        )
+        row = (dataset_id, state, name, owner, weight, timeout, mechanism, job, resources, elastic_min)
+        stored = dict(zip(("dataset_id", "state", *SUBMITTED), row))
         out.extend(
             f"pipeline {id_}: stored {key} differs from the event log (submitted by event {logged['event']})"
             for key in stored

@@ -316,17 +316,22 @@ class Ledger:
             wanted[block_id] = check.finite_number(target, f"unlock target of block {block_id}")
         self._write(catalog.raise_unlocked, wanted, now=now, actor=actor)
 
-    def grant(self, pipeline_ids: Sequence[int], now: float | None = None) -> list[int]:
+    def grant(self, pipeline_ids: Sequence[int], now: float | None = None, fractions: Mapping[int, float] | None = None) -> list[int]:
         """Grant pipelines in the given order, each all-or-nothing over its blocks against the
         current unlocked budget (``Accounting.fits``; docs/design.md §3.3); those that do not fit, or
-        are no longer pending, stay as they are. Returns the granted ids."""
+        are no longer pending, stay as they are. ``fractions``: by pipeline id, the fraction
+        of its demand an elastic pipeline is granted, within [its ``elastic_min``, 1] (default
+        1, the whole demand; docs/design.md §10). Returns the granted ids."""
         from privsched.ledger import lifecycle
 
         ids = check.ids(pipeline_ids)
         check.now_or_clock(now)
         if not ids:
             return []
-        return self._write(lifecycle.grant, ids, now=now)
+        shares = None
+        if fractions is not None:
+            shares = {int(i): check.finite_number(f, "fraction", high=1.0, low_open=True) for i, f in fractions.items()}
+        return self._write(lifecycle.grant, ids, shares, now=now)
 
     def mark_running(self, pipeline_id: int, placement: dict, now: float | None = None, launch_token: str | None = None) -> None:
         """granted → running, recording where the job runs and, with ``launch_token``, that

@@ -83,10 +83,11 @@ def _insert_pipeline(tx: Transaction, request: PipelineRequest) -> int:
         if not info.accounting.fits(demands[key], capacity, info.accounting.live(capacity)):
             where = "at every live order" if info.accounting.is_rdp else "in some dimension"
             raise LedgerError(f"pipeline {name!r} can never be granted: its demand exceeds the capacity of block {key!r} {where}")
+    elastic_min = check.elastic_min(request.elastic_min)
     cursor = tx.db.execute(
         "INSERT INTO pipelines (name, dataset_id, state, owner, weight, timeout, submitted_at, mechanism, job, "
-        "resources) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)",
-        [name, info.id, request.owner, weight, timeout, tx.at, request.mechanism, job, resources],
+        "resources, elastic_min) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+        [name, info.id, request.owner, weight, timeout, tx.at, request.mechanism, job, resources, elastic_min],
     )
     pipeline_id = int(cursor.lastrowid or 0)  # set by the INSERT
     tx.db.conn.executemany(
@@ -103,18 +104,24 @@ def _insert_pipeline(tx: Transaction, request: PipelineRequest) -> int:
         "resources": resources,
         "demands": [[found[key][0], demands[key].tolist()] for key in keys],
     }
+    if elastic_min is not None:
+        submitted["elastic_min"] = elastic_min
     tx.moves.state_event("submit", None, "pending", dataset_id=info.id, pipeline_id=pipeline_id, detail=detail_text(submitted))
     return pipeline_id
 
 
-def grant(tx: Transaction, ids: list[int]) -> list[int]:
+def grant(tx: Transaction, ids: list[int], fractions: Mapping[int, float] | None = None) -> list[int]:
     """Grant pipelines in order, each all or nothing over its blocks against the unlocked
-    budget (``Accounting.fits``; docs/design.md §3.3) and its team's quota; the granted ids."""
+    budget (``Accounting.fits``; docs/design.md §3.3) and its team's quota; the granted ids.
+    A pipeline given a fraction f (default 1) is granted f · its demand on every block
+    (:func:`~privsched.budgets.elastic.granted_amount`); f must lie in [its elastic_min, 1]."""
     listed = json.dumps(sorted(set(ids)))
-    states = dict(tx.sql("SELECT id, state FROM pipelines WHERE id IN (SELECT value FROM json_each(?))", [listed]))
+    found = tx.sql("SELECT id, state, elastic_min FROM pipelines WHERE id IN (SELECT value FROM json_each(?))", [listed])
+    states = {pipeline_id: state for pipeline_id, state, _ in found}
     unknown = [i for i in ids if i not in states]
     if unknown:
         raise LedgerError(f"unknown pipeline {unknown[0]}")
+    shares = {pipeline_id: _fraction(pipeline_id, least, fractions) for pipeline_id, _, least in found}
     edges: dict[int, list[tuple[int, bytes]]] = {i: [] for i in states}
     for pipeline_id, block_id, demand in tx.sql(
         "SELECT pipeline_id, block_id, demand FROM demands WHERE pipeline_id IN (SELECT value FROM json_each(?)) "
@@ -128,20 +135,33 @@ def grant(tx: Transaction, ids: list[int]) -> list[int]:
     for pipeline_id in ids:
         if states[pipeline_id] != "pending" or not edges[pipeline_id]:
             continue
-        if _allocate(tx, pipeline_id, edges[pipeline_id], quotas):
+        if _allocate(tx, pipeline_id, edges[pipeline_id], quotas, shares[pipeline_id]):
             states[pipeline_id] = "granted"
             granted.append(pipeline_id)
     tx.db.conn.executemany(
-        "UPDATE pipelines SET state = 'granted', granted_at = ? WHERE id = ? AND state = 'pending'",
-        [(tx.at, pipeline_id) for pipeline_id in granted],
+        "UPDATE pipelines SET state = 'granted', granted_at = ?, fraction = ? WHERE id = ? AND state = 'pending'",
+        [(tx.at, shares[pipeline_id], pipeline_id) for pipeline_id in granted],
     )
     return granted
 
 
-def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]], quotas: QuotaCheck | None) -> bool:
-    """Allocate a pipeline's demand on every block if it fits on all of them (and within its
-    team's quota, :mod:`privsched.ledger.quotas`)."""
+def _fraction(pipeline_id: int, least: float | None, fractions: Mapping[int, float] | None) -> float | None:
+    """The fraction of its demand a pipeline is to be granted (None: all of it), checked to
+    be within [its least accepted fraction, 1]."""
+    fraction = None if fractions is None else fractions.get(pipeline_id)
+    if fraction is None or fraction == 1.0:
+        return None
+    if not (0.0 < fraction <= 1.0) or fraction < (1.0 if least is None else least):
+        raise LedgerError(f"pipeline {pipeline_id} accepts a fraction of its demand from {least or 1.0:g} to 1, not {fraction!r}")
+    return float(fraction)
+
+
+def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]], quotas: QuotaCheck | None, fraction: float | None) -> bool:
+    """Allocate ``fraction`` of a pipeline's demand (None: all of it) on every block if it
+    fits on all of them (and within its team's quota, :mod:`privsched.ledger.quotas`)."""
     import numpy as np
+
+    from privsched.budgets.elastic import granted_amount
 
     moves = tx.moves
     block_ids = [b for b, _ in edges]
@@ -149,7 +169,7 @@ def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]],
         return False
     dataset_id = moves.datasets[block_ids[0]]
     accounting = tx.read.dataset_by_id(dataset_id).accounting
-    demand = unpack_rows([d for _, d in edges], accounting.dims)
+    demand = granted_amount(unpack_rows([d for _, d in edges], accounting.dims), fraction)
     unlocked = np.stack([moves.balances[b]["unlocked"] for b in block_ids])
     capacity = np.stack([moves.balances[b]["capacity"] for b in block_ids])
     if not np.all(accounting.fits(demand, unlocked, accounting.live(capacity))):
@@ -158,7 +178,8 @@ def _allocate(tx: Transaction, pipeline_id: int, edges: list[tuple[int, bytes]],
         return False
     for block_id, amount in zip(block_ids, demand):
         moves.move(block_id, "unlocked", "allocated", amount, kind="grant", pipeline_id=pipeline_id)
-    moves.state_event("grant", "pending", "granted", dataset_id=dataset_id, pipeline_id=pipeline_id)
+    detail = None if fraction is None else detail_text({"fraction": fraction})
+    moves.state_event("grant", "pending", "granted", dataset_id=dataset_id, pipeline_id=pipeline_id, detail=detail)
     return True
 
 

@@ -151,6 +151,8 @@ class PipelineRequest:
     owner: str = ""
     job: dict[str, Any] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    #: The least fraction of the demand an elastic pipeline accepts, in (0, 1] (None: fixed).
+    elastic_min: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,6 +193,15 @@ class PipelineInfo:
     placement: dict[str, Any] | None  # where its job was started (executor, host, GPUs)
     consumed: dict[str, np.ndarray] | None  # block key -> budget spent, once settled
     message: str | None  # why it failed or was released, if it did
+    elastic_min: float | None = None  # least fraction of its demand it accepts (None: a fixed demand)
+    fraction: float | None = None  # fraction of its demand it was granted (None: all of it, or not granted)
+
+    @property
+    def granted(self) -> dict[str, np.ndarray]:
+        """Block key -> what a grant allocated (or allocates): its fraction of the demand."""
+        from privsched.budgets.elastic import granted_amount
+
+        return {key: granted_amount(demand, self.fraction) for key, demand in self.demands.items()}
 
 
 @dataclass(frozen=True, eq=False)
@@ -205,6 +216,7 @@ class PendingBatch:
     edge_pipeline: np.ndarray  # (E,) index into pipeline_ids
     edge_block: np.ndarray  # (E,) int database ids of the blocks
     edge_demand: np.ndarray  # (E, K) the demand on each
+    elastic_min: np.ndarray | None = None  # (P,) least fraction of its demand each accepts (1.0; None: all fixed)
 
     @classmethod
     def empty(cls, dims: int) -> PendingBatch:
@@ -213,6 +225,12 @@ class PendingBatch:
 
         none = np.zeros(0, dtype=np.int64)
         return cls(none, np.zeros(0), np.zeros(0), np.zeros(0), none, none, np.zeros((0, dims)))
+
+    def minimums(self) -> np.ndarray:
+        """(P,) the least fraction each pipeline accepts (1.0 for a fixed demand)."""
+        import numpy as np
+
+        return np.ones(len(self.pipeline_ids)) if self.elastic_min is None else self.elastic_min
 
 
 @dataclass(frozen=True, eq=False)

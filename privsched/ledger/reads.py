@@ -134,14 +134,17 @@ class Reader:
         return state, dataset_id
 
     def pipeline_edges(self, pipeline_id: int, allowed: Sequence[str], action: str) -> tuple[str, int, list[tuple]]:
-        """A pipeline's state, dataset id, and (block id, key, demand) edges, checked to be
-        in one of the ``allowed`` states."""
+        """A pipeline's state, dataset id, and (block id, key, grant) edges, checked to be
+        in one of the ``allowed`` states: the grant is the fraction of the demand it was
+        granted (:func:`~privsched.budgets.elastic.granted_amount`), the demand before."""
+        from privsched.budgets.elastic import granted_amount
+
         state, dataset_id = self.pipeline_state(pipeline_id, allowed, action)
         edges = [
-            (block_id, key, unpack(demand))
-            for block_id, key, demand in self.sql(
-                "SELECT e.block_id, b.key, e.demand FROM demands e JOIN blocks b ON b.id = e.block_id "
-                "WHERE e.pipeline_id = ? ORDER BY e.position",
+            (block_id, key, granted_amount(unpack(demand), fraction))
+            for block_id, key, demand, fraction in self.sql(
+                "SELECT e.block_id, b.key, e.demand, p.fraction FROM demands e JOIN blocks b ON b.id = e.block_id "
+                "JOIN pipelines p ON p.id = e.pipeline_id WHERE e.pipeline_id = ? ORDER BY e.position",
                 [pipeline_id],
             )
         ]

@@ -29,6 +29,8 @@ REUSED_FROM = "reused_from"
 ANSWERED_FROM_CACHE = "answered_from_cache"
 #: The job field of a statistic that ran at a smaller ε to be combined with cached releases.
 CACHE_UPDATE = "cache_update"
+#: The job field of an elastic pipeline's least ε (its release is calibrated to its grant).
+ELASTIC_MIN = "epsilon_min"
 #: Job fields that do not change what a statistic releases.
 _IGNORED = frozenset({REUSED_FROM, "max_runtime"})
 _BLOCK_KEYS = "SELECT b.key FROM demands e JOIN blocks b ON b.id = e.block_id WHERE e.pipeline_id = ? ORDER BY e.position"
@@ -36,8 +38,11 @@ _BLOCK_KEYS = "SELECT b.key FROM demands e JOIN blocks b ON b.id = e.block_id WH
 
 def reusable(job: dict[str, Any]) -> bool:
     """Whether a job's release may be served again: a built-in statistic's, neither itself a
-    reuse nor an answer from the cache or combined with it."""
-    return job.get("kind") == "statistic" and all(job.get(name) is None for name in (REUSED_FROM, ANSWERED_FROM_CACHE, CACHE_UPDATE))
+    reuse nor an answer from the cache or combined with it, nor elastic (its noise follows
+    its grant, not the mechanism recorded at submit)."""
+    return job.get("kind") == "statistic" and all(
+        job.get(name) is None for name in (REUSED_FROM, ANSWERED_FROM_CACHE, CACHE_UPDATE, ELASTIC_MIN)
+    )
 
 
 def reuse_key(dataset: str, mechanism: str | None, job: dict[str, Any], block_keys: list[str]) -> str:

@@ -18,7 +18,7 @@ BLOCK_COLUMNS = (
 BLOCK_FROM = "blocks b JOIN datasets d ON d.id = b.dataset_id JOIN balances bal ON bal.block_id = b.id"
 PIPELINE_COLUMNS = (
     "p.id, p.name, d.name, p.state, p.owner, p.weight, p.timeout, p.submitted_at, p.granted_at, "
-    "p.started_at, p.finished_at, p.mechanism, p.job, p.resources, p.placement, p.message"
+    "p.started_at, p.finished_at, p.mechanism, p.job, p.resources, p.placement, p.message, p.elastic_min, p.fraction"
 )
 PIPELINE_FROM = "pipelines p JOIN datasets d ON d.id = p.dataset_id"
 EVENT_COLUMNS = "id, at, kind, dataset_id, block_id, pipeline_id, source, target, amount, reason, detail, actor"
@@ -77,6 +77,8 @@ def pipeline(row: tuple, edges: list[tuple[str, Any, Any]]) -> PipelineInfo:
         resources,
         placement,
         message,
+        elastic_min,
+        fraction,
     ) = row
     demands = {key: demand for key, demand, _ in edges}
     consumed = {key: spent for key, _, spent in edges if spent is not None}
@@ -100,6 +102,8 @@ def pipeline(row: tuple, edges: list[tuple[str, Any, Any]]) -> PipelineInfo:
         placement=json.loads(placement) if placement is not None else None,
         consumed=consumed or None,
         message=message,
+        elastic_min=elastic_min,
+        fraction=fraction,
     )
 
 

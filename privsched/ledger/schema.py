@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 #: each block's fingerprint (``blocks.sha256``, ``blocks.rows``) and each dataset's table
 #: schema (``dataset_schemas``); version 6 each dataset's unit of privacy (``datasets.unit``,
 #: ``user_column``, ``max_rows_per_user``, ``partitions``), the segments of user blocks
-#: (``block_segments``) and the database's secrets (``secrets``).
-SCHEMA_VERSION = 6
+#: (``block_segments``) and the database's secrets (``secrets``); version 7 elastic demands
+#: (``pipelines.elastic_min``, the least fraction of its demand a pipeline accepts, and
+#: ``pipelines.fraction``, the fraction it was granted).
+SCHEMA_VERSION = 7
 #: The oldest schema version :func:`migrate` brings up to date.
 MIGRATES_FROM = 3
 #: ``PRAGMA application_id`` of a privsched database ("PrvS"): tells ours from a foreign file.
@@ -134,6 +136,8 @@ def create_schema(db: Database) -> None:
             "resources": str,
             "placement": str,
             "message": str,
+            "elastic_min": float,  # least fraction of its demand it accepts (NULL: a fixed demand)
+            "fraction": float,  # fraction of its demand granted (NULL: all of it, or not granted)
         },
         pk="id",
         foreign_keys=[("dataset_id", "datasets", "id")],
@@ -221,7 +225,7 @@ def migrate(db: Database, version: int) -> None:
     :data:`SCHEMA_VERSION` (inside the caller's write transaction). 3 → 4 adds the
     ``events.actor`` column; 4 → 5 the blocks' ``sha256`` and ``rows`` and the
     ``dataset_schemas`` table; 5 → 6 the datasets' unit columns, ``block_segments`` and
-    ``secrets``. The rows already there keep NULL, and their links (chain.py)
+    ``secrets``; 6 → 7 the pipelines' ``elastic_min`` and ``fraction``. The rows already there keep NULL, and their links (chain.py)
     are unchanged."""
     if version < 4:
         db.execute("ALTER TABLE events ADD COLUMN actor TEXT")
@@ -233,5 +237,8 @@ def migrate(db: Database, version: int) -> None:
         for column, kind in (("unit", "TEXT"), ("user_column", "TEXT"), ("max_rows_per_user", "INTEGER"), ("partitions", "INTEGER")):
             db.execute(f"ALTER TABLE datasets ADD COLUMN {column} {kind}")
         _create_user_units(db)
+    if version < 7:
+        for column in ("elastic_min", "fraction"):
+            db.execute(f"ALTER TABLE pipelines ADD COLUMN {column} REAL")
     db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
     db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

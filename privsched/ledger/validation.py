@@ -108,6 +108,14 @@ def finite_number(value: object, what: str, *, low: float = 0.0, high: float = m
     return number
 
 
+def elastic_min(value: object) -> float | None:
+    """The least fraction of its demand a pipeline accepts, in (0, 1]; None (and 1) for a fixed demand."""
+    if value is None:
+        return None
+    fraction = finite_number(value, "elastic_min", high=1.0, low_open=True)
+    return None if fraction == 1.0 else fraction
+
+
 def vector(value: object, dims: int, what: str) -> np.ndarray:
     """A finite, non-negative budget vector of length ``dims``."""
     import numpy as np

@@ -25,13 +25,13 @@ goes on to the next pipeline.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from privsched.budgets.accounting import Accounting
-from privsched.budgets.exact import LIMIT, clamp, sum_at, units
-from privsched.policies.base import Snapshot
+from privsched.budgets.exact import LIMIT, SCALE, clamp, sum_at, units
+from privsched.policies.base import Allocation, Snapshot
 
 
 def validate(snapshot: Snapshot) -> None:
@@ -60,6 +60,31 @@ def validate(snapshot: Snapshot) -> None:
             raise ValueError("a pipeline's team is not among the quotas' teams")
         if teams and not (np.all(np.asarray(quotas.share) >= 0) and np.all(np.asarray(quotas.share) <= 1)):
             raise ValueError("quota shares must be in [0, 1]")
+    elastic = snapshot.elastic_min
+    if elastic is not None:
+        if np.shape(elastic) != (n,):
+            raise ValueError("elastic_min needs one entry per pending pipeline")
+        if not np.all((np.asarray(elastic, dtype=float) > 0) & (np.asarray(elastic, dtype=float) <= 1)):
+            raise ValueError("elastic_min must be in (0, 1]")
+
+
+def validate_allocation(snapshot: Snapshot, allocation: Allocation) -> None:
+    """Raise ValueError (one line) unless ``allocation`` grants distinct pending pipelines,
+    each a fraction within its range ``[elastic_min, 1]``."""
+    granted = np.asarray(allocation.granted)
+    n = snapshot.n_pipelines
+    if granted.ndim != 1 or (granted.size and (granted.min() < 0 or granted.max() >= n)):
+        raise ValueError("an allocation grants a pipeline that is not in the snapshot")
+    if len(np.unique(granted)) != len(granted):
+        raise ValueError("an allocation grants a pipeline twice")
+    if allocation.fraction is None:
+        return
+    fraction = np.asarray(allocation.fraction, dtype=float)
+    if fraction.shape != granted.shape:
+        raise ValueError("an allocation's fraction needs one entry per granted pipeline")
+    low = np.ones(n) if snapshot.elastic_min is None else np.asarray(snapshot.elastic_min, dtype=float)
+    if not np.all((fraction >= low[granted]) & (fraction <= 1)):
+        raise ValueError("a granted fraction is outside its pipeline's range [elastic_min, 1]")
 
 
 def spans(start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -268,6 +293,128 @@ def _slices(blocks: np.ndarray) -> list[slice]:
     cuts = np.searchsorted(blocks, blocks[SLICE_ROWS::SLICE_ROWS], side="left")
     bounds = np.unique(np.r_[0, cuts, len(blocks)])
     return [slice(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def is_elastic(snapshot: Snapshot) -> bool:
+    """Whether some pending pipeline of the snapshot accepts less than its whole demand."""
+    return snapshot.elastic_min is not None and bool(np.any(np.asarray(snapshot.elastic_min) < 1))
+
+
+def charge(demand: np.ndarray, fraction: float | np.ndarray) -> np.ndarray:
+    """What a grant of ``fraction`` of ``demand`` is charged, in exact quanta: the float
+    product ``fraction × demand`` (every order alike), rounded up as any demand is
+    (docs/design.md §4.2, elastic demands)."""
+    return units(np.asarray(demand, dtype=float) * fraction, up=True)
+
+
+def at_minimum(snapshot: Snapshot) -> Snapshot:
+    """The snapshot with every pipeline asking for its minimum, ``elastic_min × edge_demand``,
+    as a fixed demand: what the policies decide *who* is granted on."""
+    if snapshot.elastic_min is None:
+        return snapshot
+    validate(snapshot)
+    low = np.asarray(snapshot.elastic_min, dtype=float)[np.asarray(snapshot.edge_pipeline, dtype=np.intp)]
+    demand = np.asarray(snapshot.edge_demand, dtype=float) * low[:, None]
+    return replace(snapshot, edge_demand=demand, elastic_min=None)
+
+
+def edge_shares(snapshot: Snapshot, table: EdgeTable) -> np.ndarray:
+    """(E, K) each edge's demand as a share of its block's capacity, per dimension
+    (:meth:`~privsched.budgets.accounting.Accounting.shares`), in small slices."""
+    shares = np.empty_like(table.demand)
+    for start in range(0, len(shares), SLICE_ROWS):  # small temporaries, see EdgeTable._fit_rows
+        part = slice(start, start + SLICE_ROWS)
+        shares[part] = snapshot.accounting.shares(table.demand[part], snapshot.capacity[table.block[part]])
+    return shares
+
+
+def dominant_shares(table: EdgeTable, shares: np.ndarray) -> np.ndarray:
+    """(P,) each pipeline's dominant share, the largest of its :func:`edge_shares` (Luo et
+    al., OSDI'21 §4.1); 0 for a pipeline that asks for nothing."""
+    dominant = np.zeros(len(table.count))
+    requesting = np.flatnonzero(table.count)
+    if requesting.size:
+        dominant[requesting] = np.maximum.reduceat(shares.max(axis=1, initial=0.0), table.start[requesting])
+    return dominant
+
+
+def top_up(snapshot: Snapshot, granted: np.ndarray, fair_share: float | None = None) -> np.ndarray:
+    """The fraction of its edge demands each of ``granted`` receives (docs/design.md §4.2,
+    elastic demands): every granted pipeline's minimum is charged first; then, in grant
+    order, each one takes the largest fraction in ``[elastic_min, ceiling]`` whose charge
+    fits what is left on every one of its blocks (and its team's quota), at some live order
+    under RDP, in exact quanta. The ceiling is 1, or with a ``fair_share`` (DPF-N's 1/N) the
+    fraction at which the pipeline's dominant share reaches the fair share, if that is less
+    (never below the minimum). ``granted`` must fit at its minimums, as a walk of
+    :func:`at_minimum` grants."""
+    granted = np.asarray(granted, dtype=np.intp)
+    fraction = np.ones(len(granted))
+    if not is_elastic(snapshot) or not len(granted):
+        return fraction
+    assert snapshot.elastic_min is not None
+    low = np.asarray(snapshot.elastic_min, dtype=float)[granted]
+    high = np.ones(len(granted))
+    if fair_share is not None:
+        base = EdgeTable.of(snapshot)
+        dominant = dominant_shares(base, edge_shares(snapshot, base))[granted]
+        with np.errstate(divide="ignore"):
+            high = np.maximum(low, np.minimum(1.0, fair_share / dominant))
+    table, budget = EdgeTable.admitting(snapshot)
+    edges, owner = table.gather(granted)
+    minimum = charge(table.demand[edges], low[owner][:, None])
+    available = EdgeTable.subtract(budget, table.block[edges], minimum)
+    first = np.cumsum(table.count[granted]) - table.count[granted]  # each one's rows of ``edges``
+    for position in np.flatnonzero(low < high).tolist():
+        rows = slice(int(first[position]), int(first[position] + table.count[granted[position]]))
+        blocks, demand = table.block[edges[rows]], table.demand[edges[rows]]
+        room = available[blocks] + minimum[rows]  # what it may take, its own minimum given back
+        f = _largest_fraction(table.accounting, demand, room, table.live[blocks], float(low[position]), float(high[position]))
+        available[blocks] = clamp(room - charge(demand, f))
+        fraction[position] = f
+    fraction[low >= high] = low[low >= high]
+    return fraction
+
+
+def _largest_fraction(accounting: Accounting, demand: np.ndarray, room: np.ndarray, live: np.ndarray, low: float, high: float) -> float:
+    """The largest f in [low, high] whose charge ``f × demand`` fits ``room`` (quanta) on every
+    row, given that ``low`` fits: the real-valued bound, then bisection where rounding to
+    quanta makes it miss."""
+
+    def fits(f: float) -> bool:
+        return bool(np.all(accounting.fits_units(charge(demand, f), room, live)))
+
+    if fits(high):
+        return high
+    scaled = demand * SCALE  # the demand in (real-valued) quanta
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(scaled > 0, room / np.where(scaled > 0, scaled, 1.0), np.where(room >= 0, np.inf, -np.inf))
+    if accounting.is_rdp:
+        per_row = np.max(np.where(live, ratio, -np.inf), axis=1)
+    else:
+        per_row = np.min(ratio, axis=1)
+    best = min(high, float(per_row.min(initial=np.inf)))
+    if best <= low:
+        return low
+    if fits(best):
+        return best
+    lo, hi = low, best
+    for _ in range(60):
+        middle = (lo + hi) / 2
+        if middle in (lo, hi):
+            break
+        lo, hi = (middle, hi) if fits(middle) else (lo, middle)
+    return lo
+
+
+def admit(snapshot: Snapshot, order: np.ndarray, fair_share: float | None = None) -> Allocation:
+    """The best-effort pass over ``order`` (:func:`admit_in_order`) with elastic demands:
+    *who* is granted is decided on the minimums, then each granted pipeline is topped up in
+    the same order, up to its ``fair_share`` if given (:func:`top_up`). Without elastic
+    demands, exactly :func:`admit_in_order`."""
+    if not is_elastic(snapshot):
+        return Allocation(granted=admit_in_order(snapshot, order))
+    granted = admit_in_order(at_minimum(snapshot), order)
+    return Allocation(granted=granted, fraction=top_up(snapshot, granted, fair_share))
 
 
 def admit_in_order(snapshot: Snapshot, order: np.ndarray) -> np.ndarray:

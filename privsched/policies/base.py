@@ -64,6 +64,11 @@ class Snapshot:
     reserved: np.ndarray | None = None
     #: Team quotas (docs/design.md §4.2), or None when no pending pipeline is under one.
     quotas: Quotas | None = None
+    #: (P,) elastic demands (docs/design.md §4.2, elastic demands): the smallest fraction,
+    #: in (0, 1], of its edge demands (``edge_demand``, the pipeline's *maximum* demand,
+    #: every RDP order alike) that each pending pipeline accepts. 1.0 is a fixed demand;
+    #: None: all fixed.
+    elastic_min: np.ndarray | None = None
 
     @property
     def n_pipelines(self) -> int:
@@ -77,10 +82,23 @@ class Snapshot:
 @dataclass(frozen=True)
 class Allocation:
     """A policy's decision: pipelines to grant (indices into the snapshot, in grant order),
-    and, for water-filling policies, the new per-edge reservations (E, K)."""
+    and, for water-filling policies, the new per-edge reservations (E, K).
+
+    ``fraction`` (len(granted),) is the fraction of its edge demands each granted pipeline
+    receives, in ``[elastic_min, 1]`` (None: 1.0 for all). A pipeline granted fraction f
+    is charged ``f × edge_demand`` on every block it asked for: all or nothing at every
+    block (docs/design.md §4.2, elastic demands).
+    """
 
     granted: np.ndarray
     reserved: np.ndarray | None = None
+    fraction: np.ndarray | None = None
+
+    def fractions(self) -> np.ndarray:
+        """(len(granted),) the fraction each granted pipeline receives (1.0 when fixed)."""
+        if self.fraction is None:
+            return np.ones(len(self.granted))
+        return np.asarray(self.fraction, dtype=float)
 
 
 class Policy(Protocol):

@@ -36,7 +36,8 @@ integers: within the quanta's range (below 2⁵³) every comparison and every su
 leaves a budget non-negative is exact, and one that would go below zero stays below zero,
 so the fit test is the ledger's. A team's quota is one more block per team and block
 (:meth:`~privsched.policies.admission.EdgeTable.admitting`): its room counts in the
-efficiency like any block's remaining budget.
+efficiency like any block's remaining budget. Elastic pipelines are packed by their
+minimum demands, then topped up in grant order (docs/design.md §4.2, elastic demands).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.admission import EdgeTable
+from privsched.policies.admission import EdgeTable, at_minimum, is_elastic, top_up
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 from privsched.policies.packing import Packing
@@ -65,12 +66,17 @@ class DPack:
 
     k: int = 50
     name: str = "dpack"
+    #: Under per-arrival unlocking, 1/N: how far an elastic pipeline is topped up (as DPF's).
+    fair_share: float | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.k, bool) or not isinstance(self.k, int) or self.k < 1:
             raise ValueError(f"k must be a positive integer, got {self.k!r}")
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
+        if is_elastic(snapshot):  # who on the minimums, then topped up in grant order
+            granted = self.allocate(at_minimum(snapshot)).granted
+            return Allocation(granted=granted, fraction=top_up(snapshot, granted, self.fair_share))
         from privsched.policies import dpack_kernels
 
         table, quanta = EdgeTable.admitting(snapshot)

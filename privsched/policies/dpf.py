@@ -4,7 +4,8 @@ A pipeline's dominant share is ``max over its blocks j and live dimensions α of
 d_ij(α) / capacity_j(α)`` (the block's total capacity, not what remains). Pipelines are
 served smallest dominant share first, as in dominant resource fairness. Ties: the vectors
 of all a pipeline's shares, sorted descending, compared lexicographically; then arrival
-order; then id.
+order; then id. Elastic pipelines are ranked and admitted by their minimum demands, then
+topped up in the same order (docs/design.md §4.2, elastic demands).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from privsched.policies.admission import SLICE_ROWS, EdgeTable, admit_in_order
+from privsched.policies.admission import EdgeTable, admit, at_minimum, dominant_shares, edge_shares
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -32,17 +33,13 @@ def _lexicographic_rank(rows: np.ndarray) -> np.ndarray:
 
 
 def dpf_order(snapshot: Snapshot) -> np.ndarray:
-    """Pending pipelines in DPF order: smallest dominant share first, with its tie-breaks."""
+    """Pending pipelines in DPF order: smallest dominant share first, with its tie-breaks.
+    An elastic pipeline is ranked by its minimum demand (docs/design.md §4.2, elastic demands)."""
+    snapshot = at_minimum(snapshot)
     table = EdgeTable.of(snapshot)
     n = snapshot.n_pipelines
-    shares = np.empty_like(table.demand)
-    for start in range(0, len(shares), SLICE_ROWS):  # small temporaries, see EdgeTable._fit_rows
-        part = slice(start, start + SLICE_ROWS)
-        shares[part] = snapshot.accounting.shares(table.demand[part], snapshot.capacity[table.block[part]])
-    dominant = np.zeros(n)
-    requesting = np.flatnonzero(table.count)
-    if requesting.size:
-        dominant[requesting] = np.maximum.reduceat(shares.max(axis=1, initial=0.0), table.start[requesting])
+    shares = edge_shares(snapshot, table)
+    dominant = dominant_shares(table, shares)
     _, inverse, counts = np.unique(dominant, return_inverse=True, return_counts=True)
     tied = np.flatnonzero(counts[inverse] > 1)
     second = np.zeros(n, dtype=np.intp)
@@ -65,6 +62,9 @@ class DominantPrivateBlockFairness:
     """Orders pending pipelines by dominant share and admits best-effort."""
 
     name: str = "dpf"
+    #: Under per-arrival unlocking, each pipeline's fair share 1/N: an elastic pipeline is
+    #: topped up no further than it (docs/design.md §4.2, elastic demands).
+    fair_share: float | None = None
     per_pipeline_order: ClassVar[bool] = True
 
     def order(self, snapshot: Snapshot) -> np.ndarray:
@@ -73,4 +73,4 @@ class DominantPrivateBlockFairness:
         return dpf_order(snapshot)
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return Allocation(granted=admit_in_order(snapshot, self.order(snapshot)))
+        return admit(snapshot, self.order(snapshot), self.fair_share)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from privsched.policies.admission import admit_in_order
+from privsched.policies.admission import admit
 from privsched.policies.base import Allocation, Snapshot
 
 
@@ -28,6 +28,8 @@ class FirstComeFirstServed:
     """Orders pending pipelines by arrival (ties by id) and admits best-effort."""
 
     name: str = "fcfs"
+    #: Under per-arrival unlocking, 1/N: how far an elastic pipeline is topped up (as DPF's).
+    fair_share: float | None = None
     per_pipeline_order: ClassVar[bool] = True
 
     def order(self, snapshot: Snapshot) -> np.ndarray:
@@ -35,4 +37,4 @@ class FirstComeFirstServed:
         return np.argsort(arrival_rank(snapshot))
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        return Allocation(granted=admit_in_order(snapshot, self.order(snapshot)))
+        return admit(snapshot, self.order(snapshot), self.fair_share)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.admission import EdgeTable, admit_in_order
+from privsched.policies.admission import EdgeTable, admit, at_minimum
 from privsched.policies.base import Allocation, Snapshot
 
 
@@ -116,5 +116,5 @@ class Optimal:
             raise ValueError(f"time_limit must be a positive number of seconds, got {self.time_limit!r}")
 
     def allocate(self, snapshot: Snapshot) -> Allocation:
-        solution = solve_optimal(snapshot, self.time_limit).granted
-        return Allocation(granted=admit_in_order(snapshot, solution))
+        solution = solve_optimal(at_minimum(snapshot), self.time_limit).granted
+        return admit(snapshot, solution)

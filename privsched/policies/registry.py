@@ -27,12 +27,13 @@ def _unlock_rule(kind: str, name: str, n: int | None, lifetime: float | None) ->
     return UnlockPerTime(lifetime), {"lifetime": lifetime}
 
 
-def _policy(name: str, k: int, time_limit: float) -> tuple[Policy, dict]:
-    """The policy ``name`` with its parameters; only its own module is imported."""
+def _policy(name: str, k: int, time_limit: float, fair_share: float | None) -> tuple[Policy, dict]:
+    """The policy ``name`` with its parameters; only its own module is imported.
+    ``fair_share`` (1/N under per-arrival unlocking) caps elastic top-ups."""
     if name == "fcfs":
         from privsched.policies.fcfs import FirstComeFirstServed
 
-        return FirstComeFirstServed(), {}
+        return FirstComeFirstServed(fair_share=fair_share), {}
     if name.startswith("rr-"):
         from privsched.policies.round_robin import RoundRobin
 
@@ -40,11 +41,11 @@ def _policy(name: str, k: int, time_limit: float) -> tuple[Policy, dict]:
     if name.startswith("dpf-"):
         from privsched.policies.dpf import DominantPrivateBlockFairness
 
-        return DominantPrivateBlockFairness(name=name), {}
+        return DominantPrivateBlockFairness(name=name, fair_share=fair_share), {}
     if name == "dpack":
         from privsched.policies.dpack import DPack
 
-        return DPack(k=k), {"k": k}
+        return DPack(k=k, fair_share=fair_share), {"k": k}
     from privsched.policies.optimal import Optimal
 
     return Optimal(time_limit=time_limit), {"time_limit": time_limit}
@@ -83,5 +84,6 @@ def make_policy(
     if unlock is None:
         unlock = _DEFAULT_UNLOCK.get(base) or ("t" if lifetime is not None else "n" if n is not None else "all")
     rule, unlock_params = _unlock_rule(unlock, name, n, lifetime)
-    policy, policy_params = _policy(base, k, time_limit)
+    per_arrival = rule.on_pipeline_arrival()
+    policy, policy_params = _policy(base, k, time_limit, per_arrival if per_arrival > 0 else None)
     return PolicySpec(name=name, policy=policy, unlock=rule, params={"unlock": unlock, **unlock_params, **policy_params})

@@ -18,7 +18,7 @@ import numpy as np
 
 from privsched.budgets.accounting import leq
 from privsched.budgets.exact import BUDGET
-from privsched.policies.admission import EdgeTable, validate
+from privsched.policies.admission import EdgeTable, is_elastic, validate
 from privsched.policies.base import Allocation, Snapshot
 from privsched.policies.fcfs import arrival_rank
 
@@ -95,6 +95,8 @@ class RoundRobin:
         if snapshot.accounting.is_rdp:
             raise ValueError("round robin supports basic accounting only (use dpf or dpack under rdp)")
         validate(snapshot)
+        if is_elastic(snapshot):
+            raise ValueError("round robin takes fixed demands only (use fcfs, dpf or dpack for elastic demands)")
         demand = np.asarray(snapshot.edge_demand, dtype=float)
         blocks = np.asarray(snapshot.edge_block, dtype=np.intp)
         old = np.zeros_like(demand) if snapshot.reserved is None else np.asarray(snapshot.reserved, dtype=float)

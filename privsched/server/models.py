@@ -279,6 +279,10 @@ class PipelineOut(Model):
     placement: dict[str, Any] | None
     consumed: dict[str, list[float]] | None
     message: str | None
+    #: The least fraction of its demand an elastic pipeline accepts (None: a fixed demand).
+    elastic_min: float | None = None
+    #: The fraction of its demand it was granted (None: all of it, or not granted).
+    fraction: float | None = None
     #: Its demand per block in people's terms, in answers about one pipeline (not in lists).
     budget: list[BlockDemandOut] | None = None
 
@@ -498,6 +502,8 @@ class DryRunOut(Model):
     share: float = Field(0.0, description="The fraction of each block's capacity the demand takes.")
     reuses: int | None = Field(None, description="The pipeline whose release it would return, at no charge.")
     answered_from_cache: list[int] | None = Field(None, description="The pipelines whose releases would answer it, at no charge.")
+    epsilon_range: tuple[float, float] | None = Field(None, description="An elastic pipeline's [min, max] of ε.")
+    elastic_min: float | None = Field(None, description="The least fraction of the demand (planned at max) it accepts.")
 
 
 class ErrorOut(Model):

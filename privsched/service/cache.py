@@ -31,7 +31,7 @@ from privsched.budgets.mechanisms import EpsilonDelta, demand_vector, mechanism_
 from privsched.ledger import Ledger
 from privsched.ledger.fingerprints import data_problem
 from privsched.ledger.models import DatasetInfo, PipelineInfo, PipelineRequest
-from privsched.ledger.reuse import ANSWERED_FROM_CACHE, CACHE_UPDATE, REUSED_FROM
+from privsched.ledger.reuse import ANSWERED_FROM_CACHE, CACHE_UPDATE, ELASTIC_MIN, REUSED_FROM
 from privsched.spec import PipelineSpec, SpecError
 from privsched.statistics.accuracy import SCALE_SLACK, Estimate, Source, best_estimate, laplace_epsilon
 from privsched.statistics.noise import laplace_scale
@@ -55,8 +55,8 @@ def accuracy_epsilon(spec: PipelineSpec, dataset: DatasetInfo) -> float:
         raise SpecError("'accuracy' is calibrated for laplace noise: give 'epsilon' for gaussian noise")
     bins = job.bins or 1
     epsilon = laplace_epsilon(spec.accuracy.alpha, spec.accuracy.beta, bins, float(dataset.max_rows_per_user))
-    if spec.epsilon is not None and epsilon > spec.epsilon:
-        raise SpecError(f"the accuracy asked for needs ε = {epsilon:.4g}, above the cap 'epsilon' {spec.epsilon:g}")
+    if spec.epsilon_max is not None and epsilon > spec.epsilon_max:
+        raise SpecError(f"the accuracy asked for needs ε = {epsilon:.4g}, above the cap 'epsilon' {spec.epsilon_max:g}")
     return epsilon
 
 
@@ -164,9 +164,10 @@ def update_epsilon(sources: list[Source], query: StatisticJob, alpha: float, bet
 
 def cacheable(info: PipelineInfo) -> bool:
     """Whether ``info`` is a release the cache holds: a completed built-in statistic that
-    ran (neither a reuse nor a cached answer)."""
+    ran (neither a reuse nor a cached answer) at the mechanism recorded at submit (not
+    elastic: an elastic release's noise follows its grant)."""
     job = info.job
-    return job.get("kind") == "statistic" and job.get(REUSED_FROM) is None and job.get(ANSWERED_FROM_CACHE) is None
+    return job.get("kind") == "statistic" and all(job.get(name) is None for name in (REUSED_FROM, ANSWERED_FROM_CACHE, ELASTIC_MIN))
 
 
 def with_cached_answer(ledger: Ledger, request: PipelineRequest, released: Released) -> PipelineRequest:

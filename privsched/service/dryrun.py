@@ -67,6 +67,8 @@ class DryRun:
     share: float = 0.0  # the fraction of each block's capacity the demand takes (readouts.demand_share)
     reuses: int | None = None  # the pipeline whose release it would return at no charge (privsched.ledger.reuse)
     answered_from_cache: list[int] | None = None  # the pipelines whose releases would answer it at no charge
+    epsilon_range: tuple[float, float] | None = None  # an elastic pipeline's [min, max] of ε (docs/design.md §10)
+    elastic_min: float | None = None  # the least fraction of the demand (planned at max) it accepts
 
     @property
     def exit_code(self) -> int:
@@ -76,6 +78,10 @@ class DryRun:
     def lines(self) -> list[str]:
         """The dry run as text: the demand, one line per block, the verdict."""
         head = [f"pipeline {self.name} on {self.dataset}: demand ε={self.epsilon:.4g} at δ={self.delta:g}"]
+        if self.epsilon_range is not None:
+            low, high = self.epsilon_range
+            least = self.elastic_min or 1.0
+            head.append(f"elastic: epsilon in [{low:g}, {high:g}]; the demand is at {high:g}, any {least:.4g} of it or more")
         for fit in self.blocks:
             if fit.fits_now:
                 state = "fits now"
@@ -119,7 +125,22 @@ def dry_run(
     verdict, reason = _verdict(fits_of, chosen, demands, capacity, live, dataset, quota, compute)
     shown = readout(demand, dataset)
     share = demand_share(demand, dataset)
-    return DryRun(request.name, dataset.name, demand.tolist(), labels, shown.epsilon, shown.delta, fits_of, verdict, reason, share)
+    least = request.job.get("epsilon_min")
+    elastic = None if least is None else (float(least), float(request.job["epsilon"]))
+    return DryRun(
+        request.name,
+        dataset.name,
+        demand.tolist(),
+        labels,
+        shown.epsilon,
+        shown.delta,
+        fits_of,
+        verdict,
+        reason,
+        share,
+        epsilon_range=elastic,
+        elastic_min=request.elastic_min,
+    )
 
 
 def _verdict(

@@ -209,6 +209,7 @@ def _select(table: PendingBatch, keep: np.ndarray) -> PendingBatch:
         edge_pipeline=index[table.edge_pipeline[kept]],
         edge_block=table.edge_block[kept],
         edge_demand=table.edge_demand[kept],
+        elastic_min=None if table.elastic_min is None else table.elastic_min[keep],
     )
 
 
@@ -224,6 +225,9 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
         edge_pipeline=np.concatenate([table.edge_pipeline, batch.edge_pipeline + len(table.pipeline_ids)]),
         edge_block=np.concatenate([table.edge_block, batch.edge_block]),
         edge_demand=np.concatenate([table.edge_demand, batch.edge_demand]),
+        elastic_min=None
+        if table.elastic_min is None and batch.elastic_min is None
+        else np.concatenate([table.minimums(), batch.minimums()]),
     )
     if np.all(ids[1:] > ids[:-1]):
         return joined
@@ -239,4 +243,5 @@ def _joined(table: PendingBatch, batch: PendingBatch) -> PendingBatch:
         edge_pipeline=rank[joined.edge_pipeline][edges],
         edge_block=joined.edge_block[edges],
         edge_demand=joined.edge_demand[edges],
+        elastic_min=None if joined.elastic_min is None else joined.elastic_min[order],
     )

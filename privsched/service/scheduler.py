@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from privsched.budgets.accounting import leq
+from privsched.budgets.elastic import granted_epsilon
 from privsched.budgets.mechanisms import parse_mechanism
 from privsched.jobs.context import BlockGrant, JobContext
 from privsched.jobs.runner import JobResult, write_atomic
@@ -295,7 +296,8 @@ class Scheduler:
 
     def admit(self, now: float) -> tuple[list[int], bool]:
         """Order and admit each dataset's pending pipelines with the policy, then commit all
-        the grants of the pass in one ledger transaction.
+        the grants of the pass in one ledger transaction, each elastic pipeline at the
+        fraction of its demand the policy chose (``Allocation.fraction``).
 
         A policy that orders pipelines one by one and admits best-effort
         (:class:`~privsched.policies.base.PerPipelineOrder`) is shown only the pipelines
@@ -310,6 +312,7 @@ class Scheduler:
         everything again and show everyone."""
         marks = self._unadmitted.take()
         order: list[int] = []
+        fractions: dict[int, float] = {}
         reserved: dict[tuple[int, int], np.ndarray] = {}
         every = marks.everything or not orders_per_pipeline(self.policy.policy)
         try:
@@ -326,7 +329,8 @@ class Scheduler:
                 if allocation.reserved is not None:
                     reserved.update(_waiting_reservations(edge_keys(view), allocation.reserved, set(granted)))
                 order.extend(granted)
-            granted = self.ledger.grant(order, now=now) if order else []
+                fractions.update((i, float(f)) for i, f in zip(granted, allocation.fractions()) if f < 1.0)
+            granted = self.ledger.grant(order, now=now, fractions=fractions or None) if order else []
         except BaseException:
             self._unadmitted.add(marks)
             raise
@@ -460,8 +464,11 @@ class Scheduler:
         return fingerprints
 
     def _context(self, info: PipelineInfo, placement: Placement) -> JobContext:
-        """What the granted job sees: its blocks and grant, the mechanism the ledger charged
-        (typed, as ``plan``), the (ε, δ) and longest run it was submitted with, and its own
+        """What the granted job sees: its blocks and grant (the fraction of its demand an
+        elastic grant gave), the mechanism the ledger charged (typed, as ``plan``), the (ε, δ)
+        and longest run it was submitted with (an elastic range: a built-in job gets its min
+        too and calibrates itself; a code job gets the largest ε its grant holds,
+        :func:`~privsched.budgets.elastic.granted_epsilon`), and its own
         parameters (a built-in job's with its kind), untouched."""
         dataset = self.ledger.get_dataset(info.dataset)
         locations = self._block_locations(info)
@@ -469,18 +476,24 @@ class Scheduler:
         params = dict(job.get("params") or {})
         if job.get("kind"):
             params = {"kind": job["kind"], **params}
+        grants = info.granted
+        epsilon = job.get("epsilon")
+        if job.get("kind") is None and job.get("epsilon_min") is not None and epsilon is not None:
+            budget = np.min(np.stack(list(grants.values())), axis=0)
+            epsilon = granted_epsilon(budget, job["epsilon_min"], epsilon, job.get("delta") or 0.0, dataset.accounting)
         return JobContext(
             pipeline_id=info.id,
             name=info.name,
             dataset=info.dataset,
             accounting=dataset.accounting,
             delta=job.get("delta") or dataset.delta,
-            blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
+            blocks={k: BlockGrant(k, locations[k], grant) for k, grant in grants.items()},
             device="cuda" if placement.gpus else "cpu",
             workdir=self.runs.workdir(info.id),
             params=params,
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
-            epsilon=job.get("epsilon"),
+            epsilon=epsilon,
+            epsilon_min=None if job.get("kind") is None else job.get("epsilon_min"),
             max_runtime=job.get("max_runtime"),
             unit=dataset.unit,
             user_column=dataset.user_column,

@@ -55,6 +55,7 @@ def snapshot_of(view: PendingView, clock: float = 0.0, reserved: np.ndarray | No
         clock=clock,
         reserved=reserved,
         quotas=quotas_of(view, teams),
+        elastic_min=pipelines.elastic_min,
     )
 
 

@@ -5,8 +5,11 @@ built-in job's own plan (:func:`privsched.trainers.builtin.plan_mechanism` for t
 (ε, δ), a statistic's ε derived from its ``accuracy``:
 :func:`privsched.service.cache.accuracy_epsilon`), which is what the job then runs with; or
 the plain (ε, δ) (under RDP: a pure ε-DP declaration is charged min(ε, αε²/2); δ > 0
-without a named mechanism is refused, docs/design.md §3.4). A job that asks for more
-compute than the pool has is refused here, before anything is written (docs/design.md §4.4). A code job is checked first, at no charge
+without a named mechanism is refused, docs/design.md §3.4). An elastic range
+``epsilon: [min, max]`` is charged the demand planned at its max and accepts any fraction of
+it down to :func:`~privsched.budgets.elastic.minimum_fraction` of the curves planned at its
+min and max (docs/design.md §10). A job that asks for more compute than the pool has is
+refused here, before anything is written (docs/design.md §4.4). A code job is checked first, at no charge
 (:func:`checked_code`, :mod:`privsched.service.preflight`).
 """
 
@@ -14,12 +17,16 @@ from __future__ import annotations
 
 import getpass
 import json
+from typing import TYPE_CHECKING
 
 from privsched.budgets.mechanisms import EpsilonDelta, Mechanism, demand_vector, mechanism_json, parse_mechanism
 from privsched.ledger import LedgerError
 from privsched.ledger.models import BlockInfo, DatasetInfo, PipelineRequest
 from privsched.service.resources import Pool
 from privsched.spec import PipelineSpec, SpecError, select_blocks
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def checked_code(spec: PipelineSpec, protected: list[str], checked: dict[str, str | None] | None = None) -> PipelineSpec:
@@ -54,8 +61,9 @@ def builtin_job(spec: PipelineSpec) -> dict:
     return {"kind": spec.job.kind, **spec.job.params}
 
 
-def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
-    """The mechanism a pipeline is charged for (see the module docstring)."""
+def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo, epsilon: float | None = None) -> Mechanism:
+    """The mechanism a pipeline is charged for (see the module docstring), planned at
+    ``epsilon`` (default: the most it asks for)."""
     if spec.mechanism is not None and spec.job.kind is not None:
         raise SpecError(f"a {spec.job.kind} job plans the mechanism it is charged: give 'epsilon' (and 'delta'), not a 'mechanism'")
     if spec.mechanism is not None:
@@ -65,7 +73,7 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
 
         epsilon, delta = accuracy_epsilon(spec, dataset), float(spec.delta or 0.0)
     else:
-        epsilon, delta = float(spec.epsilon), float(spec.delta or 0.0)  # type: ignore[arg-type]
+        epsilon, delta = float(epsilon or spec.epsilon_max), float(spec.delta or 0.0)  # type: ignore[arg-type]
     if spec.job.kind is not None:
         from privsched.trainers.builtin import plan_mechanism
 
@@ -91,12 +99,15 @@ def build_request(
             raise SpecError(refusal)
         mechanism = demand_mechanism(spec, dataset)
         demand = demand_vector(mechanism, dataset.accounting)
+        elastic_min = elastic_fraction(spec, dataset, demand)
     except ValueError as exc:  # SpecError, pydantic and budget errors are all ValueErrors
         raise LedgerError(f"pipeline {spec.name!r}: {exc}") from None
     job = spec.job.model_dump()
-    job.update(max_runtime=spec.max_runtime, epsilon=spec.epsilon, delta=spec.delta)
+    job.update(max_runtime=spec.max_runtime, epsilon=spec.epsilon_max, delta=spec.delta)
     if spec.accuracy is not None:
         job.update(accuracy=spec.accuracy.model_dump())
+    if spec.elastic:
+        job.update(epsilon_min=spec.epsilon_min)
     return PipelineRequest(
         name=spec.name,
         dataset=spec.dataset,
@@ -108,4 +119,17 @@ def build_request(
         owner=spec.owner or owner or getpass.getuser(),
         job=job,
         resources=spec.resources.model_dump(),
+        elastic_min=elastic_min,
     )
+
+
+def elastic_fraction(spec: PipelineSpec, dataset: DatasetInfo, demand: np.ndarray) -> float | None:
+    """The least fraction of ``demand`` (planned at the range's max) an elastic pipeline
+    accepts: the smallest f with f · demand ≥ the curve planned at its min at every live
+    order (:func:`~privsched.budgets.elastic.minimum_fraction`); None for a fixed ε."""
+    if not spec.elastic:
+        return None
+    from privsched.budgets.elastic import minimum_fraction
+
+    least = demand_vector(demand_mechanism(spec, dataset, spec.epsilon_min), dataset.accounting)
+    return minimum_fraction(least, demand, dataset.accounting.live(dataset.capacity))

@@ -5,7 +5,9 @@ only moves locked budget to unlocked, and settling a job returns at most its all
 ``unlocked ≤ capacity − consumed`` forever (the admin act of releasing a failed job's budget
 aside). A pending pipeline whose demand does not fit ``capacity − consumed`` on one of its
 blocks (under RDP: at no live order; under basic: in ε or in δ), or that asks for a retired
-block, can never be granted, and ends with that reason instead of waiting forever.
+block, can never be granted, and ends with that reason instead of waiting forever. An
+elastic pipeline is tested with the least it accepts, its ``elastic_min`` × its demand
+(docs/design.md §10).
 
 The test leans towards waiting: the remainder is widened by a relative ``1e-9`` so that
 floating-point rounding never ends a pipeline that could fit; it only decides to stop
@@ -33,7 +35,8 @@ def never_grantable(view: PendingView, blocks: dict[int, BlockInfo]) -> dict[int
     capacity = np.stack([block.capacity for block in rows])
     left = capacity - np.stack([block.consumed for block in rows]) + _ROUNDING * np.abs(capacity)
     active = np.array([block.state == "active" for block in rows])
-    hopeful = active[edge] & accounting.fits(pipelines.edge_demand, left[edge], accounting.live(capacity[edge]))
+    least = pipelines.edge_demand * pipelines.minimums()[pipelines.edge_pipeline][:, None]
+    hopeful = active[edge] & accounting.fits(least, left[edge], accounting.live(capacity[edge]))
     reasons: dict[int, str] = {}
     where = "at every live order" if accounting.is_rdp else "in ε or δ"
     for i in np.flatnonzero(~hopeful).tolist():

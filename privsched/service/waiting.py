@@ -282,7 +282,9 @@ def waiting_reasons(
     rank = np.empty(count, dtype=np.intp)
     rank[order] = np.arange(1, count + 1)
 
-    demand = snapshot.edge_demand
+    demand = snapshot.edge_demand  # an elastic pipeline waits for the least it accepts
+    if snapshot.elastic_min is not None:
+        demand = demand * np.asarray(snapshot.elastic_min)[snapshot.edge_pipeline][:, None]
     required, others = _fill_requirements(snapshot) if water else (demand, None)
     unlocked = snapshot.unlocked[snapshot.edge_block]
     fits, dim, edge_gap = shortfalls(accounting, required, unlocked, snapshot.capacity[snapshot.edge_block])

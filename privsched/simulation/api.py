@@ -133,6 +133,7 @@ def run(
         passes=state.passes,
         runtime_s=runtime,
         cpu_s=cpu,
+        fraction=state.fraction.copy() if instance.is_elastic else None,
     )
 
 
@@ -147,6 +148,7 @@ def simulate(
     unlock: str | None = None,
     k: int = 50,
     tick: float | None = None,
+    elastic: float | None = None,
     **workload_params,
 ) -> SimulationResult:
     """Simulate a scheduling policy over a workload (docs/design.md §4, §5).
@@ -155,8 +157,11 @@ def simulate(
     :class:`Trace`. ``policy`` is a name from ``privsched.policies.POLICY_NAMES`` with ``n`` / ``lifetime`` / ``unlock`` / ``k``, or a ready
     :class:`PolicySpec`. ``seed`` and ``**workload_params`` go to the workload generator;
     ``duration`` is the arrival window; ``tick`` the per-time unlock period (default
-    lifetime/100).
+    lifetime/100). ``elastic`` m makes every pipeline ask for the range [m·ε, ε] (a workload
+    parameter: generators that take it, such as the macrobenchmark's; docs/design.md §4.2).
     """
+    if elastic is not None:
+        workload_params["elastic"] = elastic
     spec = resolve_policy(policy, n=n, lifetime=lifetime, k=k, unlock=unlock)
     label, instance = load_workload(workload_or_trace, seed=seed, duration=duration, **workload_params)
     return run(label, instance, spec, tick=tick)

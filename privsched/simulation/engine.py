@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from privsched.budgets.exact import clamp, raised_of, raised_units, sum_at, units, value
+from privsched.policies.admission import charge
 from privsched.policies.base import Allocation, PolicySpec
 from privsched.policies.unlock import (
     UnlockGrid,
@@ -49,6 +50,7 @@ class RunState:
     status: np.ndarray  # (P,) codes, see STATUS_NAMES
     grant_time: np.ndarray  # (P,) nan unless granted
     consumed: np.ndarray  # (B, K) granted budget (the simulator's jobs spend all they get)
+    fraction: np.ndarray  # (P,) fraction of its demand each pipeline was granted, nan unless granted
     wasted: np.ndarray  # (B, K) budget set aside for pipelines that timed out
     sample_times: np.ndarray  # (S,)
     sample_consumed: np.ndarray  # (S, B, K) consumed budget at each sample time
@@ -91,6 +93,12 @@ class Simulator:
         self.unlocked = np.zeros((B, K), dtype=np.int64)
         self.consumed = np.zeros((B, K), dtype=np.int64)
         self.demand = units(instance.edge_demand, up=True)  # (E, K) quanta
+        #: (E, K) quanta of each edge's minimum, what a pipeline needs to be granted (its
+        #: whole demand unless elastic, docs/design.md §4.2).
+        self.minimum = self.demand
+        if instance.is_elastic and instance.elastic_min is not None:
+            self.minimum = charge(instance.edge_demand, instance.elastic_min[instance.edge_pipeline][:, None])
+        self.fraction = np.full(P, np.nan)
         self.wasted = np.zeros((B, K))
         self.arrivals = [0.0] * B  # pipelines that asked for each block so far
         # Per block, for the one-pipeline unlock: its creation time and capacity (also in
@@ -230,25 +238,31 @@ class Simulator:
             self.reserved[edges] = new
         granted = pipelines[np.asarray(allocation.granted, dtype=np.intp)]
         if granted.size:
-            self.grant(now, granted)
+            self.grant(now, granted, fraction=allocation.fraction)
         return granted
 
-    def grant(self, now: float, granted: np.ndarray, checked: bool = False) -> None:
-        """Charge the granted pipelines' demands and mark them granted. Grants that do not
-        come ``checked`` (from the policy) are verified: pending, and within capacity."""
+    def grant(self, now: float, granted: np.ndarray, checked: bool = False, fraction: np.ndarray | None = None) -> None:
+        """Charge the granted pipelines ``fraction`` of their demands (None: all of them) and
+        mark them granted. Grants that do not come ``checked`` (from the policy) are
+        verified: pending, each fraction within its pipeline's range, and within capacity."""
         if not checked and (self.status[granted].min() != PENDING or np.unique(granted).size != granted.size):
             raise RuntimeError(f"policy {self.spec.name!r} granted a pipeline that is not pending")
+        partial = fraction is not None and bool(np.any(np.asarray(fraction) < 1))
+        if partial and not checked:
+            self._check_fractions(granted, np.asarray(fraction, dtype=float))
+        self.fraction[granted] = 1.0 if fraction is None else fraction
         if len(granted) == 1:  # distinct blocks
             i = int(granted[0])
             edges, blocks = self.edge_span[i], self.block_span[i]
-            demand = self.demand[edges]
+            demand = charge(self.inst.edge_demand[edges], float(self.fraction[i])) if partial else self.demand[edges]
             if not self.reserving:
                 self.unlocked[blocks] = clamp(self.unlocked[blocks] - demand)
             self.consumed[blocks] = clamp(self.consumed[blocks] + demand)
         else:
-            edges, _ = self.inst.edges_of(granted)
+            edges, owner = self.inst.edges_of(granted)
             blocks = self.inst.edge_block[edges]
-            total = sum_at(self.inst.n_blocks, blocks, self.demand[edges])
+            demand = charge(self.inst.edge_demand[edges], self.fraction[granted][owner][:, None]) if partial else self.demand[edges]
+            total = sum_at(self.inst.n_blocks, blocks, demand)
             touched = np.unique(blocks)
             if not self.reserving:
                 self.unlocked[touched] = clamp(self.unlocked[touched] - total[touched])
@@ -263,6 +277,13 @@ class Simulator:
         self.grant_time[granted] = now
         self.n_pending -= granted.size
 
+    def _check_fractions(self, granted: np.ndarray, fraction: np.ndarray) -> None:
+        """Refuse a policy's fractions unless there is one per grant, each in its pipeline's
+        range ``[elastic_min, 1]``."""
+        low = np.ones(len(granted)) if self.inst.elastic_min is None else self.inst.elastic_min[granted]
+        if fraction.shape != granted.shape or not np.all((fraction >= low) & (fraction <= 1)):
+            raise RuntimeError(f"policy {self.spec.name!r} granted a fraction outside a pipeline's range")
+
     def _hold(self, granted: np.ndarray) -> None:
         """Count the granted pipelines' demands as held by their teams (under quotas; a
         simulated pipeline consumes its grant, so a team never holds less)."""
@@ -274,7 +295,9 @@ class Simulator:
         n_blocks = self.inst.n_blocks
         cell = self.inst.team[under][owner] * n_blocks + self.inst.edge_block[edges]
         flat = self.held.reshape(-1, self.acc.dims)
-        total = sum_at(len(flat), cell, self.demand[edges])
+        share = self.fraction[under][owner]
+        rows = self.demand[edges] if np.all(share == 1) else charge(self.inst.edge_demand[edges], share[:, None])
+        total = sum_at(len(flat), cell, rows)
         touched = np.unique(cell)
         flat[touched] = clamp(flat[touched] + total[touched])
 
@@ -340,6 +363,7 @@ class Simulator:
             status=self.status,
             grant_time=self.grant_time,
             consumed=value(self.consumed),
+            fraction=self.fraction,
             wasted=self.wasted,
             sample_times=sample_times,
             sample_consumed=np.array(sampled).reshape(len(sample_times), B, self.acc.dims),

@@ -63,6 +63,10 @@ class GeneratedTrace:
     classes: tuple[str, ...]
     curves: np.ndarray | None = None  # (C, K) explicit demand curves
     block_lists: tuple[np.ndarray, np.ndarray] | None = None  # (P + 1,) offsets, (E,) block indices
+    #: Elastic demands (docs/design.md §4.2): for each of ``demands``, the description of the
+    #: smallest demand its pipelines accept (the mechanism calibrated to the smallest ε of
+    #: the range); None when every demand is fixed. Explicit ``curves`` stay fixed.
+    minimums: tuple[dict[str, Any], ...] | None = None
 
     @cached_property
     def instance(self) -> Instance:
@@ -216,6 +220,27 @@ def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.nd
     return plain_demand(epsilon, check_delta(description["delta"], "delta"), accounting)
 
 
+def covering_fraction(maximum: np.ndarray, minimum: np.ndarray, live: np.ndarray) -> float:
+    """The smallest f in (0, 1] with ``f × maximum ≥ minimum`` at every live dimension where
+    the maximum is positive: the fraction of a pipeline's maximum demand that still covers
+    the demand of its mechanism calibrated to the smallest ε of its range. Charging a curve at
+    least the mechanism's own at every order is sound (RDP composes by adding curves, and a
+    mechanism ε(α)-RDP is ε'(α)-RDP for every ε' ≥ ε: Mironov 2017, Def. 4, Prop. 1); under
+    basic accounting the same holds for (ε, δ) (Dwork & Roth 2014, Thm 3.16). 1 when the
+    minimum asks for something the maximum does not."""
+    maximum, minimum = np.asarray(maximum, dtype=float), np.asarray(minimum, dtype=float)
+    counted = np.asarray(live, dtype=bool) & (minimum > 0)
+    if np.any(counted & ~(maximum > 0)):
+        return 1.0
+    ratio = minimum[counted] / maximum[counted]
+    if not ratio.size:
+        return 1.0
+    fraction = float(ratio.max())
+    # Rounded up by one ulp so that the float product f × maximum is never below minimum.
+    fraction = float(np.nextafter(fraction, np.inf))
+    return min(1.0, fraction) if fraction > 0 else 1.0
+
+
 def _compile(w: GeneratedTrace) -> Instance:
     """The instance of a generated workload, checked in bulk; the arrays are built as
     :func:`~privsched.simulation.compile.compile_trace` builds them, entry for entry."""
@@ -259,6 +284,7 @@ def _compile(w: GeneratedTrace) -> Instance:
         except ValueError as exc:
             raise _problem("pipelines", w.pipeline_ids, demand == d, str(exc)) from None
 
+    low = _minimum_fractions(w, vectors, accounting)
     vectors = np.concatenate([vectors, table])
     order = np.argsort(arrival, kind="stable")
     if w.block_lists is not None:
@@ -292,4 +318,22 @@ def _compile(w: GeneratedTrace) -> Instance:
         edge_start=edge_start,
         edge_block=edge_block,
         edge_demand=vectors[demand[order]][owner].reshape(len(owner), accounting.dims),
+        elastic_min=None if low is None else np.concatenate([low, np.ones(len(table))])[demand[order]],
     )
+
+
+def _minimum_fractions(w: GeneratedTrace, vectors: np.ndarray, accounting: Accounting) -> np.ndarray | None:
+    """Under elastic demands, each described demand's :func:`covering_fraction` of its
+    minimum; None when every demand is fixed."""
+    if w.minimums is None:
+        return None
+    if len(w.minimums) != len(w.demands):
+        raise TraceError("invalid trace: elastic demands need one minimum per generated demand")
+    live = np.ones(accounting.dims, dtype=bool)
+    low = np.ones(len(w.demands))
+    for d, description in enumerate(w.minimums):
+        try:
+            low[d] = covering_fraction(vectors[d], _demand_vector(description, accounting), live)
+        except ValueError as exc:
+            raise _problem("pipelines", w.pipeline_ids, np.asarray(w.demand) == d, str(exc)) from None
+    return low

@@ -41,6 +41,14 @@ class Instance:
     #: under none) and each team's share of every block's capacity; None without quotas.
     team: np.ndarray | None = None  # (P,) int
     share: np.ndarray | None = None  # (T,)
+    #: Elastic demands (docs/design.md §4.2): the smallest fraction of ``edge_demand`` each
+    #: pipeline accepts, in (0, 1]; None when every demand is fixed.
+    elastic_min: np.ndarray | None = None  # (P,)
+
+    @property
+    def is_elastic(self) -> bool:
+        """Whether some pipeline accepts less than its whole demand."""
+        return self.elastic_min is not None and bool(np.any(self.elastic_min < 1))
 
     @property
     def has_quotas(self) -> bool:
@@ -80,6 +88,7 @@ class Instance:
             edge_demand=self.edge_demand[:e],
             team=None if self.team is None else self.team[:p],
             share=self.share,
+            elastic_min=None if self.elastic_min is None else self.elastic_min[:p],
         )
 
     def snapshot(
@@ -108,6 +117,7 @@ class Instance:
             clock=clock,
             reserved=None if reserved is None else reserved[edges],
             quotas=None if held is None or self.team is None or self.share is None else Quotas(self.team[pipelines], self.share, held),
+            elastic_min=self.elastic_min[pipelines] if self.is_elastic and self.elastic_min is not None else None,
         )
         return snapshot, edges
 

@@ -24,6 +24,11 @@ def used_share(consumed: np.ndarray, capacity: np.ndarray, accounting: Accountin
     return np.nan_to_num(np.nanmax(np.where(live, share, -np.inf), axis=-1), neginf=0.0)
 
 
+def _mean_granted(fraction: np.ndarray, granted: np.ndarray) -> float | None:
+    """The mean fraction of their demands the granted pipelines received (None: no grant)."""
+    return float(fraction[granted].mean()) if granted.any() else None
+
+
 @dataclass
 class SimulationResult:
     """One run of one policy on one workload."""
@@ -45,6 +50,9 @@ class SimulationResult:
     passes: int = 0
     runtime_s: float = 0.0  # wall-clock time of the event loop
     cpu_s: float = 0.0  # CPU time of the event loop (what contention on the machine does not inflate)
+    #: (P,) under elastic demands, the fraction of its demand each pipeline was granted (nan
+    #: unless granted); None when every demand is fixed.
+    fraction: np.ndarray | None = None
 
     @property
     def granted_mask(self) -> np.ndarray:
@@ -90,6 +98,7 @@ class SimulationResult:
             "passes": self.passes,
             "runtime_s": round(self.runtime_s, 4),
             "cpu_s": round(self.cpu_s, 4),
+            **({} if self.fraction is None else {"mean_fraction": _mean_granted(self.fraction, self.granted_mask)}),
         }
 
     def to_dict(self) -> dict:
@@ -101,6 +110,7 @@ class SimulationResult:
                 "status": self.status,
                 "grant_time": [None if t != t else t for t in self.grant_time.tolist()],  # NaN: not granted
                 "class": self.klass,
+                **({} if self.fraction is None else {"fraction": [None if f != f else f for f in self.fraction.tolist()]}),
             },
             "blocks": {"id": self.block_ids, "used": self.block_used.tolist(), "wasted": self.block_wasted.tolist()},
             "budget_over_time": {"time": self.sample_times.tolist(), "used": self.sample_used.tolist()},
@@ -130,6 +140,7 @@ class SimulationResult:
             passes=s["passes"],
             runtime_s=s["runtime_s"],
             cpu_s=s["cpu_s"],
+            fraction=np.array([np.nan if f is None else f for f in p["fraction"]], dtype=float) if "fraction" in p else None,
         )
 
     @classmethod

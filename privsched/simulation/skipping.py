@@ -14,7 +14,11 @@ next unlock, so a pass can be skipped or narrowed when it provably changes no de
   walk (:func:`~privsched.policies.admission.admit_in_order`).
 - Other policies (DPack) see every pending pipeline, except that when the pipelines that
   fit also fit all together, any best-effort pass grants them all, whatever its order:
-  they are granted without calling the policy (still counted as a pass).
+  they are granted without calling the policy (still counted as a pass; not under elastic
+  demands, where the policy decides how much each receives).
+- Under elastic demands (docs/design.md §4.2) a pipeline "fits" when its minimum does, and
+  a per-pipeline-order pass is one call of :func:`~privsched.policies.admission.admit`
+  over the fitting pipelines in rank order (who on the minimums, then the top-ups).
 Policies that set budget aside between passes (round robin, ``Allocation.reserved``) get a
 pass at every instant, over the pipelines it can change. :class:`EveryInstant` is the
 reference without any of this (one full pass at every instant); the tests check that
@@ -28,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from privsched.budgets.exact import sum_at, value
-from privsched.policies.admission import admit_in_order
+from privsched.policies.admission import admit, admit_in_order
 from privsched.policies.base import PerPipelineOrder, orders_per_pipeline
 from privsched.simulation.instance import Instance
 from privsched.simulation.status import PENDING
@@ -101,9 +105,10 @@ class PassSkipping:
         if self.rank is not None:
             self._ranked_pass(now, fitting)
             return
-        if self._fit_together(fitting):
+        if not self.sim.inst.is_elastic and self._fit_together(fitting):
             # A best-effort pass in any order grants every pipeline that fits when the
-            # fitting ones fit all together (in particular a lone one).
+            # fitting ones fit all together (in particular a lone one). How much an elastic
+            # one receives is the policy's to say.
             sim.passes += 1
             sim.grant(now, fitting, checked=True)
             return
@@ -126,24 +131,24 @@ class PassSkipping:
         return self._check(candidates[self.sim.status[candidates] == PENDING])
 
     def _check(self, pipelines: np.ndarray) -> np.ndarray:
-        """The pipelines whose whole demand fits the unlocked budget; each of the others
-        watches the first of its blocks where it does not fit."""
+        """The pipelines whose whole demand (an elastic one's minimum) fits the unlocked
+        budget; each of the others watches the first of its blocks where it does not fit."""
         if len(pipelines) == 1:
             i = int(pipelines[0])
             edges, blocks = self.sim.edge_span[i], self.sim.block_span[i]
-            demand = self.sim.demand[edges]
+            demand = self.sim.minimum[edges]
             ok = self.sim.acc.fits_units(demand, self.sim.unlocked[blocks], self.sim.live[blocks])
             if ok.all():
                 return pipelines
             first = edges.start + int(np.argmin(ok))  # the first block where it does not fit
             witness = slice(first, first + 1)
-            self.watch.watch(pipelines, self.sim.inst.edge_block[witness], self.sim.demand[witness])
+            self.watch.watch(pipelines, self.sim.inst.edge_block[witness], self.sim.minimum[witness])
             return pipelines[:0]
         if not len(pipelines):
             return pipelines
         edges, owner = self.sim.inst.edges_of(pipelines)
         blocks = self.sim.inst.edge_block[edges]
-        demand = self.sim.demand[edges]
+        demand = self.sim.minimum[edges]
         ok = self.sim.acc.fits_units(demand, self.sim.unlocked[blocks], self.sim.live[blocks])
         if ok.all():
             return pipelines
@@ -164,6 +169,13 @@ class PassSkipping:
         After a few grants the rest is walked at once."""
         self.sim.passes += 1
         order = fitting[np.argsort(self.rank[fitting])] if len(fitting) > 1 else fitting
+        if self.sim.inst.is_elastic:  # who on the minimums, then topped up in that order
+            snapshot, _ = self.sim.inst.snapshot(order, value(self.sim.unlocked), now)
+            allocation = admit(snapshot, np.arange(len(order)), getattr(self.sim.spec.policy, "fair_share", None))
+            granted = np.asarray(allocation.granted, dtype=np.intp)
+            self.sim.grant(now, order[granted], checked=True, fraction=allocation.fraction)
+            self._check(np.setdiff1d(order, order[granted]))
+            return
         for _ in range(GREEDY_GRANTS):
             self.sim.grant(now, order[:1], checked=True)
             order = self._check(order[1:])

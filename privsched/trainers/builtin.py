@@ -68,18 +68,42 @@ def check_layers(job: DPSGDJob) -> None:
 
 def run_builtin(ctx: JobContext) -> None:
     """Run the built-in job ``ctx.params`` describes (its ``kind`` and parameters) with the
-    noise of the mechanism it was charged, ``ctx.plan``, and report metrics and the budget
-    spent. The ledger charged that mechanism's own curve (a demand below it is refused at
-    submit), so the job takes σ, its steps or its statistic's noise from it as they are."""
+    noise of the mechanism it was charged, ``ctx.plan`` (after an elastic grant of less, of
+    :func:`granted_mechanism`), and report metrics (``epsilon_used``, ``delta_used``: the (ε, δ)
+    its noise was calibrated to) and the budget spent. The grant holds that mechanism's own
+    curve (a demand below it is refused at submit; an elastic one is calibrated to fit), so
+    the job takes σ, its steps or its statistic's noise from it as they are."""
     if ctx.plan is None:
         raise ValueError("a built-in job runs only with the mechanism it was charged, and its context has none")
     spec = parse_job(ctx.params)
+    epsilon, mechanism = granted_mechanism(ctx)
     if isinstance(spec, DPSGDJob):
-        plan = charged_plan(spec, ctx.plan, ctx.delta)
+        plan = charged_plan(spec, mechanism, ctx.delta)
         from privsched.trainers.dpsgd import run_dpsgd
 
         run_dpsgd(ctx, spec, plan)
     else:
         from privsched.trainers.statistics import run_statistic
 
-        run_statistic(ctx, spec, ctx.plan)
+        run_statistic(ctx, spec, mechanism)
+    if epsilon is not None:  # the ε its noise was calibrated to, at the pipeline's δ
+        ctx.report_metrics(epsilon_used=epsilon, delta_used=ctx.delta)
+
+
+def granted_mechanism(ctx: JobContext) -> tuple[float | None, Mechanism]:
+    """The ε a built-in job runs at and its mechanism: the charged plan at the pipeline's ε
+    when the grant holds its whole curve; after an elastic grant of less, the plan at the
+    largest ε of the range whose curve fits the grant at every order
+    (:func:`privsched.budgets.elastic.calibrate`; docs/privacy.md, "Elastic demands").
+    Raises ``ValueError`` if the grant holds neither."""
+    from privsched.budgets.elastic import calibrate
+    from privsched.budgets.mechanisms import demand_vector
+
+    assert ctx.plan is not None  # run_builtin checked
+    if ctx.epsilon_min is None or ctx.epsilon is None:
+        return ctx.epsilon, ctx.plan
+
+    def plan(epsilon: float) -> Mechanism:
+        return plan_mechanism(ctx.params, epsilon, ctx.delta, ctx.accounting, ctx.max_rows_per_user)
+
+    return calibrate(plan, lambda m: demand_vector(m, ctx.accounting), ctx.epsilon_min, ctx.epsilon, ctx.budget)

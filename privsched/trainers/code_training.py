@@ -100,7 +100,11 @@ def dp_sgd(
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), ctx.workdir / "model.pt")
     ctx.report_metrics(
-        dp_sgd={**{k: plan[k] for k in ("sample_rate", "noise_multiplier", "steps")}, "charge": np.asarray(plan["charge"]).tolist()}
+        dp_sgd={
+            **{k: plan[k] for k in ("sample_rate", "noise_multiplier", "steps")},
+            "charge": np.asarray(plan["charge"]).tolist(),
+            "epsilon_used": plan["epsilon"],  # at the pipeline's δ
+        }
     )
     return model
 

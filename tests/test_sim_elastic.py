@@ -1,0 +1,120 @@
+"""Elastic demands in the simulator and the macrobenchmark (docs/design.md §4.2, elastic
+demands): ranges [m·ε, ε], the shortcuts' equivalence with a full pass, budgets never
+exceeded, and ``--elastic`` on the command line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from privsched.cli import app
+from privsched.simulation import resolve_policy, run
+from privsched.simulation.api import load_workload, simulate
+from privsched.simulation.engine import Simulator
+from privsched.simulation.generated import covering_fraction
+
+SMALL = {"days": 8, "pipelines_per_day": 40.0}
+POLICIES = [("fcfs", {}), ("dpf-n", {"n": 40}), ("dpf-t", {"lifetime": 4 * 86_400.0}), ("dpack-n", {"n": 40, "k": 5})]
+
+
+def outcome(result) -> list[tuple[str, float | None, float | None]]:
+    fraction = result.fraction if result.fraction is not None else np.ones(len(result.status))
+    return [
+        (s, None if np.isnan(t) else float(t), None if np.isnan(f) else float(f))
+        for s, t, f in zip(result.status, result.grant_time, fraction)
+    ]
+
+
+@pytest.mark.parametrize("policy,params", POLICIES, ids=[p for p, _ in POLICIES])
+def test_elastic_shortcuts_grant_exactly_what_a_full_pass_at_every_instant_grants(policy, params) -> None:
+    _, instance = load_workload("macro-rdp", seed=2, elastic=0.5, **SMALL)
+    spec = resolve_policy(policy, **params)
+    fast, reference = run("macro-rdp", instance, spec), run("macro-rdp", instance, spec, shortcuts=False)
+    assert fast.granted > 0 and np.nanmin(fast.fraction) < 1
+    assert outcome(fast) == outcome(reference)
+    np.testing.assert_allclose(fast.block_used, reference.block_used, atol=1e-12)
+
+
+@pytest.mark.parametrize("policy,params", POLICIES, ids=[p for p, _ in POLICIES])
+def test_elastic_grants_stay_within_their_ranges_and_every_block_within_capacity(policy, params) -> None:
+    _, instance = load_workload("macro-rdp", seed=3, elastic=0.5, **SMALL)
+    simulator = Simulator(instance, resolve_policy(policy, **params), samples=0)
+    state = simulator.run()
+    granted = state.status == 2
+    assert granted.any()
+    assert np.all(state.fraction[granted] >= instance.elastic_min[granted]) and np.all(state.fraction[granted] <= 1)
+    assert np.all(np.isnan(state.fraction[~granted]))
+    acc = instance.accounting
+    assert np.all(acc.fits_units(simulator.consumed, simulator.cap_units, simulator.live))
+
+
+def test_a_range_of_one_is_a_fixed_demand() -> None:
+    fixed = simulate("macro-rdp", "dpf-n", n=40, seed=4, **SMALL)
+    ranged = simulate("macro-rdp", "dpf-n", n=40, seed=4, elastic=1.0, **SMALL)
+    assert outcome(ranged) == outcome(fixed)
+
+
+def test_elastic_demands_serve_more_pipelines_than_fixed_ones_on_the_same_trace() -> None:
+    fixed = simulate("macro-rdp", "dpf-n", n=40, seed=5, **SMALL)
+    ranged = simulate("macro-rdp", "dpf-n", n=40, seed=5, elastic=0.5, **SMALL)
+    assert ranged.granted > fixed.granted
+
+
+def test_a_mouse_accepts_half_its_laplace_charge_and_an_elephant_what_its_recalibrated_plan_needs() -> None:
+    _, instance = load_workload("macro", seed=1, elastic=0.5, days=4, pipelines_per_day=40.0)
+    mice = instance.klass == "mice"
+    assert np.all(instance.elastic_min[mice] == pytest.approx(0.5))
+    _, rdp = load_workload("macro-rdp", seed=1, elastic=0.5, days=4, pipelines_per_day=40.0)
+    assert np.all((rdp.elastic_min > 0) & (rdp.elastic_min <= 1))
+    assert np.any(rdp.elastic_min[rdp.klass == "elephants"] < 0.5)
+
+
+curves = st.lists(st.floats(min_value=1e-9, max_value=1e3), min_size=3, max_size=3).map(np.array)
+
+
+@settings(max_examples=200, deadline=None)
+@given(maximum=curves, minimum=curves)
+def test_the_covering_fraction_of_a_maximum_covers_the_minimum_at_every_order(maximum, minimum) -> None:
+    f = covering_fraction(maximum, minimum, np.ones(3, dtype=bool))
+    assert 0 < f <= 1
+    if f < 1:
+        assert np.all(f * maximum >= minimum)
+
+
+def test_round_robin_refuses_an_elastic_workload_with_one_line() -> None:
+    with pytest.raises(ValueError, match="fixed demands only"):
+        simulate("macro", "rr-n", n=40, elastic=0.5, days=3, pipelines_per_day=20.0)
+
+
+runner = CliRunner()
+
+
+def test_simulate_elastic_reports_the_mean_granted_fraction(tmp_path) -> None:
+    out = tmp_path / "out"
+    args = ["simulate", "macro-rdp", "--policy", "dpf-n", "--n", "40", "--elastic", "0.5", "--out", str(out)]
+    result = runner.invoke(app, args + ["-p", "days=4", "-p", "pipelines_per_day=30"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.5 <= summary["mean_fraction"] <= 1
+    assert "of the demand" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "nan"])
+def test_simulate_refuses_an_elastic_fraction_outside_its_range_and_writes_nothing(tmp_path, value) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "macro-rdp", "--policy", "dpf-n", "--n", "40", "--elastic", value, "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_simulate_refuses_elastic_demands_on_a_workload_that_has_no_ranges(tmp_path) -> None:
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["simulate", "single-block", "--policy", "dpf-n", "--n", "40", "--elastic", "0.5", "--out", str(out)])
+    assert result.exit_code == 1 and "elastic" in result.output
+    assert not out.exists()
