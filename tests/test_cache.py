@@ -230,6 +230,11 @@ def test_a_bad_accuracy_is_refused_in_one_line_and_nothing_is_written(cached: Ca
         assert len(client.list()) == count
 
 
+def test_an_accuracy_with_an_epsilon_range_is_refused_in_one_line(cached: Cached):
+    with ps.connect(cached.db) as client, pytest.raises(ValueError, match="a single cap, not a range"):
+        client.submit(spec("ranged", COUNT, 1.0) | {"epsilon": [0.5, 1.0], "accuracy": {"alpha": 10, "beta": 0.01}})
+
+
 def test_a_dry_run_names_the_releases_that_would_answer_and_a_charge_of_0(cached: Cached):
     with ps.connect(cached.db) as client:
         count = len(client.list())
