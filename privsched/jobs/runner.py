@@ -458,8 +458,8 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
         note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         message = f"job {note} without writing its result"
         return JobResult(ctx.pipeline_id, False, touched_data=touched, message=message, first_access=first, releases=releases)
-    metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
-    metrics = {**metrics, **unconfined_note}
+    reported = report.get("metrics")
+    metrics = {**(reported if isinstance(reported, dict) else {}), **unconfined_note}
     if not report.get("completed"):
         message = JOB_RAISED + str(report.get("message", ""))[:500]
         return JobResult(

@@ -61,6 +61,7 @@ def dp_sgd(
     if features is not None:
         params.update(features=list(features), label=label, **table)
     job = parse_job({"kind": "dpsgd", "model": "logreg", **params})
+    assert isinstance(job, DPSGDJob)  # its kind is dpsgd
     schema = resolve_schema(job, declarations(ctx)) if job.tabular else None
     plan, files = ctx.channel.dpsgd_plan({"epsilon": epsilon, "sample_rate": sample_rate, "epochs": epochs})
     rows = len(data) if data is not None else 0
