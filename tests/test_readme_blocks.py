@@ -38,6 +38,10 @@ NOT_RUNNABLE = {
     ("Running jobs on a Ray cluster", "pip install 'privsched[ray]'"): (
         "installs into the environment and needs a Ray cluster at http://head:8265; tests/test_ray_executor.py runs a local one"
     ),
+    ("Running jobs on a Ray cluster", "mkdir ray-node"): (
+        "a Ray head takes 10-15 s to start on two cores, and `ray stop` stops every cluster of the machine; "
+        "tests/test_ray_executor.py runs jobs on a one-machine cluster started away from the ledger"
+    ),
     ("Layout", "privsched/budgets/"): "a listing of the source tree, not a command",
 }
 

@@ -381,8 +381,9 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
                     ctx.pipeline_id,
                     False,
                     touched_data=False,
-                    message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger "
-                    "and the data out of the Python environment and the job's code)",
+                    message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger, its runs "
+                    "and the data out of the Python environment, the job's code and the folder it starts in: for a "
+                    "Ray job, the folder `ray start` ran in, which is on its Python path)",
                 )
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         ours, theirs = socket.socketpair()
