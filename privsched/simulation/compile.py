@@ -132,7 +132,7 @@ def compile_trace(trace: Trace) -> Instance:
             for j in resolved:
                 eps = per_block.get(ids[j])
                 if eps is None:
-                    assert default is not None  # a block without its own demand exists
+                    assert default is not None  # some block has no demand of its own: the default is set
                     edge_demand.append(default)
                 else:
                     edge_demand.append(demands.epsilon(eps, p.delta))

@@ -19,7 +19,7 @@ def fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.nd
     simulator passes budgets in exact quanta, held here as float64 (exact below 2⁵³, beyond
     any budget), so this is the exact fit test and a filter that never drops a fitting one."""
     ok = demand <= available
-    # A reduction over the last axis of an array of at least two is an array.
+    # Demands come as (n, K) arrays: the reduction over K is an (n,) array.
     return cast(np.ndarray, (ok & live).any(axis=-1) if rdp else ok.all(axis=-1))
 
 
