@@ -255,7 +255,7 @@ def test_expire_times_out_only_overdue_pending_pipelines(ledger):
 def test_a_timed_out_pipeline_says_it_was_not_granted_within_its_timeout(ledger):
     soon = basic(ledger, timeout=10)
     ledger.expire(now=11)
-    assert ledger.get_pipeline(soon).message == "timed out: not granted within its timeout of 10 s"
+    assert ledger.get_pipeline(soon).message == "not granted within its timeout of 10 s"
     assert [e.reason for e in ledger.events(pipeline_id=soon) if e.kind == "expire"] == [ledger.get_pipeline(soon).message]
 
 

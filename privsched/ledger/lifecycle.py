@@ -277,7 +277,7 @@ def expire(tx: Transaction) -> list[int]:
         [tx.at],
     )
     for pipeline_id, dataset_id, timeout in due:
-        message = f"timed out: not granted within its timeout of {timeout:g} s"
+        message = f"not granted within its timeout of {timeout:g} s"
         _finish(tx, pipeline_id, dataset_id, "pending", "timed_out", "expire", message=message)
     return [pipeline_id for pipeline_id, _, _ in due]
 
