@@ -28,7 +28,9 @@ def no_report(ctx: JobContext) -> None:
 
 
 def sleep_then_spend(ctx: JobContext) -> None:
-    """Sleeps ``ctx.params['seconds']``, then spends half its budget."""
+    """Sleeps ``ctx.params['seconds']`` (a file ``sleeping`` in its work folder says it has
+    begun), then spends half its budget."""
+    Path(ctx.workdir, "sleeping").touch()
     time.sleep(float(ctx.params.get("seconds", 1.0)))
     spend_half(ctx)
 
@@ -49,7 +51,9 @@ def raises_before_reading(ctx: JobContext) -> None:
 
 
 def hangs(ctx: JobContext) -> None:
+    """Opens its first block (a file ``reached`` in its work folder says so), then sleeps an hour."""
     ctx.open_block(ctx.block_keys[0])
+    Path(ctx.workdir, "reached").touch()
     time.sleep(3600)
 
 

@@ -91,7 +91,8 @@ def test_the_result_column_shows_the_headline_metrics_or_that_they_are_withheld(
     assert page["rows"][0]["result"] == "accuracy = 0.912346, loss = 0.3, epochs = 2 (+1 more)"  # headline first, unset left out
     withheld = views.pipelines_page(many, everything, no_message, lambda info: None, state="completed")
     assert withheld["rows"][0]["result"] == "(shown to its submitter and admins)"
-    assert page_of(many, state="cancelled")["rows"][0]["result"] == "" and page_of(many, state="pending")["rows"][0]["result"] == ""
+    assert page_of(many, state="cancelled")["rows"][0]["result"] == "cancelled while waiting for a grant"  # an end's reason
+    assert page_of(many, state="pending")["rows"][0]["result"] == ""
 
 
 def test_metrics_become_rows_of_names_and_values_not_json():

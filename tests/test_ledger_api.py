@@ -252,6 +252,22 @@ def test_expire_times_out_only_overdue_pending_pipelines(ledger):
     assert ledger.get_pipeline(soon).state == "timed_out"
 
 
+def test_a_timed_out_pipeline_says_it_was_not_granted_within_its_timeout(ledger):
+    soon = basic(ledger, timeout=10)
+    ledger.expire(now=11)
+    assert ledger.get_pipeline(soon).message == "not granted within its timeout of 10 s"
+    assert [e.reason for e in ledger.events(pipeline_id=soon) if e.kind == "expire"] == [ledger.get_pipeline(soon).message]
+
+
+def test_a_cancelled_pipeline_says_whether_it_was_waiting_or_granted(ledger):
+    waiting, granted = basic(ledger, eps=0.1), basic(ledger, eps=0.2)
+    ledger.grant([granted])
+    ledger.cancel(waiting)
+    ledger.cancel(granted)
+    assert ledger.get_pipeline(waiting).message == "cancelled while waiting for a grant"
+    assert ledger.get_pipeline(granted).message == "cancelled before its job started (its grant was released)"
+
+
 def test_blocks_whose_budget_is_consumed_everywhere_are_retired(ledger):
     pid = basic(ledger, keys=("d1",), eps=1.0)
     ledger.submit(PipelineRequest("p", "stats", ["d1"], demand=np.array([1.0, 1e-6])))

@@ -31,6 +31,7 @@ from privsched.service.resources import Placement
 from privsched.service.rundirs import RunDirs
 from tests.conftest import REPO
 from tests.support.ray import db, ended, launch_in, running, serving, user_job, wait_until  # noqa: F401 -- db: the fixture
+from tests.support.waiting import PATIENCE
 
 GPU_JOB = "tests.ray_jobs:reports_gpus"
 HANGING_JOB = "tests.ray_jobs:prints_then_hangs"
@@ -206,9 +207,7 @@ def submission_id_of(client: Client, pipeline_id: int) -> str:
     return submission_id(launch_in(client.runs.root, pipeline_id, client.status(pipeline_id).started_at))
 
 
-def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_them_again(
-    ray_address: str, db: Path, tmp_path: Path, run_cli
-):
+def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_them_again(ray_address: str, db: Path, tmp_path: Path):
     env = {"PRIVSCHED_DB": str(db)}
     serve = ["serve", "--policy", "fcfs", "--executor", "ray", "--ray-address", ray_address, "--tick", "200ms"]
     first = subprocess.Popen(
@@ -220,14 +219,30 @@ def test_a_restarted_scheduler_reattaches_to_running_jobs_instead_of_running_the
     )
     with connect(db) as client:
         wait_until(lambda: client.runs.recorded_pool() is not None, running(first))
-        runs = client.submit_many([user_job(f"slow{i}", GPU_JOB, gpus=1, seconds=3, trace=True) for i in range(2)])
+        runs = client.submit_many([user_job(f"held{i}", GPU_JOB, gpus=1, hold=True, trace=True) for i in range(2)])
         traces = [client.runs.workdir(r.id) / "trace" for r in runs]
         wait_until(lambda: all(t.exists() for t in traces), running(first))
         first.send_signal(signal.SIGKILL)
         first.wait()
-        restarted = run_cli(*serve, "--until-idle", env=env)
-        assert restarted.returncode == 0, restarted.stderr
-        assert "was running before the restart" in restarted.stdout
+        restarted = subprocess.Popen(
+            [sys.executable, "-m", "privsched", *serve, "--until-idle"],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env, "PYTHONPATH": str(REPO)},
+        )
+        reattached = []
+        for line in restarted.stdout:  # the jobs are held: still running when it looks
+            if "was running before the restart" in line:
+                reattached.append(line.split(": ", 1)[1].strip())
+                if len(reattached) == len(runs):
+                    break
+        for trace in traces:
+            (trace.parent / "release").touch()
+        output, _ = restarted.communicate(timeout=PATIENCE)
+        assert restarted.returncode == 0, output
+        assert reattached == ["still running"] * len(runs), output
         assert [r.status for r in runs] == ["completed", "completed"]
         assert [t.read_text().splitlines() for t in traces] == [[f"{r.id} started"] for r in runs]
         assert ray_jobs(ray_address, db) == [str(r.id) for r in runs]

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,10 @@ NOT_RUNNABLE = {
     ),
     ("Running jobs on a Ray cluster", "pip install 'privsched[ray]'"): (
         "installs into the environment and needs a Ray cluster at http://head:8265; tests/test_ray_executor.py runs a local one"
+    ),
+    ("Running jobs on a Ray cluster", "mkdir ray-node"): (
+        "a Ray head takes 10-15 s to start on two cores, and `ray stop` stops every cluster of the machine; "
+        "tests/test_ray_executor.py runs jobs on a one-machine cluster started away from the ledger"
     ),
     ("Layout", "privsched/budgets/"): "a listing of the source tree, not a command",
 }
@@ -274,23 +279,32 @@ def test_every_readme_block_is_run_or_listed_with_a_reason():
     assert {key for key in NOT_RUNNABLE if not any(s == key[0] and f.startswith(key[1]) for s, f in names)} == set()
 
 
+def run_section(name: str, blocks: list[Block], folder: Path) -> None:
+    """One section's blocks, in order, in ``folder``."""
+    folder.mkdir()
+    section = Section(folder)
+    try:
+        for block in blocks:
+            RUNNERS[name](section, block)
+    finally:
+        section.close()
+
+
 @pytest.mark.slow
 def test_readme_blocks_run_as_written(tmp_path: Path):
-    sections: dict[str, Section] = {}
-    try:
-        for block in readme_blocks():
-            if listed(block):
-                continue
-            if block.language == "yaml" and block.section in SPECIFICATIONS:
-                check_specification(block, tmp_path)
-            elif block.section in RUNNERS and block.section not in DEFINITIONS:
-                folder = tmp_path / re.sub(r"\W+", "-", block.section)[:40]
-                if block.section not in sections:
-                    folder.mkdir()
-                    sections[block.section] = Section(folder)
-                RUNNERS[block.section](sections[block.section], block)
-            elif block.language == "python":
-                define(block, DEFINITIONS[block.section])
-    finally:
-        for section in sections.values():
-            section.close()
+    """Each section in its own folder and thread, sections side by side: they share nothing,
+    and most of their time is spent waiting on their commands' disk writes and servers."""
+    sections: dict[str, list[Block]] = {}
+    for block in readme_blocks():
+        if listed(block):
+            continue
+        if block.language == "yaml" and block.section in SPECIFICATIONS:
+            check_specification(block, tmp_path)
+        elif block.section in RUNNERS and block.section not in DEFINITIONS:
+            sections.setdefault(block.section, []).append(block)
+        elif block.language == "python":
+            define(block, DEFINITIONS[block.section])
+    with ThreadPoolExecutor(max_workers=len(sections)) as pool:
+        runs = [pool.submit(run_section, name, blocks, tmp_path / re.sub(r"\W+", "-", name)[:40]) for name, blocks in sections.items()]
+        for run in runs:
+            run.result()

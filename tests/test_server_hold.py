@@ -48,7 +48,6 @@ def _lowered_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
 
 
-@pytest.mark.slow
 def api_line(stream) -> str:
     """The line of a starting ``serve``'s summary that gives its HTTP API (it comes once the
     scheduler owns the database)."""
@@ -59,6 +58,7 @@ def api_line(stream) -> str:
     raise AssertionError("serve never said where its HTTP API is")
 
 
+@pytest.mark.slow
 def test_a_scheduler_flooded_with_idle_connections_keeps_scheduling_and_serving(tmp_path: Path):
     db = tmp_path / "p.db"
     tokens = make_database(db)

@@ -56,13 +56,15 @@ def block_file(folder: Path, key: str) -> str:
     return str(path)
 
 
-def run_to_end(executor: LocalExecutor, *launches: Launch) -> dict[int, JobResult]:
+def run_to_end(executor: LocalExecutor, *launches: Launch, ahead: float = 0.0) -> dict[int, JobResult]:
+    """Start ``launches`` and poll until every job has ended, on a clock ``ahead`` seconds
+    ahead of the wall clock."""
     for launch in launches:
         executor.start(launch)
     results: dict[int, JobResult] = {}
 
     def ended() -> bool:
-        for result in executor.poll(time.time()):
+        for result in executor.poll(time.time() + ahead):
             results[result.pipeline_id] = result
         return not executor.running()
 
@@ -103,20 +105,27 @@ def test_a_job_that_exits_without_its_result_fails_conservatively(tmp_path: Path
     assert result.message == "job exited with code 0 without writing its result"
 
 
-#: A job's longest run in the max_runtime tests: long enough for its supervisor to start and
-#: its job to open a block on a loaded machine, far shorter than the hour the jobs would sleep.
+#: A job's longest run in the max_runtime tests, far shorter than the hour the jobs would
+#: sleep. Once the job is where the test wants it (an event), the executor is polled on a
+#: clock this far ahead: its deadline has passed, and no test waits it out.
 MAX_RUNTIME = 10.0
 
 
 def test_a_job_past_its_max_runtime_is_killed_and_failed(tmp_path: Path):
     assert PATIENCE < 3600  # so run_to_end fails if the job is left to sleep its hour
-    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "hangs", max_runtime=MAX_RUNTIME))[1]
+    executor = LocalExecutor()
+    executor.start(launch_for(tmp_path, "hangs", max_runtime=MAX_RUNTIME))
+    wait_for((tmp_path / "reached").exists, "the job opened its block")
+    result = run_to_end(executor, ahead=MAX_RUNTIME)[1]
     assert not result.completed and result.touched_data
     assert "max_runtime of 10 s" in result.message  # killed, not left to sleep its hour
 
 
 def test_a_job_past_its_max_runtime_before_reaching_its_data_is_charged_nothing(tmp_path: Path):
-    result = run_to_end(LocalExecutor(), launch_for(tmp_path, "sleep_then_spend", max_runtime=MAX_RUNTIME, params={"seconds": 3600}))[1]
+    executor = LocalExecutor()
+    executor.start(launch_for(tmp_path, "sleep_then_spend", max_runtime=MAX_RUNTIME, params={"seconds": 3600}))
+    wait_for((tmp_path / "sleeping").exists, "the job started its sleep, before reading any block")
+    result = run_to_end(executor, ahead=MAX_RUNTIME)[1]
     assert not result.completed and not result.touched_data
     assert "max_runtime of 10 s" in result.message
 

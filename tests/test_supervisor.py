@@ -196,6 +196,7 @@ def test_a_job_is_not_started_when_its_readable_folders_hold_a_protected_path(tm
     result = result_of(context)
     assert not result.completed and not result.touched_data
     assert "ledger.db" in result.message and result.message.startswith("not started")
+    assert "the folder `ray start` ran in" in result.message  # the layout it needs, for a Ray job too
 
 
 def test_a_job_that_dies_without_reporting_fails_with_its_data_assumed_touched(tmp_path: Path):

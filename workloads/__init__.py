@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from privsched.simulation.registry import generate_workload
 
 if TYPE_CHECKING:
-    from privsched.simulation.trace import Trace
+    from privsched.simulation.registry import Workload
 
 
 class _Lazy:
@@ -28,15 +28,15 @@ class _Lazy:
         self.module, self.__name__, self.fixed = module, function, fixed
 
     @property
-    def __wrapped__(self) -> Callable[..., Trace]:
+    def __wrapped__(self) -> Callable[..., Workload]:
         return getattr(importlib.import_module(self.module), self.__name__)
 
-    def __call__(self, **params: Any) -> Trace:
+    def __call__(self, **params: Any) -> Workload:
         return self.__wrapped__(**self.fixed, **params)
 
 
 #: Workload name -> generator (keyword arguments: seed and the generator's parameters).
-WORKLOADS: dict[str, Callable[..., Trace]] = {
+WORKLOADS: dict[str, Callable[..., Workload]] = {
     "single-block": _Lazy("workloads.microbenchmarks", "single_block", accounting="basic"),
     "single-block-rdp": _Lazy("workloads.microbenchmarks", "single_block", accounting="rdp"),
     "multi-block": _Lazy("workloads.microbenchmarks", "multi_block", accounting="basic"),
@@ -47,6 +47,6 @@ WORKLOADS: dict[str, Callable[..., Trace]] = {
 }
 
 
-def generate(name: str, *, seed: int = 0, **params) -> Trace:
+def generate(name: str, *, seed: int = 0, **params) -> Workload:
     """The workload ``name`` with ``seed``; raises ValueError for an unknown name or parameter."""
     return generate_workload(WORKLOADS, name, seed, params)

@@ -93,7 +93,7 @@ def write_blocks(directory: str | Path, days: int, per_day: int, seed: int = 0, 
     paths = []
     for day, stream in enumerate(np.random.SeedSequence(seed).spawn(days)):
         path = directory / f"day-{day:04d}.npz"
-        np.savez(path, **generate_reviews(per_day, np.random.default_rng(stream), spec))
+        np.savez(path, allow_pickle=False, **generate_reviews(per_day, np.random.default_rng(stream), spec))
         paths.append(path)
     return paths
 

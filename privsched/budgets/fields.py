@@ -22,10 +22,16 @@ from privsched.budgets.bounds import (
 )
 
 
+def within(low: float, high: float, what: str = "", *, low_open: bool = False, integer: bool = False) -> BeforeValidator:
+    """A pydantic validator accepting only :func:`check_number`'s values: a module-level
+    ``Annotated[float, within(...)]`` alias is a float to a type checker."""
+    return BeforeValidator(lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))
+
+
 def bounded(low: float, high: float, what: str = "", *, low_open: bool = False, integer: bool = False) -> Any:
     """An annotated pydantic type accepting only :func:`check_number`'s values."""
     kind = int if integer else float
-    return Annotated[kind, BeforeValidator(lambda v: check_number(v, what, low, high, low_open=low_open, integer=integer))]
+    return Annotated[kind, within(low, high, what, low_open=low_open, integer=integer)]
 
 
 Epsilon = bounded(MIN_EPSILON, MAX_EPSILON)

@@ -35,7 +35,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO, Callable, Literal
 
 import numpy as np
 
@@ -238,7 +238,7 @@ class Account:
             raise
         return list(files), fds
 
-    def _statistic(self, query: str, request: dict) -> Any:
+    def _statistic(self, query: Literal["count", "sum", "mean", "histogram"], request: dict) -> Any:
         from privsched.budgets.mechanisms import demand_vector
         from privsched.statistics.queries import StatisticJob, statistic_mechanism
         from privsched.statistics.release import dp_statistic

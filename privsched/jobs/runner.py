@@ -381,8 +381,9 @@ def supervise(document: dict[str, Any], mode: str = "landlock", network: bool = 
                     ctx.pipeline_id,
                     False,
                     touched_data=False,
-                    message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger "
-                    "and the data out of the Python environment and the job's code)",
+                    message=f"not started: {hits[0]} lies in a folder the job may read (keep the ledger, its runs "
+                    "and the data out of the Python environment, the job's code and the folder it starts in: for a "
+                    "Ray job, the folder `ray start` ran in, which is on its Python path)",
                 )
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
         ours, theirs = socket.socketpair()
@@ -458,8 +459,8 @@ def _result(ctx: JobContext, builtin: bool, confined: bool, account: Account, re
         note = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
         message = f"job {note} without writing its result"
         return JobResult(ctx.pipeline_id, False, touched_data=touched, message=message, first_access=first, releases=releases)
-    metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
-    metrics = {**metrics, **unconfined_note}
+    reported = report.get("metrics")
+    metrics = {**(reported if isinstance(reported, dict) else {}), **unconfined_note}
     if not report.get("completed"):
         message = JOB_RAISED + str(report.get("message", ""))[:500]
         return JobResult(

@@ -261,7 +261,8 @@ def cancel(tx: Transaction, pipeline_id: int) -> None:
         tx.moves.load(b for b, _, _ in edges)
         for block_id, _, demand in edges:
             settle(tx.moves, pipeline_id, block_id, demand, np.zeros_like(demand), kind="cancel")
-    _finish(tx, pipeline_id, dataset_id, state, "cancelled", "cancel")
+    message = "cancelled while waiting for a grant" if state == "pending" else "cancelled before its job started (its grant was released)"
+    _finish(tx, pipeline_id, dataset_id, state, "cancelled", "cancel", message=message)
 
 
 def request_stop(tx: Transaction, pipeline_id: int) -> None:
@@ -295,12 +296,14 @@ def release(tx: Transaction, pipeline_id: int, reason: str) -> None:
 def expire(tx: Transaction) -> list[int]:
     """Pending pipelines past their timeout → timed_out (nothing was allocated)."""
     due = tx.sql(
-        "SELECT id, dataset_id FROM pipelines WHERE state = 'pending' AND timeout IS NOT NULL AND submitted_at + timeout <= ? ORDER BY id",
+        "SELECT id, dataset_id, timeout FROM pipelines"
+        " WHERE state = 'pending' AND timeout IS NOT NULL AND submitted_at + timeout <= ? ORDER BY id",
         [tx.at],
     )
-    for pipeline_id, dataset_id in due:
-        _finish(tx, pipeline_id, dataset_id, "pending", "timed_out", "expire")
-    return [pipeline_id for pipeline_id, _ in due]
+    for pipeline_id, dataset_id, timeout in due:
+        message = f"not granted within its timeout of {timeout:g} s"
+        _finish(tx, pipeline_id, dataset_id, "pending", "timed_out", "expire", message=message)
+    return [pipeline_id for pipeline_id, _, _ in due]
 
 
 def _finish(tx: Transaction, pipeline_id: int, dataset_id: int, old: str, new: str, kind: str, message: str | None = None) -> None:

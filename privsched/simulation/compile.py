@@ -131,7 +131,11 @@ def compile_trace(trace: Trace) -> Instance:
             default = None if len(per_block) == len(resolved) else demands.of(p)
             for j in resolved:
                 eps = per_block.get(ids[j])
-                edge_demand.append(default if eps is None else demands.epsilon(eps, p.delta))
+                if eps is None:
+                    assert default is not None  # some block has no demand of its own: the default is set
+                    edge_demand.append(default)
+                else:
+                    edge_demand.append(demands.epsilon(eps, p.delta))
             edge_block.extend(resolved)
             counts.append(len(resolved))
         except ValueError as exc:

@@ -74,7 +74,7 @@ class Simulator:
         self.acc = instance.accounting
         per_time = spec.unlock.on_tick(1.0) > 0
         if tick is None and per_time:
-            lifetime = 1.0 / spec.unlock.on_tick(1.0)
+            lifetime = 1.0 / float(spec.unlock.on_tick(1.0))
             tick = min(max(DEFAULT_TICK, lifetime / MAX_TICKS), lifetime / MIN_TICKS)
         if tick is not None and not (tick > 0 and math.isfinite(tick)):
             raise ValueError(f"tick must be a positive number of seconds, got {tick!r}")
@@ -82,7 +82,7 @@ class Simulator:
         self.samples = samples
         self.unlock_per_arrival = spec.unlock.on_pipeline_arrival()
         #: The instants of per-time unlocking (None for the other rules).
-        self.grid = UnlockGrid(float(instance.block_arrival[0]), tick) if self.tick and instance.n_blocks else None
+        self.grid = UnlockGrid(float(instance.block_arrival[0]), self.tick) if self.tick and instance.n_blocks else None
 
         B, K, P = instance.n_blocks, self.acc.dims, instance.n_pipelines
         self.cap = instance.capacity
@@ -223,9 +223,10 @@ class Simulator:
         inst = self.inst
         held = None if self.held is None else value(self.held)
         snapshot, edges = inst.snapshot(pipelines, value(self.unlocked), now, self.reserved, held)
-        if snapshot.reserved is None:
-            snapshot = replace(snapshot, reserved=np.zeros((len(edges), self.acc.dims)))
         old = snapshot.reserved
+        if old is None:
+            old = np.zeros((len(edges), self.acc.dims))
+            snapshot = replace(snapshot, reserved=old)
         allocation: Allocation = self.spec.policy.allocate(snapshot)
         self.passes += 1
         if self.reserving is None:
@@ -247,6 +248,7 @@ class Simulator:
         verified: pending, each fraction within its pipeline's range, and within capacity."""
         if not checked and (self.status[granted].min() != PENDING or np.unique(granted).size != granted.size):
             raise RuntimeError(f"policy {self.spec.name!r} granted a pipeline that is not pending")
+        edges: slice | np.ndarray
         partial = fraction is not None and bool(np.any(np.asarray(fraction) < 1))
         if partial and not checked:
             self._check_fractions(granted, np.asarray(fraction, dtype=float))
@@ -269,7 +271,7 @@ class Simulator:
             self.consumed[touched] = clamp(self.consumed[touched] + total[touched])
         if self.held is not None:
             self._hold(granted)
-        if self.reserving:
+        if self.reserving and self.reserved is not None:
             self.reserved[edges] = 0.0  # the reservation was the demand: it is now consumed
         if not checked and not np.all(self.acc.fits_units(self.consumed[blocks], self.cap_units[blocks], self.live[blocks])):
             raise RuntimeError(f"policy {self.spec.name!r} granted more budget than a block holds")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from privsched.policies.base import Snapshot
+from privsched.policies.base import Policy, Snapshot
 from privsched.simulation.instance import Instance
 
 
@@ -41,7 +41,7 @@ class OfflineComparison:
         return (self.bound - self.granted[policy]) / self.bound if self.bound > 0 else 0.0
 
 
-def compare_offline(instance: Instance, policies: dict[str, object], time_limit: float = 60.0) -> OfflineComparison:
+def compare_offline(instance: Instance, policies: dict[str, Policy], time_limit: float = 60.0) -> OfflineComparison:
     """One pass of each policy (name -> policy object) and the MILP on ``instance``."""
     from privsched.policies import solve_optimal
 

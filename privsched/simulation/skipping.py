@@ -103,7 +103,7 @@ class PassSkipping:
         if fitting.size == 0:
             return
         if self.rank is not None:
-            self._ranked_pass(now, fitting)
+            self._ranked_pass(now, fitting, self.rank)
             return
         if not self.sim.inst.is_elastic and self._fit_together(fitting):
             # A best-effort pass in any order grants every pipeline that fits when the
@@ -133,6 +133,7 @@ class PassSkipping:
     def _check(self, pipelines: np.ndarray) -> np.ndarray:
         """The pipelines whose whole demand (an elastic one's minimum) fits the unlocked
         budget; each of the others watches the first of its blocks where it does not fit."""
+        edges: slice | np.ndarray
         if len(pipelines) == 1:
             i = int(pipelines[0])
             edges, blocks = self.sim.edge_span[i], self.sim.block_span[i]
@@ -155,20 +156,20 @@ class PassSkipping:
         failing = np.flatnonzero(~ok)
         failing_owner = owner[failing]  # ascending: edges are grouped by pipeline
         first = np.flatnonzero(np.concatenate(([True], failing_owner[1:] != failing_owner[:-1])))
-        losers, witness = failing_owner[first], failing[first]
-        self.watch.watch(pipelines[losers], blocks[witness], demand[witness])
+        losers, failed_at = failing_owner[first], failing[first]
+        self.watch.watch(pipelines[losers], blocks[failed_at], demand[failed_at])
         keep = np.ones(len(pipelines), dtype=bool)
         keep[losers] = False
         return pipelines[keep]
 
-    def _ranked_pass(self, now: float, fitting: np.ndarray) -> None:
+    def _ranked_pass(self, now: float, fitting: np.ndarray, rank: np.ndarray) -> None:
         """The best-effort pass of a policy whose order is per pipeline, over the pipelines
         that fit (the others cannot be granted and do not change the order of the rest), in
         its order: the first one is granted, the rest are checked against what is left
         (those that no longer fit never will in this pass, and start watching), and so on.
         After a few grants the rest is walked at once."""
         self.sim.passes += 1
-        order = fitting[np.argsort(self.rank[fitting])] if len(fitting) > 1 else fitting
+        order = fitting[np.argsort(rank[fitting])] if len(fitting) > 1 else fitting
         if self.sim.inst.is_elastic:  # who on the minimums, then topped up in that order
             snapshot, _ = self.sim.inst.snapshot(order, value(self.sim.unlocked), now)
             allocation = admit(snapshot, np.arange(len(order)), getattr(self.sim.spec.policy, "fair_share", None))
@@ -189,6 +190,7 @@ class PassSkipping:
 
     def _members_add(self, pipelines: np.ndarray) -> None:
         edges, owner = self.sim.inst.edges_of(pipelines)
+        assert self.members is not None, "members are tracked once the policy sets budget aside"
         self.members.add(pipelines[owner], self.sim.inst.edge_block[edges])
 
     def _water_fill_pass(self, now: float, arrived: np.ndarray, dirty: list[np.ndarray]) -> None:
@@ -196,6 +198,7 @@ class PassSkipping:
         that arrived and those asking for a block that gained budget. After a water-filling
         pass every other block has nothing left to give, or nobody left to fill."""
         self._members_add(arrived)
+        assert self.members is not None
         found = [arrived] + [self.members.of(j) for j in (_distinct(dirty).tolist() if dirty else [])]
         pipelines = np.unique(np.concatenate(found))
         pipelines = pipelines[self.sim.status[pipelines] == PENDING]

@@ -26,7 +26,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -38,7 +38,7 @@ from pydantic import (
 )
 
 from privsched.budgets.bounds import MAX_DEMAND, MAX_ORDER, MIN_EPSILON
-from privsched.budgets.fields import Delta, Epsilon, bounded
+from privsched.budgets.fields import Delta, Epsilon, bounded, within
 from privsched.budgets.mechanisms import Mechanism, parse_mechanism
 from privsched.documents import check_depth, parse_json, read_text
 from privsched.simulation.limits import MAX_ORDERS, MAX_TIME, MAX_TRACE_BYTES, TraceError
@@ -51,12 +51,12 @@ if TYPE_CHECKING:
 #: Mechanisms a pipeline may name with a string; they are calibrated to its (ε, δ).
 MECHANISM_NAMES = ("gaussian", "laplace")
 
-Time = bounded(-MAX_TIME, MAX_TIME)
-Weight = bounded(MIN_WEIGHT, MAX_WEIGHT)
-Timeout = bounded(MIN_DURATION, MAX_TIME)
-Share = bounded(MIN_EPSILON, MAX_DEMAND)
-CurveValue = bounded(0.0, MAX_DEMAND)
-QuotaShare = bounded(0.0, 1.0)
+Time = Annotated[float, within(-MAX_TIME, MAX_TIME)]
+Weight = Annotated[float, within(MIN_WEIGHT, MAX_WEIGHT)]
+Timeout = Annotated[float, within(MIN_DURATION, MAX_TIME)]
+Share = Annotated[float, within(MIN_EPSILON, MAX_DEMAND)]
+CurveValue = Annotated[float, within(0.0, MAX_DEMAND)]
+QuotaShare = Annotated[float, within(0.0, 1.0)]
 
 
 class _Entry(BaseModel):

@@ -9,6 +9,8 @@ block out in O(K) when none of its watchers can fit there.
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 
@@ -17,7 +19,8 @@ def fits_under(rdp: bool, demand: np.ndarray, available: np.ndarray, live: np.nd
     simulator passes budgets in exact quanta, held here as float64 (exact below 2⁵³, beyond
     any budget), so this is the exact fit test and a filter that never drops a fitting one."""
     ok = demand <= available
-    return (ok & live).any(axis=-1) if rdp else ok.all(axis=-1)
+    # Demands come as (n, K) arrays: the reduction over K is an (n,) array.
+    return cast(np.ndarray, (ok & live).any(axis=-1) if rdp else ok.all(axis=-1))
 
 
 class WatchLists:

@@ -76,6 +76,7 @@ def noisy(exact: np.ndarray, kind: str, scale: float, integer: bool) -> np.ndarr
     ``integer``: the values are counts, released as integers with discrete noise. Float
     values must be finite (clip and replace NaN before calling)."""
     values = np.asarray(exact)
+    data: list[int] | list[float]
     if integer:
         data = [int(v) for v in values.reshape(-1)]
     else:

@@ -10,18 +10,18 @@ imports OpenDP, so planning a statistic at submit is cheap.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import person_sensitivity
-from privsched.budgets.fields import bounded
+from privsched.budgets.fields import within
 from privsched.budgets.curves import gaussian_sigma
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Gaussian, Mechanism
 
 #: A clipping bound of a statistic.
-Bound = bounded(-1e15, 1e15)
+Bound = Annotated[float, within(-1e15, 1e15)]
 
 
 class StatisticJob(BaseModel):

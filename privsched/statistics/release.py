@@ -62,7 +62,7 @@ def charged_loss(part: Mechanism, sensitivity: float, integer: bool = False) -> 
     if isinstance(part, Gaussian):
         return part.sensitivity**2 / (2 * part.sigma**2)
     kind, scale = noise_of(part, sensitivity, integer)
-    if kind == "laplace":
+    if kind == "laplace" and isinstance(part, EpsilonDelta):  # noise_of refused the other kinds
         return part.epsilon
     return sensitivity**2 / (2 * scale**2)
 
@@ -91,6 +91,7 @@ def _exact(job: StatisticJob, name: str, values: np.ndarray | None, n: int) -> t
     bounded = clipped(values, job.bounds)  # type: ignore[arg-type]
     if name == "sum":
         return np.array([bounded.sum()]), False
+    assert job.bins is not None  # a histogram has bins (StatisticJob._check)
     counts, _ = np.histogram(bounded, bins=job.bins, range=job.bounds)
     return counts, True
 
@@ -118,6 +119,7 @@ def dp_statistic(job: StatisticJob, mechanism: Mechanism, values: np.ndarray | N
     released = {name: noisy(exact, kind, scale, integer) for name, exact, kind, scale, integer in plans}
     if job.query == "histogram":
         lo, hi = job.bounds  # type: ignore[misc]
+        assert job.bins is not None  # a histogram has bins (StatisticJob._check)
         return {"value": released["histogram"].tolist(), "edges": np.linspace(lo, hi, job.bins + 1).tolist()}
     if job.query == "mean":
         lo, hi = job.bounds  # type: ignore[misc]

@@ -71,6 +71,7 @@ def dp_sgd(
     if features is not None:
         params.update(features=list(features), label=label, **table)
     job = parse_job({"kind": "dpsgd", "model": "logreg", **params})
+    assert isinstance(job, DPSGDJob)  # its kind is dpsgd
     schema = resolve_schema(job, declarations(ctx)) if job.tabular else None
     if user_column is not None:
         check_person_level(job)

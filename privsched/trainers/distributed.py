@@ -90,7 +90,7 @@ def _worker(
         fit(trainer, steps)
         dist.barrier()
         seconds = time.perf_counter() - start
-        grads = [p.grad.clone() for p in model.parameters()]
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         result = {"state": model.state_dict(), "grads": grads, "history": trainer.history, "seconds": seconds}
         torch.save(result, Path(out) / f"rank{rank}.pt")
         dist.barrier()

@@ -427,7 +427,7 @@ def private_trainer(
     model.to(device)
     criterion = loss if loss is not None else loss_of(train)
     summed = copy.copy(criterion)
-    summed.reduction = "sum"
+    summed.reduction = "sum"  # type: ignore[assignment]  # torch types Module.__setattr__ for tensors and modules; any value is set
     clipping = GhostClipping(model, job.max_grad_norm, summed)
     optimizer, accountant, batches = private_parts(mode, model, train, job, sigma, device, batch_size, people)
     return Trainer(model, model, optimizer, criterion, batches, device, mode, accountant, clipping)

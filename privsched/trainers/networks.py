@@ -23,6 +23,8 @@ TRIAL_LENGTHS = (7, 12)
 class OneHotFeatures(nn.Module):
     """Encoded features (n, k_num + k_cat): numeric values kept, category codes one-hot."""
 
+    offsets: torch.Tensor  # a buffer: each category's first column among the one-hot ones
+
     def __init__(self, n_numeric: int, category_sizes: list[int]) -> None:
         super().__init__()
         self.n_numeric = n_numeric

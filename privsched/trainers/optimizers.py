@@ -80,7 +80,7 @@ class SinglePassGhostOptimizer(FlatNoiseFastGradientClipping):
 
 
 #: The optimizer class of each ``grad_sample_mode``.
-OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {
+OPTIMIZERS: dict[str, type[DPOptimizer]] = {
     "ghost": SinglePassGhostOptimizer,
     "opacus-ghost": FlatNoiseFastGradientClipping,
     "hooks": FlatNoise,

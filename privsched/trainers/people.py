@@ -124,4 +124,5 @@ def sum_grad_samples(module: nn.Module, groups: torch.Tensor) -> None:
             continue
         rows = torch.cat(sample, dim=0) if isinstance(sample, list) else sample
         index = groups.to(rows.device)
-        p.grad_sample = rows.new_zeros((n_groups, *rows.shape[1:])).index_add_(0, index, rows)
+        # Opacus reads the attribute it set on the parameter; torch's stub does not declare it.
+        p.grad_sample = rows.new_zeros((n_groups, *rows.shape[1:])).index_add_(0, index, rows)  # type: ignore[attr-defined]

@@ -22,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, 
 
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_STEPS
-from privsched.budgets.fields import SampleRate, bounded
+from privsched.budgets.fields import SampleRate, bounded, within
 from privsched.budgets.mechanisms import Composed, EpsilonDelta, Mechanism, SubsampledGaussian
 from privsched.budgets.sgm import calibrate_noise_multiplier
 from privsched.errors import validation_message
@@ -43,7 +43,7 @@ ALL_LINEAR_MODELS: tuple[str, ...] = ("logreg", "mlp", "text")
 #: Most epochs of a DP-SGD job (its planned steps are bounded by ``MAX_STEPS`` too).
 MAX_EPOCHS = 10_000.0
 #: A seed fits in 63 bits (torch and NumPy take at most 64).
-Seed = bounded(0, 2**63 - 1, integer=True)
+Seed = Annotated[int, within(0, 2**63 - 1, integer=True)]
 #: Share of a DP-SGD job's ε spent on its noisy held-out accuracy (:func:`dpsgd_mechanism`).
 ACCURACY_SHARE = 0.1
 
@@ -247,7 +247,7 @@ def parse_job(fields: dict) -> DPSGDJob | StatisticJob:
     if not isinstance(fields, dict):
         raise ValueError(f"a built-in job must be a dict, got {type(fields).__name__}")
     kind = fields.get("kind")
-    models = {"dpsgd": DPSGDJob, "statistic": StatisticJob}
+    models: dict[str, type[DPSGDJob] | type[StatisticJob]] = {"dpsgd": DPSGDJob, "statistic": StatisticJob}
     if kind not in models:
         raise ValueError(f"unknown built-in job kind {kind!r} (expected one of {', '.join(models)})")
     try:

@@ -114,6 +114,7 @@ def codes(values: np.ndarray, categories: list[Any]) -> np.ndarray:
     """Each value's index among ``categories``; ``len(categories)`` for any other value.
     Values are compared as numbers when both sides are numbers, else as text."""
     numeric = values.dtype.kind in "biuf" and all(isinstance(c, (int, bool)) for c in categories)
+    table: dict[Any, int]  # float keys for numbers, else text
     if numeric:
         table = {float(c): i for i, c in enumerate(categories)}
         keys = np.asarray(values, dtype=np.float64)

@@ -47,7 +47,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from privsched.jobs.runner import JobResult, write_atomic
 from privsched.service.executors.base import Executor, Launch, failure, read_result
@@ -205,7 +205,7 @@ class RayExecutor(Executor):
             from ray.job_submission import JobSubmissionClient
         except ImportError:
             raise ValueError("the ray executor needs Ray: pip install 'privsched[ray]'") from None
-        self._errors = (*_CLUSTER_ERRORS, AuthenticationError)
+        self._errors: tuple[type[BaseException], ...] = (*_CLUSTER_ERRORS, AuthenticationError)
         secret = operator_token(token)
         self._headers = {"Content-Type": "application/json"}
         if secret is not None:
@@ -233,7 +233,7 @@ class RayExecutor(Executor):
         """Total resources of each alive node; one of the cluster errors if the cluster
         does not answer."""
         from ray.util.state import StateApiClient
-        from ray.util.state.common import ListApiOptions, StateResource
+        from ray.util.state.common import ListApiOptions, NodeState, StateResource
         from ray.util.state.exception import RayStateApiException
 
         try:
@@ -242,7 +242,7 @@ class RayExecutor(Executor):
             )
         except RayStateApiException as exc:
             raise RuntimeError(str(exc)) from None
-        return [dict(node.resources_total) for node in alive]
+        return [dict(cast(NodeState, node).resources_total) for node in alive]  # a listing of NODES holds NodeStates
 
     def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
         """The cluster's pool (all alive nodes together), with any of its sizes overridden."""
