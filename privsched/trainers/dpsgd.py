@@ -62,6 +62,8 @@ from privsched.trainers.tabular import Declarations, TableSchema, as_numbers, co
 if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
 
+    from privsched.trainers.distributed import Ranks
+
 #: Opacus warnings that say nothing about a correct run (backward hooks on modules whose
 #: inputs need no gradient, the RDP conversion's order range).
 _QUIET = (
@@ -561,10 +563,11 @@ def declarations(ctx: JobContext) -> Declarations | None:
     return getattr(ctx, "schema", None)
 
 
-def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan, ranks: Ranks | None = None) -> None:
     """Train the job's model within its grant with the charged ``plan`` (σ, steps), release
     its held-out accuracy with the plan's ε_acc; save ``model.pt`` and ``metrics.json`` under
-    the work directory; report metrics and the budget actually spent."""
+    the work directory; report metrics and the budget actually spent. With ``ranks``, train
+    data-parallel on the job's processes (:mod:`privsched.trainers.distributed`)."""
     sigma, delta, accuracy_epsilon = plan.noise_multiplier, plan.delta, plan.accuracy_epsilon
     accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
     releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
@@ -578,8 +581,12 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     model = initial_model(job, data)
     mode = job.grad_sample_mode or default_mode(model)
     device = torch.device(ctx.device)
-    trainer = private_trainer(model, train, job, sigma, mode, device, expected_batch_size(job, data.rows))
-    taken = fit(trainer, steps)
+    batch = expected_batch_size(job, data.rows)
+    if ranks is not None:
+        trainer, taken = ranks.train(model, train, job, sigma, mode, device, batch, steps)
+    else:
+        trainer = private_trainer(model, train, job, sigma, mode, device, batch)
+        taken = fit(trainer, steps)
     spent = spent_budget(trainer.history, ctx.accounting, delta) + accuracy_cost
     if not np.all(leq(spent, ctx.budget)):
         raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
@@ -589,6 +596,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         **({} if rebuild is None else {"architecture": rebuild}),
         "grad_sample_mode": mode,
         "device": device.type,  # where it trained (cuda or cpu)
+        **({} if ranks is None else {"workers": ranks.world}),
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
         "planned_steps": plan.steps,

@@ -1,0 +1,129 @@
+"""Data-parallel DP-SGD jobs (``resources: {workers: N}`` or several GPUs): who may ask,
+how the records are shared out, and a confined job trained by two processes charged what
+one process is."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from privsched.budgets import Accounting, demand_vector
+from privsched.budgets.mechanisms import mechanism_json
+from privsched.jobs.context import BlockGrant, JobContext
+from privsched.jobs.runner import JobResult
+from privsched.jobs.sandbox import abi_version
+from privsched.service.resources import Pool
+from privsched.spec import PipelineSpec, Resources, SpecError
+from privsched.trainers.builtin import plan_mechanism
+from privsched.trainers.distributed import shard
+
+REPO = Path(__file__).resolve().parents[1]
+DELTA = 1e-6
+CLICKS = {
+    "kind": "dpsgd",
+    "model": "logreg",
+    "sample_rate": 0.2,
+    "epochs": 2,
+    "lr": 0.05,
+    "features": ["amount", "country"],
+    "label": "clicked",
+    "bounds": {"amount": [0, 200]},
+    "categories": {"country": ["fr", "de", "us"]},
+}
+
+
+def pipeline(resources: dict, job: dict | None = None) -> dict:
+    params = {k: v for k, v in CLICKS.items() if k != "kind"}
+    job = job or {"kind": "dpsgd", "params": params}
+    return {"name": "p", "dataset": "events", "blocks": {"last": 1}, "epsilon": 1.0, "job": job, "resources": resources}
+
+
+@given(st.integers(0, 300), st.integers(1, 8))
+def test_every_record_lands_in_exactly_one_share_by_its_position_modulo_the_processes(n, world):
+    positions = torch.arange(n)
+    shares = [shard((positions,), rank, world)[0] for rank in range(world)]
+    assert sorted(torch.cat(shares).tolist()) == list(range(n))
+    assert all(bool((share % world == rank).all()) for rank, share in enumerate(shares))
+
+
+def test_a_job_holds_a_cpu_per_worker_and_one_process_per_gpu():
+    assert Resources(workers=3, cpus=1).held_cpus == 3
+    assert Resources(gpus=2).processes == 2 and Resources(workers=4).processes == 4
+
+
+def test_more_workers_than_the_pool_has_cpus_is_refused_in_one_line():
+    pool = Pool((), 2.0, 2**30)
+    assert pool.refusal(Resources(workers=3)) == "the job asks for 3 workers but the pool has 2 CPU(s)"
+    assert pool.refusal(Resources(workers=2)) is None
+
+
+@pytest.mark.parametrize(
+    ("resources", "job", "message"),
+    [
+        ({"workers": 2}, {"kind": "statistic", "params": {"query": "count"}}, "several workers or GPUs train data-parallel DP-SGD only"),
+        ({"workers": 3, "gpus": 2}, None, "'workers' (3) must equal 'gpus' (2)"),
+        ({"workers": 65}, None, "workers"),
+        ({"workers": 0}, None, "workers"),
+    ],
+)
+def test_a_data_parallel_ask_that_cannot_be_met_is_refused_at_submit(resources, job, message):
+    with pytest.raises(SpecError) as refused:
+        PipelineSpec.parse(pipeline(resources, job))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+
+
+def events_block(folder: Path, n: int) -> str:
+    rng = np.random.default_rng(0)
+    amount = rng.uniform(0, 200, n)
+    country = rng.choice(np.array(["fr", "de", "us"]), n)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "day-0.npz"
+    np.savez(path, amount=amount, country=country, clicked=((amount > 100) ^ (country == "us")).astype(np.int64))
+    return str(path)
+
+
+def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: str) -> JobResult:
+    accounting = Accounting.rdp()
+    mechanism = plan_mechanism(job, 2.0, DELTA, accounting)
+    grant = demand_vector(mechanism, accounting)
+    ctx = JobContext(
+        1, "job", "events", accounting, DELTA, {"d": BlockGrant("d", block, grant)}, workers=workers, workdir=folder / "work", params=job
+    )
+    document = {**json.loads(ctx.to_json()), "plan": json.loads(mechanism_json(mechanism)), "epsilon": 2.0, "job": {"kind": "dpsgd"}}
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "context.json").write_text(json.dumps(document))
+    command = [sys.executable, "-m", "privsched.jobs.runner", "context.json", "result.json", "--sandbox", sandbox]
+    done = subprocess.run(command, cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 1), done.stderr
+    return JobResult.from_json((folder / "result.json").read_text())
+
+
+SANDBOX = "landlock" if abi_version() else "none"
+
+
+@pytest.mark.slow
+def test_a_confined_job_trained_by_two_workers_is_charged_what_one_process_is(tmp_path):
+    block = events_block(tmp_path / "data", 2000)
+    one = run_supervised(tmp_path / "one", block, 1, CLICKS, SANDBOX)
+    two = run_supervised(tmp_path / "two", block, 2, CLICKS, SANDBOX)
+    assert two.completed, two.message
+    assert two.spent == one.spent
+    assert two.metrics["workers"] == 2 and two.metrics["steps"] == one.metrics["steps"] == 10
+    assert two.metrics["noise_multiplier"] == one.metrics["noise_multiplier"]
+
+
+@pytest.mark.slow
+def test_a_model_two_workers_cannot_train_fails_before_reading_data_and_is_charged_nothing(tmp_path):
+    block = events_block(tmp_path / "data", 100)
+    result = run_supervised(tmp_path / "run", block, 2, {**CLICKS, "grad_sample_mode": "hooks"}, SANDBOX)
+    assert not result.completed and not result.touched_data
+    assert "single-pass ghost clipping" in (result.message or "")
