@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -91,14 +92,15 @@ def events_block(folder: Path, n: int) -> str:
     return str(path)
 
 
-def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: str) -> JobResult:
+def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: str, function: str | None = None) -> JobResult:
     accounting = Accounting.rdp()
-    mechanism = plan_mechanism(job, 2.0, DELTA, accounting)
+    mechanism = plan_mechanism(CLICKS, 2.0, DELTA, accounting)
     grant = demand_vector(mechanism, accounting)
     ctx = JobContext(
         1, "job", "events", accounting, DELTA, {"d": BlockGrant("d", block, grant)}, workers=workers, workdir=folder / "work", params=job
     )
-    document = {**json.loads(ctx.to_json()), "plan": json.loads(mechanism_json(mechanism)), "epsilon": 2.0, "job": {"kind": "dpsgd"}}
+    document = {**json.loads(ctx.to_json()), "plan": json.loads(mechanism_json(mechanism)), "epsilon": 2.0}
+    document["job"] = {"function": function, "pythonpath": [str(REPO)]} if function else {"kind": "dpsgd"}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "context.json").write_text(json.dumps(document))
     command = [sys.executable, "-m", "privsched.jobs.runner", "context.json", "result.json", "--sandbox", sandbox]
@@ -127,3 +129,15 @@ def test_a_model_two_workers_cannot_train_fails_before_reading_data_and_is_charg
     result = run_supervised(tmp_path / "run", block, 2, {**CLICKS, "grad_sample_mode": "hooks"}, SANDBOX)
     assert not result.completed and not result.touched_data
     assert "single-pass ghost clipping" in (result.message or "")
+
+
+@pytest.mark.skipif(abi_version() < 4, reason="Landlock TCP rules need ABI 4")
+def test_a_data_parallel_jobs_loopback_is_up_and_its_own_the_hosts_stays_out_of_reach(tmp_path):
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        job = {"port": server.getsockname()[1]}
+        block = events_block(tmp_path / "data", 10)
+        result = run_supervised(tmp_path / "run", block, 2, job, "landlock", "tests.parallel_jobs:loopbacks")
+    assert result.completed, result.message
+    assert result.metrics == {"own": "connected", "host": "ConnectionRefusedError"}
