@@ -25,7 +25,7 @@ from privsched.jobs.sandbox import abi_version
 from privsched.service.resources import Pool
 from privsched.spec import PipelineSpec, Resources, SpecError
 from privsched.trainers.builtin import plan_mechanism
-from privsched.trainers.distributed import shard
+from privsched.trainers.distributed import noise_slice, shard
 
 REPO = Path(__file__).resolve().parents[1]
 DELTA = 1e-6
@@ -141,3 +141,10 @@ def test_a_data_parallel_jobs_loopback_is_up_and_its_own_the_hosts_stays_out_of_
         result = run_supervised(tmp_path / "run", block, 2, job, "landlock", "tests.parallel_jobs:loopbacks")
     assert result.completed, result.message
     assert result.metrics == {"own": "connected", "host": "ConnectionRefusedError"}
+
+
+@given(st.integers(0, 10**6), st.integers(1, 16))
+def test_the_processes_noise_slices_cover_every_coordinate_once(numel, world):
+    slices = [noise_slice(numel, rank, world) for rank in range(world)]
+    assert slices[0].start == 0 and slices[-1].stop == numel
+    assert all(a.stop == b.start for a, b in zip(slices, slices[1:]))

@@ -5,11 +5,13 @@ The records are split by position (record i to process i mod W, a partition that
 look at the data); each process Poisson-samples its part at rate q, so that the union of
 the processes' batches is one Poisson batch of the whole set at rate q. Each process clips
 its examples' gradients (single-pass ghost clipping) and divides its clipped sum by the
-global expected batch size B; only the first process adds the Gaussian noise N(0, σ²C²)
-(as Opacus' ``DistributedDPOptimizer`` does), and the processes' results are summed
-(``all_reduce``): every process takes the step (Σ clipped + noise)/B, exactly the step of
-one process with the same q, σ and B (Abadi et al. 2016). The first process's accountant
-counts (σ, q, steps): the charge is that of one process.
+global expected batch size B; each process adds the Gaussian noise N(0, σ²C²) of its own
+1/W of the coordinates (where Opacus' ``DistributedDPOptimizer`` has the first process draw
+all of it, which makes the first the slowest), and the processes' results are summed
+(``all_reduce``): every process takes the step (Σ clipped + noise)/B, each coordinate with
+exactly one draw of N(0, σ²C²), the step of one process with the same q, σ and B (Abadi et
+al. 2016, Algorithm 1). The first process's accountant counts (σ, q, steps): the charge is
+that of one process.
 
 A granted job with ``workers`` > 1 (or several GPUs) runs :class:`Ranks`: its confined
 process forks the other W − 1 processes before any torch work (an OpenMP thread pool does
@@ -46,6 +48,8 @@ from torch.utils.data import TensorDataset
 from privsched.jobs.context import JobContext
 from privsched.trainers.dpsgd import Trainer, declarations, fit, initial_model, private_trainer, shape_only
 from privsched.trainers.models import ghost_clipping_applies
+from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+
 from privsched.trainers.optimizers import SinglePassGhostOptimizer
 from privsched.trainers.plans import DPSGDJob
 
@@ -55,25 +59,40 @@ ALL_LINEAR = "data-parallel DP-SGD needs single-pass ghost clipping: a model who
 COLLECTIVE_TIMEOUT = timedelta(minutes=10)
 
 
+def noise_slice(numel: int, rank: int, world: int) -> slice:
+    """The coordinates of the flat gradient (of ``numel``) whose noise process ``rank`` draws:
+    the ``rank``-th of ``world`` contiguous runs, which together cover every coordinate once."""
+    return slice(numel * rank // world, numel * (rank + 1) // world)
+
+
 class DistributedGhostOptimizer(SinglePassGhostOptimizer):
-    """The single-pass ghost clipping optimizer of one process among ``world_size``: noise
-    on the first only, each clipped sum divided by the global B, then summed over all."""
+    """The single-pass ghost clipping optimizer of process ``rank`` among ``world``: its
+    clipped sums, flat, plus the noise N(0, σ²C²) of its own :func:`noise_slice` of the
+    coordinates (from its own OS-seeded generator, secure mode), divided by the global B,
+    then summed over all processes (``all_reduce``). After the sum each coordinate carries
+    exactly one independent draw of N(0, σ²C²), as in one process's step (Abadi et al. 2016,
+    Algorithm 1), while each process draws only 1/W of the noise."""
 
     rank: int = 0
+    world: int = 1
+    _flat: torch.Tensor | None = None
 
     def add_noise(self) -> None:
-        if self.rank == 0:
-            super().add_noise()
-            return
-        for p in self.params:
-            p.grad = p.summed_grad.view_as(p)
+        params = self.params
+        sizes = [p.numel() for p in params]
+        for p in params:
+            _check_processed_flag(p.summed_grad)
+        flat = torch.cat([p.summed_grad.reshape(-1) for p in params])
+        own = noise_slice(flat.numel(), self.rank, self.world)
+        flat[own].add_(self.noise_source(own.stop - own.start, flat).sample(self.noise_multiplier * self.max_grad_norm))
+        for p, part in zip(params, flat.split(sizes)):
+            p.grad = part.view_as(p)
+            _mark_as_processed(p.summed_grad)
+        self._flat = flat
 
     def scale_grad(self) -> None:
-        if self.rank == 0:
-            super().scale_grad()
-            return
-        for p in self.params:
-            p.grad = p.grad / (self.expected_batch_size * self.accumulated_iterations)
+        if self.loss_reduction == "mean" and self._flat is not None:
+            self._flat.div_(self.expected_batch_size * self.accumulated_iterations)
 
     def step(self, closure: Any = None) -> Any:
         if closure is not None:
@@ -81,10 +100,8 @@ class DistributedGhostOptimizer(SinglePassGhostOptimizer):
                 closure()
         if not self.pre_step():
             return None
-        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-        for p, part in zip(self.params, flat.split([p.numel() for p in self.params])):
-            p.grad = part.view_as(p)
+        assert self._flat is not None  # every p.grad is a view of it
+        dist.all_reduce(self._flat, op=dist.ReduceOp.SUM)
         return self.original_optimizer.step()
 
 
@@ -118,13 +135,15 @@ def process_group(rank: int, world: int, store: Path, device: torch.device) -> I
 
 
 def rank_trainer(
-    model: nn.Module, part: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device, batch: int, rank: int
+    model: nn.Module, part: TensorDataset, job: DPSGDJob, sigma: float, device: torch.device, batch: int, rank: int, world: int
 ) -> Trainer:
-    """Process ``rank``'s DP-SGD trainer on its share: single-pass ghost clipping, noise from
-    the first process only, every clipped sum divided by the global expected batch ``batch``."""
+    """Process ``rank``'s DP-SGD trainer on its share: single-pass ghost clipping, the noise
+    of its slice of the coordinates, every clipped sum divided by the global expected batch
+    ``batch`` (:class:`DistributedGhostOptimizer`)."""
     trainer = private_trainer(model, part, job, sigma, "ghost", device, batch)
     trainer.optimizer.__class__ = DistributedGhostOptimizer
     trainer.optimizer.rank = rank  # type: ignore[attr-defined]
+    trainer.optimizer.world = world  # type: ignore[attr-defined]
     return trainer
 
 
@@ -138,7 +157,7 @@ def _serve_rank(rank: int, world: int, store: Path, device_type: str, threads: i
     model, tensors, job, sigma, batch, steps = pickle.loads(message)
     device = rank_device(device_type, rank)
     with process_group(rank, world, store, device):
-        fit(rank_trainer(model, TensorDataset(*tensors), job, sigma, device, batch, rank), steps)
+        fit(rank_trainer(model, TensorDataset(*tensors), job, sigma, device, batch, rank, world), steps)
     conn.send_bytes(b"done")
 
 
@@ -208,7 +227,7 @@ class Ranks:
             conn.send_bytes(pickle.dumps((model, shard(train.tensors, rank, self.world), job, sigma, batch, steps)))
         self.sent = True
         with process_group(0, self.world, self.store, device):
-            trainer = rank_trainer(model, TensorDataset(*shard(train.tensors, 0, self.world)), job, sigma, device, batch, 0)
+            trainer = rank_trainer(model, TensorDataset(*shard(train.tensors, 0, self.world)), job, sigma, device, batch, 0, self.world)
             taken = fit(trainer, steps)
         for rank, (_, conn) in enumerate(self.children, start=1):
             if conn.recv_bytes() != b"done":
@@ -246,16 +265,16 @@ def _worker(
     device = rank_device(device_type, rank)
     with process_group(rank, world, Path(rendezvous), device):
         part = TensorDataset(*shard(train.tensors, rank, world))
-        trainer = rank_trainer(model, part, job, sigma, device, batch, rank)
+        trainer = rank_trainer(model, part, job, sigma, device, batch, rank, world)
         fit(trainer, warmup)
         dist.barrier()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         fit(trainer, steps)
         dist.barrier()
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         grads = [p.grad.cpu() for p in model.parameters()]
         state = {k: v.cpu() for k, v in model.state_dict().items()}
-        result = {"state": state, "grads": grads, "history": trainer.history, "seconds": seconds}
+        result = {"state": state, "grads": grads, "history": trainer.history, "seconds": seconds, "cpu": cpu}
         torch.save(result, Path(out) / f"rank{rank}.pt")
         dist.barrier()
 
@@ -275,7 +294,8 @@ def train_distributed(
     processes (NCCL, one GPU each, for ``device_type`` "cuda") started by
     ``torch.multiprocessing`` (tests and benchmarks: a job forks its own, :class:`Ranks`),
     as the module docstring says; returns each process's final state dict, last gradients,
-    accountant history and training seconds (between barriers: all processes together), in
+    accountant history, training seconds (between barriers: all processes together) and
+    its own CPU seconds in
     rank order (the first's history is the charge). ``warmup`` steps (benchmarks only) go
     before the timed ones and are counted in the history too."""
     import torch.multiprocessing as mp
