@@ -26,6 +26,7 @@ from privsched.service.resources import Pool
 from privsched.spec import PipelineSpec, Resources, SpecError
 from privsched.trainers.builtin import plan_mechanism
 from privsched.trainers.distributed import noise_slice, shard
+from privsched.trainers.memory import training_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 DELTA = 1e-6
@@ -148,3 +149,31 @@ def test_the_processes_noise_slices_cover_every_coordinate_once(numel, world):
     slices = [noise_slice(numel, rank, world) for rank in range(world)]
     assert slices[0].start == 0 and slices[-1].stop == numel
     assert all(a.stop == b.start for a, b in zip(slices, slices[1:]))
+
+
+def test_the_training_memory_counts_weights_gradients_optimizer_noise_and_per_sample_gradients():
+    assert training_bytes(1000, "adam", "ghost", 64, 1) == 4 * 1000 * (2 + 2 + 5 + 1)
+    assert training_bytes(1000, "sgd", "hooks", 64, 2) == 4 * 1000 * (2 + 0 + 5 + 64) * 2
+
+
+@pytest.mark.parametrize(("memory", "refused"), [("1MiB", True), ("1GiB", False)])
+def test_a_model_larger_than_the_jobs_memory_is_refused_at_submit_in_one_line_and_writes_nothing(tmp_path, dump_db, memory, refused):
+    from tests.cli_inprocess import invoke
+
+    db = tmp_path / "ledger.db"
+    invoke("init", db=db)
+    invoke("dataset", "create", "events", "--epsilon", "10", "--delta", "1e-7", db=db)
+    invoke("blocks", "add", "events", "d1", db=db)
+    before = dump_db(db)
+    params = {k: v for k, v in CLICKS.items() if k != "kind"}
+    job = {"kind": "dpsgd", "params": {**params, "model": "mlp", "hidden": [256, 256], "optimizer": "adam"}}
+    spec = pipeline({"workers": 2, "memory": memory}, job) | {"blocks": ["d1"], "delta": 1e-8}
+    (tmp_path / "p.json").write_text(json.dumps(spec))
+    answer = invoke("submit", tmp_path / "p.json", db=db)
+    if refused:
+        assert answer.code == 1 and answer.stderr.count("\n") == 1  # 67,842 = 5·256+256 + 256·256+256 + 256·2+2; 4 B × 10 × 2
+        need = "the model's 67,842 parameters need at least 5.18 MiB to train (adam, ghost, 2 process(es))"
+        assert f"{need} but the job asks for 1 MiB" in answer.stderr
+        assert dump_db(db) == before
+    else:
+        assert answer.code == 0, answer.stderr

@@ -71,6 +71,21 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo) -> Mechanism:
     return EpsilonDelta(epsilon=epsilon, delta=delta)
 
 
+def memory_problem(spec: PipelineSpec, selected: list[BlockInfo]) -> str | None:
+    """Why a DP-SGD job's declared ``resources.memory`` cannot hold its model's training
+    (:mod:`privsched.trainers.memory`), or None; nothing to check without a declared memory."""
+    if spec.job.kind != "dpsgd" or not spec.resources.memory:
+        return None
+    from privsched.trainers.memory import memory_problem as training_memory_problem
+    from privsched.trainers.plans import DPSGDJob, parse_job
+
+    job = parse_job(builtin_job(spec))
+    assert isinstance(job, DPSGDJob)
+    rows = [b.rows for b in selected]
+    known = sum(r for r in rows if r is not None) if rows and None not in rows else None
+    return training_memory_problem(job, spec.resources.memory, spec.resources.processes, known)
+
+
 def build_request(
     spec: PipelineSpec, dataset: DatasetInfo, blocks: list[BlockInfo], pool: Pool | None, owner: str | None = None
 ) -> PipelineRequest:
@@ -83,6 +98,8 @@ def build_request(
             raise SpecError(refusal)
         mechanism = demand_mechanism(spec, dataset)
         demand = demand_vector(mechanism, dataset.accounting)
+        if (problem := memory_problem(spec, [b for b in blocks if b.key in keys])) is not None:
+            raise SpecError(problem)
     except ValueError as exc:  # SpecError, pydantic and budget errors are all ValueErrors
         raise LedgerError(f"pipeline {spec.name!r}: {exc}") from None
     job = spec.job.model_dump()
