@@ -223,6 +223,7 @@ class Ranks:
         clipping (a model whose trainable layers are all linear): else ``ValueError``."""
         if mode != "ghost":
             raise ValueError(ALL_LINEAR)
+        device = rank_device(device.type, 0)  # "cuda" names no GPU: the first process takes the first
         for rank, (_, conn) in enumerate(self.children, start=1):
             conn.send_bytes(pickle.dumps((model, shard(train.tensors, rank, self.world), job, sigma, batch, steps)))
         self.sent = True
