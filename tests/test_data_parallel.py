@@ -177,3 +177,33 @@ def test_a_model_larger_than_the_jobs_memory_is_refused_at_submit_in_one_line_an
         assert dump_db(db) == before
     else:
         assert answer.code == 0, answer.stderr
+
+
+def submit_reviews(tmp_path: Path, resources: dict, **pool):
+    """A DP-SGD pipeline on synthetic reviews asking for ``resources``, run to the end on ``pool``."""
+    from privsched import connect
+    from workloads.reviews import write_blocks
+
+    paths = write_blocks(tmp_path / "data", days=2, per_day=400, seed=0)
+    with connect(tmp_path / "p.db") as client:
+        client.create_dataset("reviews", epsilon=10.0, delta=1e-7, accounting="rdp")
+        client.add_blocks("reviews", [(path.stem, str(path)) for path in paths])
+        job = {"kind": "dpsgd", "params": {"model": "mlp", "sample_rate": 0.1, "epochs": 1, "lr": 0.05}}
+        spec = {"name": "dp", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-9, "job": job}
+        run = client.submit({**spec, "resources": resources})
+        client.run_until_idle("fcfs", tick=0.05, **pool)
+        return client.status(run.id), run.metrics
+
+
+@pytest.mark.slow
+def test_a_pipeline_asking_for_two_workers_trains_on_two_processes_through_the_scheduler(tmp_path):
+    info, metrics = submit_reviews(tmp_path, {"workers": 2}, cpus=2)
+    assert info.state == "completed", info.message
+    assert info.placement["cpus"] == 2 and metrics["workers"] == 2 and metrics["steps"] == 10
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
+def test_a_pipeline_asking_for_two_gpus_trains_on_both_with_nccl(tmp_path):
+    info, metrics = submit_reviews(tmp_path, {"gpus": 2}, cpus=2, gpus=2)
+    assert info.state == "completed", info.message
+    assert metrics["device"] == "cuda" and metrics["workers"] == 2
