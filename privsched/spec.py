@@ -239,7 +239,8 @@ class Resources(_Model):
 
     @property
     def processes(self) -> int:
-        """The job's data-parallel processes: one per GPU, else its ``workers``."""
+        """A DP-SGD job's data-parallel processes: one per GPU, else its ``workers`` (any
+        other job runs as one process, whatever its GPUs)."""
         return max(self.gpus, self.workers)
 
     @property
@@ -288,8 +289,8 @@ class PipelineSpec(_Model):
 
     @model_validator(mode="after")
     def _data_parallel_trains(self) -> PipelineSpec:
-        if self.resources.processes > 1 and self.job.kind != "dpsgd":
-            raise ValueError("several workers or GPUs train data-parallel DP-SGD only: give 'job: {kind: dpsgd}' or ask for one")
+        if self.resources.workers > 1 and self.job.kind != "dpsgd":
+            raise ValueError("'workers' trains data-parallel DP-SGD only: give 'job: {kind: dpsgd}' or ask for one worker")
         return self
 
     @classmethod

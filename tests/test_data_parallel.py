@@ -71,7 +71,7 @@ def test_more_workers_than_the_pool_has_cpus_is_refused_in_one_line():
 @pytest.mark.parametrize(
     ("resources", "job", "message"),
     [
-        ({"workers": 2}, {"kind": "statistic", "params": {"query": "count"}}, "several workers or GPUs train data-parallel DP-SGD only"),
+        ({"workers": 2}, {"kind": "statistic", "params": {"query": "count"}}, "'workers' trains data-parallel DP-SGD only"),
         ({"workers": 3, "gpus": 2}, None, "'workers' (3) must equal 'gpus' (2)"),
         ({"workers": 65}, None, "workers"),
         ({"workers": 0}, None, "workers"),

@@ -477,7 +477,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], np.asarray(info.demands[k])) for k in info.block_keys},
             device="cuda" if placement.gpus else "cpu",
-            workers=Resources.model_validate(info.resources).processes,
+            workers=Resources.model_validate(info.resources).processes if job.get("kind") == "dpsgd" else 1,
             workdir=self.runs.workdir(info.id),
             params=params,
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),
