@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -93,7 +94,9 @@ def events_block(folder: Path, n: int) -> str:
     return str(path)
 
 
-def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: str, function: str | None = None) -> JobResult:
+def write_context(folder: Path, block: str, workers: int, job: dict, function: str | None = None) -> Path:
+    """A supervisor's context document for a DP-SGD ``job`` (or the test's ``function`` with
+    ``job`` as its parameters) granted the plan of :data:`CLICKS` on one ``block``."""
     accounting = Accounting.rdp()
     mechanism = plan_mechanism(CLICKS, 2.0, DELTA, accounting)
     grant = demand_vector(mechanism, accounting)
@@ -104,6 +107,11 @@ def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: s
     document["job"] = {"function": function, "pythonpath": [str(REPO)]} if function else {"kind": "dpsgd"}
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "context.json").write_text(json.dumps(document))
+    return folder / "context.json"
+
+
+def run_supervised(folder: Path, block: str, workers: int, job: dict, sandbox: str, function: str | None = None) -> JobResult:
+    write_context(folder, block, workers, job, function)
     command = [sys.executable, "-m", "privsched.jobs.runner", "context.json", "result.json", "--sandbox", sandbox]
     done = subprocess.run(command, cwd=folder, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
     assert done.returncode in (0, 1), done.stderr
@@ -207,3 +215,23 @@ def test_a_pipeline_asking_for_two_gpus_trains_on_both_with_nccl(tmp_path):
     info, metrics = submit_reviews(tmp_path, {"gpus": 2}, cpus=2, gpus=2)
     assert info.state == "completed", info.message
     assert metrics["device"] == "cuda" and metrics["workers"] == 2
+
+
+@pytest.mark.slow
+def test_a_data_parallel_job_forked_from_the_warm_fork_server_trains_on_two_processes(tmp_path):
+    from privsched.service.executors.base import Launch
+    from privsched.service.executors.local import LocalExecutor
+    from privsched.service.resources import Placement
+    from tests.test_fork_server import run, warm_server
+
+    context = write_context(tmp_path / "run", events_block(tmp_path / "data", 2000), 2, CLICKS)
+    launch = Launch(1, context, tmp_path / "run" / "result.json", tmp_path / "run" / "job.log", Placement((), 2.0, 0), time.time())
+    executor = LocalExecutor()
+    try:
+        warm_server(executor)
+        result = run(executor, launch)
+    finally:
+        assert executor.launcher is not None
+        executor.launcher.close()
+    assert result.completed, result.message
+    assert result.metrics["workers"] == 2 and result.metrics["steps"] == 10
