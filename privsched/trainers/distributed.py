@@ -42,14 +42,13 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from privsched.jobs.context import JobContext
 from privsched.trainers.dpsgd import Trainer, declarations, fit, initial_model, private_trainer, shape_only
 from privsched.trainers.models import ghost_clipping_applies
-from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
-
 from privsched.trainers.optimizers import SinglePassGhostOptimizer
 from privsched.trainers.plans import DPSGDJob
 
