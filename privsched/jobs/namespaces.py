@@ -26,9 +26,9 @@ first user namespace of its own.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import platform
-import fcntl
 import signal
 import socket
 import struct
