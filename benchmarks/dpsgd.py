@@ -205,17 +205,34 @@ def opacus_hooks(model: torch.nn.Module, train: TensorDataset, job: DPSGDJob, de
 
 
 def data_parallel(fresh, train: TensorDataset, job: DPSGDJob, steps: int, args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    """Median seconds of an epoch of DP-SGD on one gloo process and on ``args.workers``, at
-    the same global batch (timed between barriers after a warm-up epoch, without the
-    processes' start)."""
+    """Median seconds of an epoch of DP-SGD on one process and on ``args.workers`` (gloo, or
+    NCCL with one GPU each on ``--device cuda``), at the same global batch (timed between
+    barriers after a warm-up epoch, without the processes' start), and the CPU seconds of
+    all the processes together."""
     from privsched.trainers.distributed import train_distributed
 
     out = {}
+    device_type = torch.device(args.device).type
     for workers in (1, args.workers):
-        runs = [train_distributed(fresh(), train, job, 1.0, steps, args.batch, workers, warmup=steps) for _ in range(args.repeats)]
+        runs = [
+            train_distributed(fresh(), train, job, 1.0, steps, args.batch, workers, warmup=steps, device_type=device_type)
+            for _ in range(args.repeats)
+        ]
         seconds = [ranks[0]["seconds"] for ranks in runs]
-        out[f"DP-SGD on {workers} gloo process(es)"] = {"wall": statistics.median(seconds), "cpu": float("nan")}
+        cpu = [sum(rank["cpu"] for rank in ranks) for ranks in runs]
+        backend = "NCCL" if device_type == "cuda" else "gloo"
+        out[f"DP-SGD on {workers} {backend} process(es)"] = {"wall": statistics.median(seconds), "cpu": statistics.median(cpu)}
     return out
+
+
+def print_data_parallel(times: dict[str, dict[str, float]], workers: int) -> None:
+    """The throughput of ``workers`` processes against one: measured (wall clock), and what
+    their CPU time gives on as many idle cores (W · CPU(1) / ΣCPU(W))."""
+    one, many = times.values()
+    print(
+        f"\nthroughput of {workers} processes ÷ 1 at equal global batch: {one['wall'] / many['wall']:.2f}× measured, "
+        f"{workers * one['cpu'] / many['cpu']:.2f}× from CPU time on idle cores"
+    )
 
 
 def table(args: argparse.Namespace) -> None:
@@ -244,6 +261,13 @@ def table(args: argparse.Namespace) -> None:
             layers += [torch.nn.Linear(before, after), torch.nn.ReLU()]
         return torch.nn.Sequential(*layers, torch.nn.Linear(widths[-1], 2))
 
+    if args.parallel_only:
+        parallel = data_parallel(fresh, train, job, steps, args)
+        print(f"{len(train):,} training rows, batch {args.batch}, {steps} steps per epoch, {args.device}, median of {args.repeats}")
+        for label, t in parallel.items():
+            print(f"{label}: {t['wall']:.3f} s/epoch, {t['cpu']:.3f} CPU s")
+        print_data_parallel(parallel, args.workers)
+        return
     trainers = {
         "non-private": plain_trainer(fresh(), train, job, device, args.batch),
         "built-in DP-SGD": private_trainer(fresh(), train, job, 1.0, default_mode(fresh()), device, args.batch),
@@ -251,8 +275,8 @@ def table(args: argparse.Namespace) -> None:
         "ctx.dp_sgd": plan_trainer(users_own(), train, job, 1.0, device, args.batch),
     }
     times = dict(zip(trainers, epoch_seconds(list(trainers.values()), steps, args.repeats)))
-    if args.workers > 1:
-        times.update(data_parallel(fresh, train, job, steps, args))
+    parallel = data_parallel(fresh, train, job, steps, args) if args.workers > 1 else {}
+    times.update(parallel)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
     params = sum(p.numel() for p in trainers["non-private"].model.parameters())
     print(
@@ -266,6 +290,8 @@ def table(args: argparse.Namespace) -> None:
         cpu = "—" if math.isnan(t["cpu"]) else f"{t['cpu'] / base['cpu']:.2f}×"
         ratios = f"{t['wall'] / base['wall']:.2f}× | {cpu} | {t['wall'] / ours['wall']:.2f}×"
         print(f"| {label} | {t['wall']:.3f} | {ratios} |")
+    if parallel:
+        print_data_parallel(parallel, args.workers)
 
 
 def main() -> None:
@@ -282,6 +308,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="the table's expected batch size")
     parser.add_argument("--hidden", default="128,128", help="the table's MLP hidden widths")
     parser.add_argument("--workers", type=int, default=1, help="also time data-parallel DP-SGD on this many gloo processes")
+    parser.add_argument("--parallel-only", action="store_true", help="with --table --workers N: time only 1 against N processes")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.table:

@@ -57,6 +57,8 @@ MIN_DURATION, MAX_DURATION = 0.001, 10 * 365 * 86400.0
 MAX_MEMORY = 2**50
 #: Most GPUs and CPUs a job (or a pool) may have; the smallest CPU share of one job.
 MAX_GPUS, MAX_CPUS, MIN_CPUS = 1024, 4096.0, 0.01
+#: Most data-parallel CPU processes (``resources.workers``) one DP-SGD job may ask for.
+MAX_WORKERS = 64
 #: Most blocks a ``last`` selector may ask for.
 MAX_LAST = 10**6
 #: Largest weight of a pipeline (and smallest).
@@ -241,10 +243,30 @@ class Resources(_Model):
     gpus: bounded(0, MAX_GPUS, integer=True) = 0  # type: ignore[valid-type]
     cpus: bounded(MIN_CPUS, MAX_CPUS) = 1.0  # type: ignore[valid-type]
     memory: Memory = 0  # bytes
+    #: Data-parallel DP-SGD processes on CPUs (one per GPU when ``gpus`` > 1 instead).
+    workers: bounded(1, MAX_WORKERS, integer=True) = 1  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _one_process_count(self) -> Resources:
+        if self.workers > 1 and self.gpus > 1 and self.workers != self.gpus:
+            raise ValueError(f"'workers' ({self.workers}) must equal 'gpus' ({self.gpus}): one process per GPU")
+        return self
+
+    @property
+    def processes(self) -> int:
+        """A DP-SGD job's data-parallel processes: one per GPU, else its ``workers`` (any
+        other job runs as one process, whatever its GPUs)."""
+        return max(self.gpus, self.workers)
+
+    @property
+    def held_cpus(self) -> float:
+        """The CPUs the job holds: its ``cpus``, and at least one per CPU worker."""
+        return max(self.cpus, float(self.workers))
 
     def describe(self) -> str:
         memory = f", {self.memory / 2**30:.3g} GiB" if self.memory else ""
-        return f"{self.gpus} GPU(s), {self.cpus:g} CPU(s){memory}"
+        workers = f", {self.workers} workers" if self.workers > 1 else ""
+        return f"{self.gpus} GPU(s), {self.held_cpus:g} CPU(s){memory}{workers}"
 
 
 class Accuracy(_Model):
@@ -309,6 +331,12 @@ class PipelineSpec(_Model):
     def elastic(self) -> bool:
         """Whether the pipeline asks for a range of ε."""
         return isinstance(self.epsilon, tuple)
+
+    @model_validator(mode="after")
+    def _data_parallel_trains(self) -> PipelineSpec:
+        if self.resources.workers > 1 and self.job.kind != "dpsgd":
+            raise ValueError("'workers' trains data-parallel DP-SGD only: give 'job: {kind: dpsgd}' or ask for one worker")
+        return self
 
     @classmethod
     def parse(cls, data: Any, source: str = "pipeline") -> PipelineSpec:

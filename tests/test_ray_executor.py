@@ -262,6 +262,17 @@ def test_a_request_larger_than_the_cluster_is_rejected_at_submission(ray_address
     assert rejected.stderr.strip() == "error: pipeline 'huge': the job asks for 3 GPU(s) but the pool has 2"
 
 
+@pytest.mark.slow
+def test_a_dpsgd_pipeline_asking_for_two_workers_trains_on_two_processes_on_one_node(ray_address: str, db: Path):
+    with serving(db, ray_address) as check, connect(db) as client:
+        job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}
+        spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
+        run = client.submit({**spec, "resources": {"workers": 2}})
+        wait_until(ended(client, run.id), check)
+        assert run.status == "completed", run.message
+        assert run.metrics["workers"] == 2 and run.metrics["steps"] == 4 and client.audit().ok
+
+
 def test_a_job_no_node_can_hold_fails_without_touching_data(ray_address: str, db: Path):
     with serving(db, ray_address, gpus=4) as check, connect(db) as client:  # a pool larger than the cluster
         run = client.submit(user_job("huge", GPU_JOB, gpus=3))

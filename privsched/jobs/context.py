@@ -81,6 +81,7 @@ class JobContext:
     delta: float  # the δ the pipeline was planned with, else the dataset's δ_G: reports (ε, δ) of an RDP curve
     blocks: dict[str, BlockGrant]  # the granted blocks: key -> grant (and location, the supervisor's copy only)
     device: str = "cpu"  # "cuda" when the job was placed on a GPU
+    workers: int = 1  # data-parallel DP-SGD processes (one per GPU, or CPU workers)
     workdir: Path = field(default_factory=lambda: Path("."))  # the job's own writable work folder
     params: dict[str, Any] = field(default_factory=dict)  # the job's parameters (a built-in job's: its kind too)
     plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
@@ -221,6 +222,7 @@ class JobContext:
             "delta": self.delta,
             "blocks": [{"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()],
             "device": self.device,
+            "workers": self.workers,
             "workdir": str(self.workdir),
             "params": self.params,
             "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
@@ -243,6 +245,7 @@ class JobContext:
             delta=data["delta"],
             blocks={b["key"]: BlockGrant(b["key"], b["location"], np.asarray(b["grant"], dtype=float)) for b in data["blocks"]},
             device=data["device"],
+            workers=int(data.get("workers", 1)),
             workdir=Path(data["workdir"]),
             params=data["params"],
             plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),

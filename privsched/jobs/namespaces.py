@@ -11,7 +11,8 @@
   runs as root; otherwise the operator's own uid) with every capability dropped;
 - in its own **PID** namespace (it is its init: when it ends, the kernel kills every process
   left in it), **IPC** namespace and, unless it keeps TCP access, **network** namespace
-  (only a loopback of its own, down).
+  (only a loopback of its own, down; up for a data-parallel job, whose processes reach one
+  another through it and nothing else: :func:`loopback_up`).
 
 The kernel interfaces are ``unshare(2)``, ``user_namespaces(7)`` (``uid_map``,
 ``setgroups``), ``mount(2)`` with ``MS_BIND``, ``pivot_root(2)`` (``pivot_root(".", ".")``
@@ -25,9 +26,12 @@ first user namespace of its own.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
 import platform
 import signal
+import socket
+import struct
 from functools import cache
 from pathlib import Path
 
@@ -37,6 +41,7 @@ CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_BIND, _MS_REC, _MS_PRIVATE = 2, 4, 8, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 1, 4, 24, 47, 4
 _CAPABILITY_VERSION_3 = 0x20080522
 #: ``pivot_root`` has no C library wrapper: its number per architecture.
@@ -235,6 +240,8 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
         _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # a change of uid made /proc/self root's
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if rules.network else CLONE_NEWNET))
     _map_self(uid, gid)
+    if rules.loopback and not rules.network:
+        loopback_up()
     _libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # a change of uid cleared it
     if os.getppid() != supervisor:  # the supervisor died meanwhile: nothing to report to
         os._exit(1)
@@ -245,6 +252,19 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     drop_capabilities()
     os.chdir(workdir)
+
+
+def loopback_up() -> None:
+    """Bring up the loopback of this process's own network namespace (``SIOCSIFFLAGS`` with
+    ``IFF_UP``, netdevice(7)), as the owner of its user namespace may: the namespace has no
+    other interface, so what listens there is reachable only from within it."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(probe, _SIOCGIFFLAGS, request))[1]
+        try:
+            fcntl.ioctl(probe, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP))
+        except OSError as exc:
+            raise SandboxError(exc.errno, f"bringing the job's loopback up failed: {exc.strerror}") from None
 
 
 def _wait_and_exit(pid: int) -> None:

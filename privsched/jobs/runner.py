@@ -197,7 +197,8 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     read = [root for root in python_roots() if root not in (checkout, here)] + [str(package)]
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
-    return Confinement(read=tuple(read), write=(str(ctx.workdir), str(private / "tmp")), listable=listable, network=network)
+    write = (str(ctx.workdir), str(private / "tmp"))
+    return Confinement(read=tuple(read), write=write, listable=listable, network=network, loopback=ctx.workers > 1)
 
 
 def _source_checkout(package: Path) -> str | None:

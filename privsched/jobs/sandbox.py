@@ -124,6 +124,9 @@ class Confinement:
     write: tuple[str, ...]  # folders: every filesystem right beneath them
     listable: tuple[str, ...] = ()  # folders whose entries may be listed, not opened
     network: bool = False  # whether TCP bind and connect stay allowed
+    #: Data-parallel jobs: the job's own network namespace gets its loopback up, and TCP is
+    #: left to that namespace (it reaches the job's own processes only), for gloo's transport.
+    loopback: bool = False
     devices: tuple[str, ...] = field(default_factory=lambda: DEVICES + gpu_devices())  # read, write, ioctl
 
 
@@ -157,7 +160,7 @@ def confine(rules: Confinement) -> int:
     assert libc is not None
     fs = _FS_BY_ABI[min(abi, 5)]
     attr = _RulesetAttr(fs, 0, 0)
-    if abi >= 4 and not rules.network:
+    if abi >= 4 and not (rules.network or rules.loopback):
         attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
     if abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL

@@ -36,8 +36,9 @@ class Pool:
         short = []
         if need.gpus > len(self.gpus):
             short.append(f"{need.gpus} GPU(s) but the pool has {len(self.gpus)}")
-        if need.cpus > self.cpus:
-            short.append(f"{need.cpus:g} CPU(s) but the pool has {self.cpus:g}")
+        if need.held_cpus > self.cpus:
+            asked = f"{need.workers} workers" if need.workers > need.cpus else f"{need.cpus:g} CPU(s)"
+            short.append(f"{asked} but the pool has {self.cpus:g} CPU(s)")
         if need.memory > self.memory:
             short.append(f"{need.memory / 2**30:.3g} GiB of memory but the pool has {self.memory / 2**30:.3g} GiB")
         return "the job asks for " + " and ".join(short) if short else None
@@ -133,9 +134,9 @@ class FreeCompute:
     def place(self, pipeline_id: int, need: Resources) -> Placement | None:
         """Reserve compute for a job, or None if it does not fit what is free now."""
         gpus = self.free_gpus
-        if need.gpus > len(gpus) or need.cpus > self.free_cpus + 1e-9 or need.memory > self.free_memory:
+        if need.gpus > len(gpus) or need.held_cpus > self.free_cpus + 1e-9 or need.memory > self.free_memory:
             return None
-        placement = Placement(tuple(gpus[: need.gpus]), need.cpus, need.memory)
+        placement = Placement(tuple(gpus[: need.gpus]), need.held_cpus, need.memory)
         self._held[pipeline_id] = placement
         return placement
 

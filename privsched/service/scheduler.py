@@ -489,6 +489,7 @@ class Scheduler:
             delta=job.get("delta") or dataset.delta,
             blocks={k: BlockGrant(k, locations[k], grant) for k, grant in grants.items()},
             device="cuda" if placement.gpus else "cpu",
+            workers=Resources.model_validate(info.resources).processes if job.get("kind") == "dpsgd" else 1,
             workdir=self.runs.workdir(info.id),
             params=params,
             plan=None if info.mechanism is None else parse_mechanism(info.mechanism),

@@ -83,8 +83,25 @@ def demand_mechanism(spec: PipelineSpec, dataset: DatasetInfo, epsilon: float | 
             job = parse_job(builtin_job(spec))
             if isinstance(job, DPSGDJob):
                 check_person_level(job)  # it samples and clips per person: q is over people
+            if spec.resources.workers > 1:
+                raise SpecError("person-level DP-SGD trains in one process: ask for one worker")
         return plan_mechanism(builtin_job(spec), epsilon, delta, dataset.accounting, dataset.max_rows_per_user)
     return EpsilonDelta(epsilon=epsilon, delta=delta)
+
+
+def memory_problem(spec: PipelineSpec, selected: list[BlockInfo]) -> str | None:
+    """Why a DP-SGD job's declared ``resources.memory`` cannot hold its model's training
+    (:mod:`privsched.trainers.memory`), or None; nothing to check without a declared memory."""
+    if spec.job.kind != "dpsgd" or not spec.resources.memory:
+        return None
+    from privsched.trainers.memory import memory_problem as training_memory_problem
+    from privsched.trainers.plans import DPSGDJob, parse_job
+
+    job = parse_job(builtin_job(spec))
+    assert isinstance(job, DPSGDJob)
+    rows = [b.rows for b in selected]
+    known = sum(r for r in rows if r is not None) if rows and None not in rows else None
+    return training_memory_problem(job, spec.resources.memory, spec.resources.processes, known)
 
 
 def build_request(
@@ -100,6 +117,8 @@ def build_request(
         mechanism = demand_mechanism(spec, dataset)
         demand = demand_vector(mechanism, dataset.accounting)
         elastic_min = elastic_fraction(spec, dataset, demand)
+        if (problem := memory_problem(spec, [b for b in blocks if b.key in keys])) is not None:
+            raise SpecError(problem)
     except ValueError as exc:  # SpecError, pydantic and budget errors are all ValueErrors
         raise LedgerError(f"pipeline {spec.name!r}: {exc}") from None
     job = spec.job.model_dump()

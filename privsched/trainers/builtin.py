@@ -81,7 +81,14 @@ def run_builtin(ctx: JobContext) -> None:
         plan = charged_plan(spec, mechanism, ctx.delta)
         from privsched.trainers.dpsgd import run_dpsgd
 
-        run_dpsgd(ctx, spec, plan)
+        if ctx.workers > 1:  # data-parallel: the other processes are forked before any torch work
+            from privsched.trainers.distributed import Ranks
+
+            with Ranks.start(ctx.workers, ctx.device) as ranks:
+                ranks.check(spec, ctx)
+                run_dpsgd(ctx, spec, plan, ranks)
+        else:
+            run_dpsgd(ctx, spec, plan)
     else:
         from privsched.trainers.statistics import run_statistic
 

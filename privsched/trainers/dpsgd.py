@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
 
     from privsched.trainers.people import PersonBatches
+    from privsched.trainers.distributed import Ranks
 
 #: Opacus warnings that say nothing about a correct run (backward hooks on modules whose
 #: inputs need no gradient, the RDP conversion's order range).
@@ -635,12 +636,13 @@ def person_column(ctx: JobContext) -> str | None:
     return ctx.user_column if ctx.max_rows_per_user > 1 else None
 
 
-def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan, ranks: Ranks | None = None) -> None:
     """Train the job's model within its grant with the charged ``plan`` (σ, steps), release
     its held-out accuracy with the plan's ε_acc; save ``model.pt`` and ``metrics.json`` under
     the work directory; report metrics and the budget actually spent. On a dataset whose unit
     is a person with K > 1, per person (:mod:`privsched.trainers.people`): the held-out split,
-    the sampling and the clipping by person, the accuracy at sensitivity K."""
+    the sampling and the clipping by person, the accuracy at sensitivity K. With ``ranks``,
+    train data-parallel on the job's processes (:mod:`privsched.trainers.distributed`)."""
     sigma, delta, accuracy_epsilon = plan.noise_multiplier, plan.delta, plan.accuracy_epsilon
     accuracy_cost = demand_vector(EpsilonDelta(epsilon=accuracy_epsilon), ctx.accounting)
     releases_accuracy = bool(np.all(leq(accuracy_cost, ctx.budget)))
@@ -651,6 +653,8 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     user_column = person_column(ctx)
     if user_column is not None:
         check_person_level(job)  # before any data is read
+        if ranks is not None:  # the ranks split rows, not people: a person would be clipped per rank
+            raise ValueError("person-level DP-SGD trains in one process: ask for one worker")
     people: np.ndarray | None = None
     if user_column is None:
         data, train, heldout = train_heldout(load_blocks(ctx), job, declarations(ctx))
@@ -664,8 +668,11 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
     mode = job.grad_sample_mode or default_mode(model, per_person)
     device = torch.device(ctx.device)
     divisor = expected_batch_size(job, data.rows, per_person)
-    trainer = private_trainer(model, train, job, sigma, mode, device, divisor, people=people)
-    taken = fit(trainer, steps)
+    if ranks is not None:
+        trainer, taken = ranks.train(model, train, job, sigma, mode, device, divisor, steps)
+    else:
+        trainer = private_trainer(model, train, job, sigma, mode, device, divisor, people=people)
+        taken = fit(trainer, steps)
     spent = spent_budget(trainer.history, ctx.accounting, delta) + accuracy_cost
     if not np.all(leq(spent, ctx.budget)):
         raise ValueError("the training and its accuracy release exceed the grant: nothing was released")
@@ -675,6 +682,7 @@ def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan) -> None:
         **({} if rebuild is None else {"architecture": rebuild}),
         "grad_sample_mode": mode,
         "device": device.type,  # where it trained (cuda or cpu)
+        **({} if ranks is None else {"workers": ranks.world}),
         "sample_rate": job.sample_rate,
         "noise_multiplier": sigma,
         "planned_steps": plan.steps,
