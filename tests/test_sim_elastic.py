@@ -118,3 +118,10 @@ def test_simulate_refuses_elastic_demands_on_a_workload_that_has_no_ranges(tmp_p
     result = runner.invoke(app, ["simulate", "single-block", "--policy", "dpf-n", "--n", "40", "--elastic", "0.5", "--out", str(out)])
     assert result.exit_code == 1 and "elastic" in result.output
     assert not out.exists()
+
+
+def test_an_elastic_workload_is_not_written_as_a_trace_of_fixed_demands(tmp_path) -> None:
+    out = tmp_path / "trace.json"
+    result = runner.invoke(app, ["trace", "macro-rdp", "-p", "elastic=0.5", "-p", "days=3", "--out", str(out)])
+    assert result.exit_code == 1 and "fixed demands only" in result.output
+    assert not out.exists()
