@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from privsched.cli import app
-from privsched.simulation import resolve_policy, run
+from privsched.simulation import SimulationResult, resolve_policy, run
 from privsched.simulation.api import load_workload, simulate
 from privsched.simulation.engine import Simulator
 from privsched.simulation.generated import covering_fraction
@@ -101,6 +101,8 @@ def test_simulate_elastic_reports_the_mean_granted_fraction(tmp_path) -> None:
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert 0.5 <= summary["mean_fraction"] <= 1
+    saved = SimulationResult.from_json((out / "result.json").read_text())
+    assert saved.fraction is not None and np.nanmean(saved.fraction) == pytest.approx(summary["mean_fraction"])
     assert "of the demand" in " ".join(result.output.split())
 
 
