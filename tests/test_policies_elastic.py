@@ -102,6 +102,7 @@ POLICIES = {
     "dpack": DPack(),
     "dpf-n": DominantPrivateBlockFairness(fair_share=0.25),
     "dpack-n": DPack(fair_share=0.25),
+    "dpack-k2": DPack(k=2),  # refreshes often: recounts reach the quotas' twin edges
 }
 
 
