@@ -73,7 +73,7 @@ def test_a_mouse_accepts_half_its_laplace_charge_and_an_elephant_what_its_recali
     mice = instance.klass == "mice"
     assert np.all(instance.elastic_min[mice] == pytest.approx(0.5))
     _, rdp = load_workload("macro-rdp", seed=1, elastic=0.5, days=4, pipelines_per_day=40.0)
-    assert np.all((rdp.elastic_min > 0) & (rdp.elastic_min <= 1))
+    assert np.all((rdp.elastic_min > 0) & (rdp.elastic_min < 1))  # a plan that reaches no m·ε takes the least ε it reaches
     assert np.any(rdp.elastic_min[rdp.klass == "elephants"] < 0.5)
 
 
