@@ -3,6 +3,8 @@ and the incremental pass against a literal reference."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,6 +13,7 @@ from privsched.budgets.accounting import Accounting
 from privsched.budgets.exact import units
 from privsched.policies import DPack, Snapshot, admit_in_order, make_policy, solve_optimal
 from privsched.policies.admission import EdgeTable
+from privsched.policies.base import Quotas
 from privsched.policies.dpack import best_orders
 from privsched.policies.packing import Packing
 from tests.support.snapshots import make_snapshot, naive_admit, snapshots, spends_within
@@ -257,3 +260,30 @@ def test_the_area_cost_prefers_narrow_pipelines_on_nested_blocks_as_the_design_s
     assert DPack(k=1).allocate(snapshot).granted.tolist() == reference_dpack(snapshot, 1) == [4, 0, 1]
     assert sorted(make_policy("dpf-n", n=1).policy.allocate(snapshot).granted.tolist()) == [0, 1, 2, 3]
     assert solve_optimal(snapshot).objective == 4
+
+
+def test_frequent_refreshes_under_quotas_look_up_each_twin_edges_pipeline() -> None:
+    # A recount after a grant re-evaluates the pipelines on the blocks it touched, quota
+    # twins included: every edge, twin or not, must name its own pipeline.
+    rdp = Accounting.rdp((2.0, 4.0, 8.0))
+    snapshot = make_snapshot(
+        [
+            {},
+            {0: [0.0, 1.75, 0.5]},
+            {},
+            {0: [1.5, 1.75, 0.75]},
+            {0: [1.25, 0.25, 0.0]},
+            {0: [2.0, 1.0, 1.75]},
+            {},
+            {0: [0.0, 0.5, 1.0]},
+            {},
+        ],
+        unlocked=[[0.0, 0.0, 0.0]],
+        capacity=[[0.0, 0.5, 1.25]],
+        accounting=rdp,
+    )
+    quotas = Quotas(team=np.array([0, 0, -1, 0, 0, -1, 0, -1, 0]), share=np.array([0.0]), held=np.array([[[0.0625, 0.125, 0.0]]]))
+    snapshot = replace(snapshot, quotas=quotas)
+    granted = DPack(k=2).allocate(snapshot).granted
+    # Nothing is unlocked: granted are those that ask for nothing, at some live order.
+    assert sorted(granted.tolist()) == sorted(DPack(k=50).allocate(snapshot).granted.tolist()) == [0, 2, 4, 6, 8]

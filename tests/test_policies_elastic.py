@@ -16,6 +16,7 @@ from privsched.policies.base import Allocation, Quotas, Snapshot
 from privsched.policies.dpack import DPack
 from privsched.policies.dpf import DominantPrivateBlockFairness, dpf_order
 from privsched.policies.fcfs import FirstComeFirstServed
+from privsched.policies.optimal import Optimal
 from privsched.policies.round_robin import RoundRobin
 from tests.support.snapshots import make_snapshot, quarters, snapshots
 
@@ -101,6 +102,7 @@ POLICIES = {
     "dpack": DPack(),
     "dpf-n": DominantPrivateBlockFairness(fair_share=0.25),
     "dpack-n": DPack(fair_share=0.25),
+    "dpack-k2": DPack(k=2),  # refreshes often: recounts reach the quotas' twin edges
 }
 
 
@@ -209,3 +211,12 @@ def test_no_top_up_goes_past_the_fair_share(snapshot: Snapshot, fair_share: floa
 def test_a_fair_share_tops_up_to_one_nth_of_the_block() -> None:
     snapshot = _elastic(make_snapshot([{0: 1.0}], unlocked=[1.0], capacity=[4.0]), [0.1])
     assert DominantPrivateBlockFairness(fair_share=0.125).allocate(snapshot).fractions()[0] == pytest.approx(0.5)
+
+
+def test_the_optimal_solver_chooses_on_the_minimums_and_tops_up() -> None:
+    # At full demand only one of the two fits; at their minimums both do, and the first is topped up.
+    snapshot = _elastic(make_snapshot([{0: 1.0}, {0: 1.0}], unlocked=[1.5]), [0.5, 0.5])
+    allocation = Optimal(time_limit=10.0).allocate(snapshot)
+    validate_allocation(snapshot, allocation)
+    assert sorted(allocation.granted.tolist()) == [0, 1]
+    assert within_budget(snapshot, allocation) and allocation.fractions().sum() == pytest.approx(1.5)

@@ -24,8 +24,8 @@ Elastic demands (``elastic`` m; docs/design.md §4.2): every pipeline accepts an
 curve which covers, at every order, the charge of the same job calibrated to m·ε
 (:func:`~privsched.simulation.generated.covering_fraction`): m for a mouse's Laplace count
 (its curve min(ε, αε²/2) shrinks by m at the orders where it is ε, by m² at the others);
-for an elephant, computed from its DP-SGD plan recalibrated to m·ε, and 1 (a fixed demand)
-where no plan reaches m·ε in its steps.
+for an elephant, computed from its DP-SGD plan recalibrated to m·ε, or to the smallest ε
+above m·ε its plan reaches in its steps where it reaches no m·ε.
 
 Units of privacy (``unit``; Luo et al., OSDI'21 §3.1 and §6.2, docs/privacy.md). The
 layouts follow PrivateKube's artifact, whose raw blocks are (day × user bucket), 100 buckets
@@ -136,14 +136,30 @@ def _elephant(model: int, epsilon: float, accounting: str) -> dict:
     return {"mechanism": live_charge(elephant_job(job_model, sample_rate, epochs), epsilon, ELEPHANT_DELTA, accounting)}
 
 
-def _minimum(key: tuple, epsilon: float, accounting: str, whole: dict) -> dict:
-    """The description of the charge of what ``key`` drew, calibrated to ``epsilon`` (the
-    smallest of its range); its ``whole`` demand, fixed, when its job has no plan there (a
-    DP-SGD plan whose noise cannot reach so small an ε in its steps)."""
+#: Bisection steps towards the smallest ε of a range that an elephant's plan reaches.
+PLAN_SEARCH_STEPS = 20
+
+
+def _minimum(key: tuple, low: float, high: float, accounting: str) -> dict:
+    """The description of the charge of what ``key`` drew at the smallest ε of its range
+    [``low``, ``high``] that its job has a plan for: ``low``, or for a DP-SGD plan whose noise
+    cannot reach ``low`` in its steps, the smallest ε found by bisection that it reaches
+    (reaching an ε is monotone in ε: more budget needs less noise)."""
+    if key[0] == "mouse":
+        return _mouse(low, accounting)
     try:
-        return _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(key[1], epsilon, accounting)
+        return _elephant(key[1], low, accounting)
     except ValueError:
-        return whole
+        pass
+    lo, hi = low, high  # lo unreachable, hi reachable (the pipeline's own ε)
+    for _ in range(PLAN_SEARCH_STEPS):
+        middle = (lo + hi) / 2
+        try:
+            _elephant(key[1], middle, accounting)
+            hi = middle
+        except ValueError:
+            lo = middle
+    return _elephant(key[1], hi, accounting)
 
 
 def macrobenchmark(
@@ -201,7 +217,7 @@ def macrobenchmark(
             description = _mouse(epsilon, accounting) if key[0] == "mouse" else _elephant(model, epsilon, accounting)
             drawn[key] = demands.setdefault(json.dumps(description, sort_keys=True), len(demands))
             if elastic is not None and drawn[key] not in minimums:
-                minimums[drawn[key]] = _minimum(key, elastic * epsilon, accounting, description)
+                minimums[drawn[key]] = _minimum(key, elastic * epsilon, epsilon, accounting)
         demand[i] = drawn[key]
     block_ids, block_arrival, block_lists = unit_layout(unit, days, partitions, block_period, times, last)
     return GeneratedTrace(

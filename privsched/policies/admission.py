@@ -21,6 +21,13 @@ team's quota (:class:`~privsched.policies.base.Quotas`) is one more block per te
 block: its budget is what the team may still take there, and each edge of one of the
 team's pipelines has a twin on it, so that the walk skips what a quota holds back and
 goes on to the next pipeline.
+
+Elastic demands (``Snapshot.elastic_min``; docs/design.md §4.2, elastic demands): the walk
+decides who is granted on every pipeline's minimum (:func:`at_minimum`), then each granted
+pipeline is topped up in grant order to the largest fraction of its demand that fits what
+is left, up to a fair share when the policy has one (:func:`top_up`, one pipeline at a time:
+they are the few granted, not the many walked). With no elastic pipeline, :func:`admit` is
+exactly the vectorised walk.
 """
 
 from __future__ import annotations

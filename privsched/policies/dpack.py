@@ -100,7 +100,7 @@ class DPack:
             live,
             is_rdp,
             min(self.k, len(candidates) + 1),  # a round never grants more than every candidate
-            np.ascontiguousarray(snapshot.edge_pipeline, dtype=np.intp),
+            np.repeat(np.arange(snapshot.n_pipelines, dtype=np.intp), count),  # each edge's pipeline, quota twins included
             *_packing_arguments(packing, table),
         )
         return Allocation(granted=granted.astype(np.intp))

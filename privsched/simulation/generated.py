@@ -74,7 +74,10 @@ class GeneratedTrace:
         return _compile(self)
 
     def document(self) -> dict:
-        """The workload as a trace document (the format of :mod:`privsched.simulation.trace`)."""
+        """The workload as a trace document (the format of :mod:`privsched.simulation.trace`).
+        A trace holds fixed demands only: a workload with elastic ones is refused (ValueError)."""
+        if self.minimums is not None:
+            raise ValueError("a trace holds fixed demands only: simulate elastic demands from the workload itself")
         blocks = [
             {"id": i, "arrival": t, "epsilon": e, "delta": d}
             for i, t, e, d in zip(self.block_ids, self.block_arrival.tolist(), self.block_epsilon.tolist(), self.block_delta.tolist())

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from privsched.budgets.exact import sum_at, value
-from privsched.policies.admission import admit, admit_in_order
+from privsched.policies.admission import admit, admit_in_order, top_up
 from privsched.policies.base import PerPipelineOrder, orders_per_pipeline
 from privsched.simulation.instance import Instance
 from privsched.simulation.status import PENDING
@@ -172,7 +172,11 @@ class PassSkipping:
         order = fitting[np.argsort(rank[fitting])] if len(fitting) > 1 else fitting
         if self.sim.inst.is_elastic:  # who on the minimums, then topped up in that order
             snapshot, _ = self.sim.inst.snapshot(order, value(self.sim.unlocked), now)
-            allocation = admit(snapshot, np.arange(len(order)), getattr(self.sim.spec.policy, "fair_share", None))
+            fair_share = getattr(self.sim.spec.policy, "fair_share", None)
+            if len(order) == 1:  # its minimum fits: granted, and topped up
+                self.sim.grant(now, order, checked=True, fraction=top_up(snapshot, np.zeros(1, dtype=np.intp), fair_share))
+                return
+            allocation = admit(snapshot, np.arange(len(order)), fair_share)
             granted = np.asarray(allocation.granted, dtype=np.intp)
             self.sim.grant(now, order[granted], checked=True, fraction=allocation.fraction)
             self._check(np.setdiff1d(order, order[granted]))
