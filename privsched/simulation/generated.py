@@ -27,6 +27,7 @@ import numpy as np
 from privsched.budgets.accounting import Accounting
 from privsched.budgets.bounds import MAX_DEMAND, MAX_EPSILON, MIN_EPSILON, check_delta, check_number
 from privsched.budgets.capacity import block_capacity
+from privsched.budgets.elastic import minimum_fraction
 from privsched.simulation.described import described_vector
 from privsched.simulation.instance import Instance, plain_demand
 from privsched.simulation.limits import MAX_TIME, TraceError
@@ -224,24 +225,18 @@ def _demand_vector(description: dict[str, Any], accounting: Accounting) -> np.nd
 
 
 def covering_fraction(maximum: np.ndarray, minimum: np.ndarray, live: np.ndarray) -> float:
-    """The smallest f in (0, 1] with ``f × maximum ≥ minimum`` at every live dimension where
-    the maximum is positive: the fraction of a pipeline's maximum demand that still covers
-    the demand of its mechanism calibrated to the smallest ε of its range. Charging a curve at
-    least the mechanism's own at every order is sound (RDP composes by adding curves, and a
-    mechanism ε(α)-RDP is ε'(α)-RDP for every ε' ≥ ε: Mironov 2017, Def. 4, Prop. 1); under
-    basic accounting the same holds for (ε, δ) (Dwork & Roth 2014, Thm 3.16). 1 when the
-    minimum asks for something the maximum does not."""
-    maximum, minimum = np.asarray(maximum, dtype=float), np.asarray(minimum, dtype=float)
-    counted = np.asarray(live, dtype=bool) & (minimum > 0)
-    if np.any(counted & ~(maximum > 0)):
+    """The smallest f in (0, 1] with ``f × maximum ≥ minimum`` at every live dimension: the
+    fraction of a pipeline's maximum demand that still covers the demand of its mechanism
+    calibrated to the smallest ε of its range, as the live scheduler computes it
+    (:func:`privsched.budgets.elastic.minimum_fraction`). Charging a curve at least the
+    mechanism's own at every order is sound (RDP composes by adding curves, and a mechanism
+    ε(α)-RDP is ε'(α)-RDP for every ε' ≥ ε: Mironov 2017, Def. 4, Prop. 1); under basic
+    accounting the same holds for (ε, δ) (Dwork & Roth 2014, Thm 3.16). 1 when the minimum
+    asks for more than the maximum somewhere."""
+    try:
+        return minimum_fraction(minimum, maximum, np.asarray(live, dtype=bool))
+    except ValueError:
         return 1.0
-    ratio = minimum[counted] / maximum[counted]
-    if not ratio.size:
-        return 1.0
-    fraction = float(ratio.max())
-    # Rounded up by one ulp so that the float product f × maximum is never below minimum.
-    fraction = float(np.nextafter(fraction, np.inf))
-    return min(1.0, fraction) if fraction > 0 else 1.0
 
 
 def _compile(w: GeneratedTrace) -> Instance:
