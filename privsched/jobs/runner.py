@@ -198,7 +198,9 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
     write = (str(ctx.workdir), str(private / "tmp"))
-    return Confinement(read=tuple(read), write=write, listable=listable, network=network, loopback=ctx.workers > 1)
+    port = None if ctx.rendezvous is None else int(ctx.rendezvous["port"])
+    loopback = ctx.workers > 1 and port is None
+    return Confinement(read=tuple(read), write=write, listable=listable, network=network, loopback=loopback, rendezvous_port=port)
 
 
 def _source_checkout(package: Path) -> str | None:

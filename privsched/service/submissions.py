@@ -112,7 +112,8 @@ def build_request(
     keys). Any problem raises :class:`LedgerError` with one line; nothing is written."""
     try:
         keys = select_blocks(spec.blocks, [b.key for b in blocks], [b.key for b in blocks if b.state == "active"])
-        if pool is not None and (refusal := pool.refusal(spec.resources)) is not None:
+        ranks = spec.resources.processes if spec.job.kind == "dpsgd" else 1
+        if pool is not None and (refusal := pool.refusal(spec.resources, ranks)) is not None:
             raise SpecError(refusal)
         mechanism = demand_mechanism(spec, dataset)
         demand = demand_vector(mechanism, dataset.accounting)

@@ -1,0 +1,124 @@
+"""Data-parallel DP-SGD across Ray nodes (Ray Train's ``TorchTrainer``): which jobs train
+across nodes, what each rank is given, how the ranks' results make the job's, and one
+pipeline trained end to end on a local cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from privsched import connect
+from privsched.jobs.runner import JobResult
+from privsched.service.executors.ray import UnplaceableJob, across_nodes
+from privsched.service.executors.ray_local import local_cluster
+from privsched.service.executors.ray_train import RankShape, combine, interface_of, rank_document, rank_refusal
+from privsched.service.resources import Placement
+from tests.support.ray import db, ended, serving, wait_until  # noqa: F401 -- db: the fixture
+
+NODE = {"CPU": 2.0, "GPU": 1.0, "memory": 4e9}
+
+
+def test_a_job_of_one_process_never_trains_across_nodes():
+    assert across_nodes(Placement((), 1.0, 0), 1, [NODE], allowed=True) is None
+
+
+def test_ranks_one_node_holds_run_as_one_ray_job_without_the_operators_option():
+    assert across_nodes(Placement((), 2.0, 0), 2, [NODE], allowed=False) is None
+
+
+def test_ranks_one_node_holds_train_across_nodes_with_the_operators_option():
+    shape = across_nodes(Placement((), 2.0, 2 * 10**9), 2, [NODE], allowed=True)
+    assert shape == RankShape(workers=2, gpus=0.0, cpus=1.0, memory=10**9)
+
+
+def test_ranks_no_node_holds_train_across_nodes_with_the_operators_option():
+    shape = across_nodes(Placement(("0", "1"), 2.0, 0), 2, [NODE, NODE], allowed=True)
+    assert shape == RankShape(workers=2, gpus=1.0, cpus=1.0, memory=0)
+
+
+def test_ranks_no_node_holds_are_refused_without_the_operators_option():
+    with pytest.raises(UnplaceableJob, match=r"no node of the Ray cluster can hold 2 GPU\(s\).*serve --train-across-nodes"):
+        across_nodes(Placement(("0", "1"), 2.0, 0), 2, [NODE, NODE], allowed=False)
+
+
+def test_more_ranks_than_the_cluster_holds_are_refused():
+    with pytest.raises(UnplaceableJob, match="the Ray cluster can hold 2 of the job's 3 ranks"):
+        across_nodes(Placement(("0", "1", "2"), 3.0, 0), 3, [NODE, NODE], allowed=True)
+
+
+def test_a_node_holds_as_many_ranks_as_its_scarcest_resource_allows():
+    shape = RankShape(workers=4, gpus=0.0, cpus=1.0, memory=3 * 10**9)
+    assert rank_refusal(shape, [{"CPU": 8.0, "memory": 6e9}]) == (
+        "the Ray cluster can hold 2 of the job's 4 ranks of 0 GPU(s), 1 CPU(s) and 2.79 GiB each (1 node(s) alive)"
+    )
+    assert rank_refusal(shape, [{"CPU": 8.0, "memory": 6e9}, {"CPU": 2.0, "memory": 9e9}]) is None
+
+
+DOCUMENT = {
+    "pipeline_id": 7,
+    "workers": 2,
+    "workdir": "/runs/7/work",
+    "blocks": [{"key": "b0", "location": "/data/b0.parquet", "grant": [0.5]}],
+    "job": {"kind": "dpsgd"},
+}
+RENDEZVOUS = {"address": "10.0.0.1", "port": 29400, "interface": "eth0"}
+
+
+def test_the_first_rank_is_given_the_blocks_the_rendezvous_and_its_rank():
+    first = rank_document(DOCUMENT, 0, RENDEZVOUS, "/runs/7/work")
+    assert first["blocks"] == DOCUMENT["blocks"] and (first["rank"], first["rendezvous"]) == (0, RENDEZVOUS)
+
+
+def test_every_other_rank_is_given_no_block_location_and_its_own_work_folder():
+    other = rank_document(DOCUMENT, 1, RENDEZVOUS, "/tmp/w1")
+    assert other["blocks"] == [{"key": "b0", "location": None, "grant": [0.5]}]
+    assert (other["rank"], other["workdir"]) == (1, "/tmp/w1")
+    assert DOCUMENT["blocks"][0]["location"] == "/data/b0.parquet"  # the job's own document is untouched
+
+
+def test_the_jobs_result_is_the_first_ranks_when_every_rank_completed():
+    first = JobResult(7, True, {"b0": [0.25]}, metrics={"steps": 4})
+    assert combine([first, JobResult(7, True, {"b0": [0.5]})]) == first
+
+
+def test_a_failed_rank_fails_the_job_charged_as_the_first_rank_saw_its_data():
+    first = JobResult(7, True, {"b0": [0.25]}, first_access=12.0)
+    result = combine([first, JobResult(7, False, message="boom")])
+    assert (result.completed, result.touched_data, result.first_access) == (False, True, 12.0)
+    assert result.message == "data-parallel rank 1 failed: boom"
+
+
+def test_a_failed_rank_before_the_first_read_fails_the_job_uncharged():
+    first = JobResult(7, False, touched_data=False, message="not started")
+    result = combine([first, JobResult(7, True)])
+    assert (result.completed, result.touched_data) == (False, False)
+
+
+def test_the_loopback_address_is_found_on_the_loopback_interface():
+    assert interface_of("127.0.0.1") == "lo"
+
+
+def test_an_address_no_interface_holds_is_an_error():
+    with pytest.raises(OSError, match="no network interface holds 192.0.2.254"):
+        interface_of("192.0.2.254")
+
+
+@pytest.mark.slow
+def test_a_two_worker_pipeline_trains_through_torchtrainer_charged_one_process_plan(db: Path):
+    job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}
+    spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
+    with local_cluster(cpus=3, memory=4 * 10**9) as address:
+        with serving(db, address, train_across_nodes=True) as check, connect(db) as client:
+            one = client.submit({**spec, "name": "dp1"})
+            wait_until(ended(client, one.id), check)
+            two = client.submit({**spec, "resources": {"workers": 2}})
+            wait_until(ended(client, two.id), check)
+            assert one.status == "completed", one.message
+            assert two.status == "completed", f"{two.message}\n{client.runs.log(two.id).read_text()[-3000:]}"
+            assert two.metrics["workers"] == 2 and two.metrics["steps"] == one.metrics["steps"] == 4
+            assert two.metrics["noise_multiplier"] == one.metrics["noise_multiplier"]
+            for key in one.consumed:
+                assert np.allclose(two.consumed[key], one.consumed[key], rtol=0, atol=1e-12)
+            assert client.audit().ok
