@@ -4,17 +4,26 @@ pipeline trained end to end on a local cluster."""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import socket
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from privsched import connect
-from privsched.jobs.runner import JobResult
+from privsched.jobs.context import JobContext
+from privsched.jobs.runner import JobResult, job_confinement
+from privsched.jobs.sandbox import Confinement, abi_version, confine
 from privsched.service.executors.ray import UnplaceableJob, across_nodes
-from privsched.service.executors.ray_local import local_cluster
+from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_train import RankShape, combine, interface_of, rank_document, rank_refusal
-from privsched.service.resources import Placement
+from privsched.service.resources import Placement, Pool
+from privsched.service.serve import ServeOptions
+from privsched.spec import Resources
 from tests.support.ray import db, ended, serving, wait_until  # noqa: F401 -- db: the fixture
 
 NODE = {"CPU": 2.0, "GPU": 1.0, "memory": 4e9}
@@ -122,3 +131,86 @@ def test_a_two_worker_pipeline_trains_through_torchtrainer_charged_one_process_p
             for key in one.consumed:
                 assert np.allclose(two.consumed[key], one.consumed[key], rtol=0, atol=1e-12)
             assert client.audit().ok
+
+
+def _binds_when_confined(port: int) -> dict[int, int]:
+    """Which local ports a process confined as a rank across nodes (rendezvous ``port``)
+    may bind: port -> 0 when it may, else the errno."""
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            confine(Confinement(read=(), write=(), rendezvous_port=port))
+            found = {}
+            for wanted in (0, port, port + 1):
+                with socket.socket() as sock:
+                    try:
+                        sock.bind(("127.0.0.1", wanted))
+                        found[wanted] = 0
+                    except OSError as exc:
+                        found[wanted] = exc.errno
+            theirs.sendall(json.dumps(found).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    theirs.close()
+    answer = ours.recv(4096)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    return {int(k): v for k, v in json.loads(answer).items()}
+
+
+@pytest.mark.skipif(abi_version() < 4, reason="needs Landlock's TCP rules (ABI 4)")
+def test_a_rank_across_nodes_may_bind_only_its_rendezvous_port_and_an_ephemeral_one():
+    port = free_port()
+    assert _binds_when_confined(port) == {0: 0, port: 0, port + 1: errno.EACCES}
+
+
+def test_a_rank_across_nodes_keeps_the_host_network_and_no_other_job_does():
+    ctx = JobContext.from_json(json.dumps({**CONTEXT, "workers": 2, "rendezvous": RENDEZVOUS}))
+    rules = job_confinement({"job": {"kind": "dpsgd"}}, ctx, Path("/tmp/x"), network=False)
+    assert (rules.rendezvous_port, rules.loopback, rules.network) == (29400, False, False)
+    forked = job_confinement({"job": {"kind": "dpsgd"}}, JobContext.from_json(json.dumps({**CONTEXT, "workers": 2})), Path("/tmp/x"), False)
+    assert (forked.rendezvous_port, forked.loopback) == (None, True)
+
+
+CONTEXT = {
+    "pipeline_id": 7,
+    "name": "p",
+    "dataset": "d",
+    "accounting": {"accounting": "basic"},
+    "delta": 1e-7,
+    "blocks": [],
+    "device": "cpu",
+    "workdir": "/tmp/w",
+    "params": {},
+}
+CLUSTER = Pool(("0", "1"), 4.0, 8 * 10**9, nodes=((1.0, 2.0, 4 * 10**9), (1.0, 2.0, 4 * 10**9)))
+
+
+def test_ranks_no_node_holds_are_refused_at_submit_unless_the_scheduler_trains_across_nodes():
+    need = Resources(gpus=2)
+    assert CLUSTER.refusal(need, ranks=2) == (
+        "the job's 2 data-parallel ranks fit no single node of the cluster (largest: 1 GPU(s), 2 CPU(s)) "
+        "and the scheduler does not train across nodes (serve --train-across-nodes)"
+    )
+    assert replace(CLUSTER, across_nodes=True).refusal(need, ranks=2) is None
+    assert CLUSTER.refusal(Resources(workers=2), ranks=2) is None  # one node holds both
+
+
+def test_a_job_of_one_process_asking_for_gpus_no_node_holds_is_left_to_the_executor():
+    assert CLUSTER.refusal(Resources(gpus=2)) is None
+
+
+def test_more_ranks_than_the_cluster_has_are_refused_at_submit_even_across_nodes():
+    assert replace(CLUSTER, across_nodes=True).refusal(Resources(gpus=3), ranks=3) == "the job asks for 3 GPU(s) but the pool has 2"
+
+
+def test_the_recorded_pool_keeps_its_nodes_and_whether_ranks_train_across_them():
+    pool = replace(CLUSTER, across_nodes=True)
+    assert Pool.from_dict(json.loads(json.dumps(pool.to_dict()))) == pool
+
+
+def test_training_across_nodes_is_refused_for_the_local_executor_in_one_line():
+    with pytest.raises(ValueError, match="^--train-across-nodes applies to the ray executor only$"):
+        ServeOptions.parse(policy="fcfs", executor="local", train_across_nodes=True).check()

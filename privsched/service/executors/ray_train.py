@@ -28,6 +28,7 @@ import fcntl
 import json
 import math
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -44,6 +45,7 @@ from privsched.service.resources import Placement
 #: Environment variable carrying a job's :class:`RankShape` when its ranks train across nodes.
 RANKS_VARIABLE = "PRIVSCHED_RANKS"
 _SIOCGIFADDR = 0x8915  # netdevice(7): an interface's IPv4 address
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,14 @@ def _free_port(address: str) -> int:
         return int(sock.getsockname()[1])
 
 
+def _stop_with_parent() -> None:
+    """A rank's supervisor gets ``SIGTERM`` (it ends its job and says whether data was read)
+    when the Ray Train worker that started it dies: a stopped Ray job, a failed rank."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
 def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape) -> JobResult:
     """Supervise one rank's job on this node (``python -m privsched.jobs.runner``), without
     the node's secret variables and with thread pools sized to the rank's CPUs."""
@@ -142,7 +152,7 @@ def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape) -> JobRes
         context, result = Path(folder) / "context.json", Path(folder) / "result.json"
         context.write_text(json.dumps(document))
         command = [sys.executable, "-m", "privsched.jobs.runner", str(context), str(result), "--sandbox", sandbox]
-        done = subprocess.run(command, env=env, cwd=folder, check=False)
+        done = subprocess.run(command, env=env, cwd=folder, check=False, preexec_fn=_stop_with_parent)
         if result.exists():
             return JobResult.from_json(result.read_text())
     message = f"the supervisor of rank {document['rank']} exited with {done.returncode}"
