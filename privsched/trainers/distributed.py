@@ -284,7 +284,7 @@ class GroupRanks:
     def __init__(self, ctx: JobContext) -> None:
         assert ctx.rendezvous is not None
         self.world, self.rank, self.rendezvous = ctx.workers, ctx.rank, ctx.rendezvous
-        self.device = rank_device(ctx.device, 0)  # Ray gives each rank its own GPU as its first
+        self.device = rank_device(ctx.device, 0)  # each rank sees its own GPU only (ray_train.run_rank)
         self.sent = False
         self._group = network_group(self.rank, self.world, self.rendezvous, self.device)
 

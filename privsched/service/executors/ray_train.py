@@ -143,11 +143,14 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape) -> JobResult:
+def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape, gpus: list[str]) -> JobResult:
     """Supervise one rank's job on this node (``python -m privsched.jobs.runner``), without
-    the node's secret variables and with thread pools sized to the rank's CPUs."""
+    the node's secret variables, with thread pools sized to the rank's CPUs and, as its only
+    visible devices, the ``gpus`` Ray gave this worker (Ray Train shows every worker of a node
+    all of that node's workers' GPUs)."""
     threads = str(max(1, int(shape.cpus)))
     env = {**without_secrets(os.environ), "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
     with tempfile.TemporaryDirectory(prefix="privsched-rank-") as folder:
         context, result = Path(folder) / "context.json", Path(folder) / "result.json"
         context.write_text(json.dumps(document))
@@ -174,7 +177,8 @@ def _train_loop(config: dict[str, Any]) -> None:
     dist.broadcast_object_list(chosen, src=0)
     document = config["document"]
     own = document["workdir"] if rank == 0 and Path(document["workdir"]).parent.is_dir() else tempfile.mkdtemp(prefix="privsched-work-")
-    result = run_rank(rank_document(document, rank, chosen[0], own), config["sandbox"], RankShape.from_json(config["shape"]))
+    gpus = [str(g) for g in ray.get_gpu_ids()]
+    result = run_rank(rank_document(document, rank, chosen[0], own), config["sandbox"], RankShape.from_json(config["shape"]), gpus)
     results: list[Any] = [None] * world
     dist.all_gather_object(results, result.to_json())
     if rank == 0:
