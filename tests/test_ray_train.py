@@ -20,11 +20,13 @@ from privsched.jobs.runner import JobResult, job_confinement
 from privsched.jobs.sandbox import Confinement, abi_version, confine
 from privsched.service.executors.ray import UnplaceableJob, across_nodes
 from privsched.service.executors.ray_local import free_port, local_cluster
-from privsched.service.executors.ray_train import RankShape, combine, interface_of, rank_document, rank_refusal
+from privsched.service.executors.ray_train import STOPPED, RankShape, combine, interface_of, rank_document, rank_refusal, run_rank
 from privsched.service.resources import Placement, Pool
 from privsched.service.serve import ServeOptions
 from privsched.spec import Resources
+from tests.conftest import REPO
 from tests.support.ray import db, ended, serving, wait_until  # noqa: F401 -- db: the fixture
+from tests.test_supervisor import write_context
 
 NODE = {"CPU": 2.0, "GPU": 1.0, "memory": 4e9}
 
@@ -214,3 +216,22 @@ def test_the_recorded_pool_keeps_its_nodes_and_whether_ranks_train_across_them()
 def test_training_across_nodes_is_refused_for_the_local_executor_in_one_line():
     with pytest.raises(ValueError, match="^--train-across-nodes applies to the ray executor only$"):
         ServeOptions.parse(policy="fcfs", executor="local", train_across_nodes=True).check()
+
+
+def test_a_rank_stopped_as_another_failed_does_not_hide_the_first_failure():
+    stopped = JobResult(7, False, touched_data=True, message=f"{STOPPED}: the job was stopped (signal 15) before it ended")
+    result = combine([stopped, JobResult(7, False, message="boom")])
+    assert (result.completed, result.touched_data, result.message) == (False, True, "data-parallel rank 1 failed: boom")
+
+
+@pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock sandbox")
+def test_a_ranks_supervisor_is_stopped_once_another_rank_failed_and_its_job_is_charged_nothing_before_its_data(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    context = write_context(tmp_path, {"function": "tests.sandbox_jobs:waits", "pythonpath": [str(REPO)]}, {"d1": str(tmp_path / "d1")})
+    document = json.loads(context.read_text())
+    started = Path(document["workdir"], "started")
+    result = run_rank(document | {"rank": 1}, "landlock", RankShape(2, 0.0, 1.0, 0), [], stop=started.exists)
+    assert (result.completed, result.touched_data) == (False, False)
+    assert result.message == f"{STOPPED}: the job was stopped (signal 15) before it ended"

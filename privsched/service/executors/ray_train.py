@@ -14,10 +14,12 @@ whose loop (:func:`_train_loop`) is privsched's, never the job's:
    holds the granted blocks; every other rank's names no block location, so its supervisor
    could not open data if its job asked (the first rank sends it its share over the process
    group, :class:`privsched.trainers.distributed.GroupRanks`);
-3. the workers gather their supervisors' results; the first sends the driver (a Ray queue)
-   :func:`combine` of them, the first rank's result (its supervisor measured the charge, as for one process), failed
-   if any rank failed. The entry prints it as the job's result; only the scheduler opens the
-   ledger.
+3. a rank whose supervisor ends failed says so (a Ray queue), and the others stop their
+   supervisors (``SIGTERM``) rather than wait for it at the rendezvous or a collective;
+4. the workers gather their supervisors' results; the first sends the driver (a Ray queue)
+   :func:`combine` of them, the first rank's result (its supervisor measured the charge, as
+   for one process), failed if any rank failed. The entry prints it as the job's result;
+   only the scheduler opens the ledger.
 
 ``ray.train`` is imported only here, in the Ray job's driver and its workers.
 """
@@ -34,7 +36,8 @@ import struct
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,10 @@ from privsched.service.resources import Placement
 RANKS_VARIABLE = "PRIVSCHED_RANKS"
 _SIOCGIFADDR = 0x8915  # netdevice(7): an interface's IPv4 address
 _PR_SET_PDEATHSIG = 1
+#: How a rank's failure begins when it was stopped because another rank failed.
+STOPPED = "stopped as another rank failed"
+#: Seconds between looks at whether another rank failed.
+POLL_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -106,13 +113,17 @@ def rank_document(document: dict[str, Any], rank: int, rendezvous: dict[str, Any
 
 def combine(results: list[JobResult]) -> JobResult:
     """The job's result from its ranks' (in rank order): the first rank's, which measured
-    the charge; failed, its data as the first rank's supervisor saw it, if another rank failed."""
+    the charge, when every rank completed; else failed, with the reason of a rank that failed
+    on its own (not one :data:`STOPPED` for another), its data as the first rank's supervisor saw it."""
     first = results[0]
-    for rank, other in enumerate(results[1:], start=1):
-        if not other.completed:
-            message = f"data-parallel rank {rank} failed: {other.message}"[:500]
-            return JobResult(first.pipeline_id, False, touched_data=first.touched_data, message=message, first_access=first.first_access)
-    return first
+    failed = [(rank, r) for rank, r in enumerate(results) if not r.completed]
+    if not failed:
+        return first
+    rank, cause = min(failed, key=lambda f: f[1].message.startswith(STOPPED))
+    message = (cause.message if rank == 0 else f"data-parallel rank {rank} failed: {cause.message}")[:500]
+    return JobResult(
+        first.pipeline_id, False, touched_data=first.touched_data, message=message, first_access=first.first_access, releases=first.releases
+    )
 
 
 def interface_of(address: str) -> str:
@@ -143,27 +154,38 @@ def _stop_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape, gpus: list[str]) -> JobResult:
+def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape, gpus: list[str], stop: Callable[[], bool]) -> JobResult:
     """Supervise one rank's job on this node (``python -m privsched.jobs.runner``), without
     the node's secret variables, with thread pools sized to the rank's CPUs and, as its only
     visible devices, the ``gpus`` Ray gave this worker (Ray Train shows every worker of a node
-    all of that node's workers' GPUs)."""
+    all of that node's workers' GPUs). Once ``stop()`` holds (another rank failed), the
+    supervisor is sent ``SIGTERM``: it ends its job and says whether data was read."""
     threads = str(max(1, int(shape.cpus)))
     env = {**without_secrets(os.environ), "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "OPENBLAS_NUM_THREADS": threads}
     env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    stopped = False
     with tempfile.TemporaryDirectory(prefix="privsched-rank-") as folder:
         context, result = Path(folder) / "context.json", Path(folder) / "result.json"
         context.write_text(json.dumps(document))
         command = [sys.executable, "-m", "privsched.jobs.runner", str(context), str(result), "--sandbox", sandbox]
-        done = subprocess.run(command, env=env, cwd=folder, check=False, preexec_fn=_stop_with_parent)
+        supervisor = subprocess.Popen(command, env=env, cwd=folder, preexec_fn=_stop_with_parent)
+        while supervisor.poll() is None:
+            if not stopped and stop():
+                supervisor.terminate()
+                stopped = True
+            try:
+                supervisor.wait(timeout=POLL_SECONDS)
+            except subprocess.TimeoutExpired:
+                pass
         if result.exists():
-            return JobResult.from_json(result.read_text())
-    message = f"the supervisor of rank {document['rank']} exited with {done.returncode}"
+            ended = JobResult.from_json(result.read_text())
+            return replace(ended, message=f"{STOPPED}: {ended.message}") if stopped and not ended.completed else ended
+    message = f"the supervisor of rank {document['rank']} exited with {supervisor.returncode}"
     return JobResult(int(document["pipeline_id"]), False, message=message)
 
 
 def _train_loop(config: dict[str, Any]) -> None:
-    """One Ray Train worker: the module docstring's steps 1 to 3."""
+    """One Ray Train worker: the module docstring's steps 1 to 4."""
     import ray
     import ray.train
     import torch.distributed as dist
@@ -178,7 +200,11 @@ def _train_loop(config: dict[str, Any]) -> None:
     document = config["document"]
     own = document["workdir"] if rank == 0 and Path(document["workdir"]).parent.is_dir() else tempfile.mkdtemp(prefix="privsched-work-")
     gpus = [str(g) for g in ray.get_gpu_ids()]
-    result = run_rank(rank_document(document, rank, chosen[0], own), config["sandbox"], RankShape.from_json(config["shape"]), gpus)
+    failures = config["failures"]
+    ranked = rank_document(document, rank, chosen[0], own)
+    result = run_rank(ranked, config["sandbox"], RankShape.from_json(config["shape"]), gpus, lambda: failures.qsize() > 0)
+    if not result.completed:
+        failures.put_nowait(rank)  # the others stop rather than wait for it at the rendezvous or a collective
     results: list[Any] = [None] * world
     dist.all_gather_object(results, result.to_json())
     if rank == 0:
@@ -199,10 +225,17 @@ def run_across_nodes(document: dict[str, Any], shape: RankShape, sandbox: str) -
     ray.init(runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))}})
     try:
         results = Queue(maxsize=1, actor_options={"num_cpus": 0})
+        failures = Queue(actor_options={"num_cpus": 0})
         with tempfile.TemporaryDirectory(prefix="privsched-train-") as storage:
             trainer = TorchTrainer(
                 _train_loop,
-                train_loop_config={"document": document, "sandbox": sandbox, "shape": shape.to_json(), "results": results},
+                train_loop_config={
+                    "document": document,
+                    "sandbox": sandbox,
+                    "shape": shape.to_json(),
+                    "results": results,
+                    "failures": failures,
+                },
                 scaling_config=ScalingConfig(num_workers=shape.workers, use_gpu=shape.gpus > 0, resources_per_worker=shape.resources()),
                 torch_config=TorchConfig(backend="gloo"),
                 run_config=RunConfig(name=f"privsched-{pipeline_id}", storage_path=storage, failure_config=FailureConfig(max_failures=0)),
