@@ -235,3 +235,9 @@ def test_a_ranks_supervisor_is_stopped_once_another_rank_failed_and_its_job_is_c
     result = run_rank(document | {"rank": 1}, "landlock", RankShape(2, 0.0, 1.0, 0), [], stop=started.exists)
     assert (result.completed, result.touched_data) == (False, False)
     assert result.message == f"{STOPPED}: the job was stopped (signal 15) before it ended"
+
+
+def test_serve_refuses_training_across_nodes_without_the_ray_executor_in_one_line(run_cli, tmp_path: Path):
+    served = run_cli("serve", "--train-across-nodes", "--until-idle", "--sandbox", "none", env={"PRIVSCHED_DB": str(tmp_path / "p.db")})
+    assert (served.returncode, served.stderr) == (1, "error: --train-across-nodes applies to the ray executor only\n")
+    assert not (tmp_path / "p.db").exists()
