@@ -241,3 +241,17 @@ def test_serve_refuses_training_across_nodes_without_the_ray_executor_in_one_lin
     served = run_cli("serve", "--train-across-nodes", "--until-idle", "--sandbox", "none", env={"PRIVSCHED_DB": str(tmp_path / "p.db")})
     assert (served.returncode, served.stderr) == (1, "error: --train-across-nodes applies to the ray executor only\n")
     assert not (tmp_path / "p.db").exists()
+
+
+@pytest.mark.skipif(abi_version() == 0, reason="this kernel offers no Landlock sandbox")
+def test_a_rank_other_than_the_first_cannot_read_its_jobs_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    (tmp_path / "d1").write_bytes(b"rows")
+    job = {"function": "tests.sandbox_jobs:reads_block_files", "pythonpath": [str(REPO)]}
+    document = json.loads(write_context(tmp_path / "job", job, {"d1": str(tmp_path / "d1")}).read_text())
+    first, other = (rank_document(document, rank, RENDEZVOUS, document["workdir"]) for rank in (0, 1))
+    shape = RankShape(2, 0.0, 1.0, 0)
+    assert run_rank(first, "landlock", shape, [], stop=lambda: False).metrics["sizes"] == {"": 4}  # a one-file block
+    refused = run_rank(other, "landlock", shape, [], stop=lambda: False)
+    assert (refused.completed, refused.touched_data) == (False, False)
+    assert refused.message.endswith("KeyError: \"block 'd1' is not granted\""), refused.message
