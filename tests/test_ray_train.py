@@ -255,3 +255,16 @@ def test_a_rank_other_than_the_first_cannot_read_its_jobs_blocks(tmp_path: Path,
     refused = run_rank(other, "landlock", shape, [], stop=lambda: False)
     assert (refused.completed, refused.touched_data) == (False, False)
     assert refused.message.endswith("KeyError: \"block 'd1' is not granted\""), refused.message
+
+
+@pytest.mark.slow
+def test_ranks_no_node_holds_train_across_two_nodes(db: Path):
+    job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}
+    spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
+    with local_cluster(cpus=1, memory=2 * 10**9, nodes=(1,)) as address:
+        with serving(db, address, train_across_nodes=True) as check, connect(db) as client:
+            assert [node[1] for node in client.runs.recorded_pool().nodes] == [1.0, 1.0]
+            run = client.submit({**spec, "resources": {"workers": 2}})
+            wait_until(ended(client, run.id), check)
+            assert run.status == "completed", f"{run.message}\n{client.runs.log(run.id).read_text()[-3000:]}"
+            assert run.metrics["workers"] == 2 and client.audit().ok
