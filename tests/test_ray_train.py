@@ -268,3 +268,7 @@ def test_ranks_no_node_holds_train_across_two_nodes(db: Path):
             wait_until(ended(client, run.id), check)
             assert run.status == "completed", f"{run.message}\n{client.runs.log(run.id).read_text()[-3000:]}"
             assert run.metrics["workers"] == 2 and client.audit().ok
+
+
+def test_a_job_of_one_process_holds_its_fraction_of_a_cpu():
+    assert Resources(cpus=0.5).held_cpus == 0.5
