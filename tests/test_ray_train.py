@@ -22,7 +22,7 @@ from privsched.service.executors.ray import UnplaceableJob, across_nodes
 from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_train import STOPPED, RankShape, combine, interface_of, rank_document, rank_refusal, run_rank
 from privsched.service.resources import Placement, Pool
-from privsched.service.serve import ServeOptions
+from privsched.service.serve import ServeOptions, Startup
 from privsched.spec import Resources
 from tests.conftest import REPO
 from tests.support.ray import db, ended, serving, wait_until  # noqa: F401 -- db: the fixture
@@ -272,3 +272,10 @@ def test_ranks_no_node_holds_train_across_two_nodes(db: Path):
 
 def test_a_job_of_one_process_holds_its_fraction_of_a_cpu():
     assert Resources(cpus=0.5).held_cpus == 0.5
+
+
+def test_serve_says_at_start_that_ranks_train_across_the_clusters_nodes():
+    startup = Startup(Path("p.db"), ServeOptions.parse(policy="fcfs").policy_spec(), replace(CLUSTER, across_nodes=True), "ray", "landlock")
+    pool, executor = startup.lines(None)[2:4]
+    assert pool == "  pool      4 CPUs, 7.45 GiB memory, GPUs 0,1 (2 nodes)"
+    assert executor == "  executor  ray, ranks across nodes, sandbox landlock"

@@ -424,11 +424,12 @@ class Startup:
         """The start-up summary ``privsched serve`` prints, with the API's address (None: no API)."""
         params = ", ".join(f"{key}={value}" for key, value in self.policy.params.items())
         gpus = ",".join(self.pool.gpus) or "none"
+        nodes = f" ({len(self.pool.nodes)} nodes)" if len(self.pool.nodes) > 1 else ""
         return [
             f"serving {self.db}",
             f"  policy    {self.policy.name} ({params})",
-            f"  pool      {self.pool.cpus:g} CPUs, {self.pool.memory / 2**30:.3g} GiB memory, GPUs {gpus}",
-            f"  executor  {self.executor}, sandbox {self.sandbox}",
+            f"  pool      {self.pool.cpus:g} CPUs, {self.pool.memory / 2**30:.3g} GiB memory, GPUs {gpus}{nodes}",
+            f"  executor  {self.executor}{', ranks across nodes' if self.pool.across_nodes else ''}, sandbox {self.sandbox}",
             f"  HTTP API  {api or 'none'}",
         ]
 
