@@ -184,6 +184,13 @@ def run_rank(document: dict[str, Any], sandbox: str, shape: RankShape, gpus: lis
     return JobResult(int(document["pipeline_id"]), False, message=message)
 
 
+def _work_folder(workdir: str) -> str:
+    """The first rank's work folder, where the job's outputs go: its run folder where this node
+    has it, else a folder of this node that stays (as a one-process Ray job's own folder does).
+    The other ranks write nothing to keep: theirs is removed."""
+    return workdir if Path(workdir).parent.is_dir() else tempfile.mkdtemp(prefix="privsched-work-")
+
+
 def _train_loop(config: dict[str, Any]) -> None:
     """One Ray Train worker: the module docstring's steps 1 to 4."""
     import ray
@@ -197,12 +204,11 @@ def _train_loop(config: dict[str, Any]) -> None:
         address = ray.util.get_node_ip_address()
         chosen = [{"address": address, "port": _free_port(address), "interface": interface_of(address)}]
     dist.broadcast_object_list(chosen, src=0)
-    document = config["document"]
-    own = document["workdir"] if rank == 0 and Path(document["workdir"]).parent.is_dir() else tempfile.mkdtemp(prefix="privsched-work-")
+    document, failures = config["document"], config["failures"]
     gpus = [str(g) for g in ray.get_gpu_ids()]
-    failures = config["failures"]
-    ranked = rank_document(document, rank, chosen[0], own)
-    result = run_rank(ranked, config["sandbox"], RankShape.from_json(config["shape"]), gpus, lambda: failures.qsize() > 0)
+    with tempfile.TemporaryDirectory(prefix="privsched-work-") as spare:
+        ranked = rank_document(document, rank, chosen[0], _work_folder(document["workdir"]) if rank == 0 else spare)
+        result = run_rank(ranked, config["sandbox"], RankShape.from_json(config["shape"]), gpus, lambda: failures.qsize() > 0)
     if not result.completed:
         failures.put_nowait(rank)  # the others stop rather than wait for it at the rendezvous or a collective
     results: list[Any] = [None] * world
