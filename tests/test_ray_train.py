@@ -18,6 +18,7 @@ from privsched import connect
 from privsched.jobs.context import JobContext
 from privsched.jobs.runner import JobResult, job_confinement
 from privsched.jobs.sandbox import Confinement, abi_version, confine
+from privsched.ledger import LedgerError
 from privsched.service.executors.ray import UnplaceableJob, across_nodes
 from privsched.service.executors.ray_local import free_port, local_cluster
 from privsched.service.executors.ray_train import STOPPED, RankShape, combine, interface_of, rank_document, rank_refusal, run_rank
@@ -279,3 +280,18 @@ def test_serve_says_at_start_that_ranks_train_across_the_clusters_nodes():
     pool, executor = startup.lines(None)[2:4]
     assert pool == "  pool      4 CPUs, 7.45 GiB memory, GPUs 0,1 (2 nodes)"
     assert executor == "  executor  ray, ranks across nodes, sandbox landlock"
+
+
+def test_a_submission_whose_ranks_no_node_holds_is_refused_in_one_line_and_nothing_is_written(db: Path, dump_db):
+    with connect(db) as client:
+        client.runs.record_pool(CLUSTER)  # as a scheduler serving on a cluster of two 1-GPU nodes records it
+        before = dump_db(db)
+        job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1}}
+        spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
+        with pytest.raises(LedgerError) as refused:
+            client.submit({**spec, "resources": {"gpus": 2}})
+    assert str(refused.value).endswith(
+        "the job's 2 data-parallel ranks fit no single node of the cluster (largest: 1 GPU(s), 2 CPU(s)) "
+        "and the scheduler does not train across nodes (serve --train-across-nodes)"
+    )
+    assert "\n" not in str(refused.value) and dump_db(db) == before
