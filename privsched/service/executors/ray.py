@@ -12,9 +12,10 @@ share the fate of their driver, so a scheduler restart would kill every running 
   ``CUDA_VISIBLE_DEVICES`` to them. Before submitting, the request is checked against every
   alive node's total resources: one that no node can ever hold is refused
   (:class:`UnplaceableJob`) instead of waiting on the cluster forever.
-- **Across nodes.** A data-parallel DP-SGD job (``workers`` > 1) whose ranks no node holds,
-  or every one when the operator asks for it (``train_across_nodes``), runs as Ray Train's
-  ``TorchTrainer``, one confined rank per worker (:mod:`.ray_train`, :func:`across_nodes`).
+- **Across nodes.** With the operator's ``train_across_nodes``, a data-parallel DP-SGD job
+  (``workers`` > 1) runs as Ray Train's ``TorchTrainer``, one confined rank per worker,
+  wherever Ray places them (:mod:`.ray_train`, :func:`across_nodes`); without it, one whose
+  ranks no node holds is refused.
 - **Context and result.** The job's context travels in the submission's environment and
   its result comes back as a marked line of its output (:mod:`.ray_entry`): workers never
   open the database. The result is also written to the run folder's result file.
@@ -157,11 +158,11 @@ def cluster_pool(nodes: list[dict[str, float]]) -> Pool:
 
 
 def across_nodes(placement: Placement, workers: int, nodes: list[dict[str, float]], allowed: bool) -> RankShape | None:
-    """How a data-parallel job of ``workers`` ranks trains across nodes (Ray Train, :mod:`.ray_train`),
-    or None when it runs as one Ray job on one node: its ranks train across nodes when the
-    operator asks for it always (``allowed``) or when no node holds them all. Raises
-    :class:`UnplaceableJob` for ranks that must go across nodes without the operator's leave,
-    or more ranks than the alive nodes can hold."""
+    """How a job of ``workers`` ranks trains across nodes (Ray Train, :mod:`.ray_train`), or
+    None when it runs as one Ray job on one node: a data-parallel job's ranks train across
+    nodes whenever the operator allows it (``allowed``). Raises :class:`UnplaceableJob` for a
+    job no node holds, unless its ranks may go across nodes, and for more ranks than the
+    alive nodes can hold at once."""
     one_node = node_refusal(placement, nodes)
     if workers < 2 or not (allowed or one_node):
         if one_node:
