@@ -402,12 +402,12 @@ class Client(BudgetReads):
         from privsched.service.cache import with_cached_answer
         from privsched.service.dryrun import dry_run
         from privsched.service.reuse import reusable_source
-        from privsched.service.submissions import build_request, checked_code
+        from privsched.service.submissions import build_request, checked_code, ranks
 
         parsed = self._declared_bounds(self._spec(spec))
         dataset = self.ledger.get_dataset(parsed.dataset)
         blocks = self.ledger.list_blocks(parsed.dataset)
-        compute = self.pool().refusal(parsed.resources)
+        compute = self.pool().refusal(parsed.resources, ranks(parsed))
         build_request(parsed, dataset, blocks, None, owner)  # its own errors before the costly check
         request = build_request(checked_code(parsed, self._protected()), dataset, blocks, None, owner)
         quota = None if team is None else self._quota(dataset, blocks, team)

@@ -260,8 +260,9 @@ class Resources(_Model):
 
     @property
     def held_cpus(self) -> float:
-        """The CPUs the job holds: its ``cpus``, and at least one per CPU worker."""
-        return max(self.cpus, float(self.workers))
+        """The CPUs the job holds: its ``cpus``, and at least one per CPU worker of a
+        data-parallel job (a job of one process holds its ``cpus``, a fraction of one too)."""
+        return max(self.cpus, float(self.workers)) if self.workers > 1 else self.cpus
 
     def describe(self) -> str:
         memory = f", {self.memory / 2**30:.3g} GiB" if self.memory else ""

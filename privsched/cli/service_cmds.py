@@ -300,6 +300,10 @@ def serve(
     allow_network: Annotated[
         bool, typer.Option("--allow-network", help="Let jobs that ask for it (job.network) open TCP connections.")
     ] = False,
+    train_across_nodes: Annotated[
+        bool,
+        typer.Option("--train-across-nodes", help="Ray executor: data-parallel DP-SGD trains across nodes with Ray Train."),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the final summary.")] = False,
     listen: Annotated[
         Optional[str],
@@ -338,6 +342,7 @@ def serve(
             ray_address=ray_address,
             sandbox=sandbox,
             allow_network=allow_network,
+            train_across_nodes=train_across_nodes,
         )
         options.check()  # before the API or any job starts
     stop = threading.Event()

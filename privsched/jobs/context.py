@@ -82,6 +82,10 @@ class JobContext:
     blocks: dict[str, BlockGrant]  # the granted blocks: key -> grant (and location, the supervisor's copy only)
     device: str = "cpu"  # "cuda" when the job was placed on a GPU
     workers: int = 1  # data-parallel DP-SGD processes (one per GPU, or CPU workers)
+    rank: int = 0  # this process's rank among ``workers`` when they run across nodes
+    #: Where ranks across nodes meet (privsched's choice): ``{"address", "port", "interface"}``
+    #: of the first rank's node; None when one process forks all of them (one host).
+    rendezvous: dict[str, Any] | None = None
     workdir: Path = field(default_factory=lambda: Path("."))  # the job's own writable work folder
     params: dict[str, Any] = field(default_factory=dict)  # the job's parameters (a built-in job's: its kind too)
     plan: Mechanism | None = None  # the mechanism the ledger charged (its demand is this curve or more)
@@ -223,6 +227,8 @@ class JobContext:
             "blocks": [{"key": b.key, "location": b.location, "grant": b.grant.tolist()} for b in self.blocks.values()],
             "device": self.device,
             "workers": self.workers,
+            "rank": self.rank,
+            "rendezvous": self.rendezvous,
             "workdir": str(self.workdir),
             "params": self.params,
             "plan": None if self.plan is None else json.loads(mechanism_json(self.plan)),
@@ -246,6 +252,8 @@ class JobContext:
             blocks={b["key"]: BlockGrant(b["key"], b["location"], np.asarray(b["grant"], dtype=float)) for b in data["blocks"]},
             device=data["device"],
             workers=int(data.get("workers", 1)),
+            rank=int(data.get("rank", 0)),
+            rendezvous=data.get("rendezvous"),
             workdir=Path(data["workdir"]),
             params=data["params"],
             plan=None if data.get("plan") is None else parse_mechanism(data["plan"]),

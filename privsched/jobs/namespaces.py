@@ -238,7 +238,8 @@ def isolate(rules: Confinement, root: Path, workdir: Path) -> None:
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
         _libc().prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # a change of uid made /proc/self root's
-    _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if rules.network else CLONE_NEWNET))
+    host_network = rules.network or rules.rendezvous_port is not None  # a rank across nodes reaches the others' hosts
+    _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | (0 if host_network else CLONE_NEWNET))
     _map_self(uid, gid)
     if rules.loopback and not rules.network:
         loopback_up()

@@ -188,7 +188,10 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     """What a job may reach: the Python environment, privsched, the job's code (its module's
     file or its top-level package, while its ``pythonpath`` folders may only be listed), its
     work folder and private tmp (``private/tmp``). No block: every job, built-in or not,
-    reads its data through descriptors its supervisor passes (:mod:`privsched.jobs.primitives`)."""
+    reads its data through descriptors its supervisor passes (:mod:`privsched.jobs.primitives`).
+    Data-parallel processes of one job meet over its own namespace's loopback; a rank across
+    nodes (a context with a ``rendezvous``) keeps the host network, TCP bind only on the
+    rendezvous port and ephemeral ports (docs/sandbox.md)."""
     job = document["job"]
     pythonpath = [str(Path(p).resolve()) for p in job.get("pythonpath", ())]
     package = Path(__file__).resolve().parents[1]
@@ -198,7 +201,9 @@ def job_confinement(document: dict[str, Any], ctx: JobContext, private: Path, ne
     read += _code_roots(str(job.get("function") or ""), pythonpath)
     listable = (*pythonpath, checkout) if checkout else tuple(pythonpath)
     write = (str(ctx.workdir), str(private / "tmp"))
-    return Confinement(read=tuple(read), write=write, listable=listable, network=network, loopback=ctx.workers > 1)
+    port = None if ctx.rendezvous is None else int(ctx.rendezvous["port"])
+    loopback = ctx.workers > 1 and port is None
+    return Confinement(read=tuple(read), write=write, listable=listable, network=network, loopback=loopback, rendezvous_port=port)
 
 
 def _source_checkout(package: Path) -> str | None:

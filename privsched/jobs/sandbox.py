@@ -80,6 +80,11 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
 def _libc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -127,6 +132,10 @@ class Confinement:
     #: Data-parallel jobs: the job's own network namespace gets its loopback up, and TCP is
     #: left to that namespace (it reaches the job's own processes only), for gloo's transport.
     loopback: bool = False
+    #: A data-parallel rank on another host's reach (docs/sandbox.md, "Ranks across nodes"): the
+    #: job keeps the host's network namespace; TCP connect stays allowed, TCP bind only on this
+    #: port (the rendezvous privsched chose) and on port 0 (an ephemeral port, gloo's listeners).
+    rendezvous_port: int | None = None
     devices: tuple[str, ...] = field(default_factory=lambda: DEVICES + gpu_devices())  # read, write, ioctl
 
 
@@ -160,7 +169,9 @@ def confine(rules: Confinement) -> int:
     assert libc is not None
     fs = _FS_BY_ABI[min(abi, 5)]
     attr = _RulesetAttr(fs, 0, 0)
-    if abi >= 4 and not (rules.network or rules.loopback):
+    if abi >= 4 and rules.rendezvous_port is not None and not rules.network:
+        attr.handled_access_net = NET_BIND_TCP
+    elif abi >= 4 and not (rules.network or rules.loopback):
         attr.handled_access_net = NET_BIND_TCP | NET_CONNECT_TCP
     if abi >= 6:
         attr.scoped = SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
@@ -177,6 +188,10 @@ def confine(rules: Confinement) -> int:
         grants += [(p, FS_READ_DIR) for p in rules.listable]
         for path, access in grants:
             _add_path(libc, ruleset, path, access & fs)
+        if attr.handled_access_net == NET_BIND_TCP:
+            assert rules.rendezvous_port is not None  # set just above
+            for port in sorted({0, rules.rendezvous_port}):
+                _add_port(libc, ruleset, port, NET_BIND_TCP)
         _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         _check(libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(ruleset), ctypes.c_uint32(0)), "restrict_self")
     finally:
@@ -205,6 +220,16 @@ def _add_path(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
         )
     finally:
         os.close(fd)
+
+
+def _add_port(libc: ctypes.CDLL, ruleset: int, port: int, access: int) -> None:
+    rule = _NetPortAttr(access, port)
+    _check(
+        libc.syscall(
+            ctypes.c_long(_SYS_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT), ctypes.byref(rule), ctypes.c_uint32(0)
+        ),
+        f"add_rule(port {port})",
+    )
 
 
 def python_roots() -> list[str]:

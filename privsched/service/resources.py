@@ -30,9 +30,22 @@ class Pool:
     gpus: tuple[str, ...]
     cpus: float
     memory: int
+    #: A cluster's alive nodes as (GPUs, CPUs, memory) each; empty for one machine.
+    nodes: tuple[tuple[float, float, int], ...] = ()
+    #: Whether data-parallel ranks may train across those nodes (``serve --train-across-nodes``).
+    across_nodes: bool = False
 
-    def refusal(self, need: Resources) -> str | None:
-        """Why a job can never run on this pool, or None if it fits the empty pool."""
+    def refusal(self, need: Resources, ranks: int = 1) -> str | None:
+        """Why a job can never run on this pool, or None if it fits the empty pool: more than
+        the pool has, or ``ranks`` > 1 data-parallel ranks that no node holds together where
+        they may not train across nodes."""
+        if ranks > 1 and self.nodes and not self.across_nodes:
+            largest = max(self.nodes)
+            if not any(g >= need.gpus and c >= need.held_cpus and m >= need.memory for g, c, m in self.nodes):
+                return (
+                    f"the job's {ranks} data-parallel ranks fit no single node of the cluster (largest: {largest[0]:g} "
+                    f"GPU(s), {largest[1]:g} CPU(s)) and the scheduler does not train across nodes (serve --train-across-nodes)"
+                )
         short = []
         if need.gpus > len(self.gpus):
             short.append(f"{need.gpus} GPU(s) but the pool has {len(self.gpus)}")
@@ -44,11 +57,12 @@ class Pool:
         return "the job asks for " + " and ".join(short) if short else None
 
     def to_dict(self) -> dict:
-        return {"gpus": list(self.gpus), "cpus": self.cpus, "memory": self.memory}
+        return {"gpus": list(self.gpus), "cpus": self.cpus, "memory": self.memory, "nodes": self.nodes, "across_nodes": self.across_nodes}
 
     @classmethod
     def from_dict(cls, data: dict) -> Pool:
-        return cls(tuple(str(g) for g in data["gpus"]), float(data["cpus"]), int(data["memory"]))
+        nodes = tuple((float(g), float(c), int(m)) for g, c, m in data.get("nodes", ()))
+        return cls(tuple(str(g) for g in data["gpus"]), float(data["cpus"]), int(data["memory"]), nodes, bool(data.get("across_nodes")))
 
 
 def detect_gpus() -> tuple[str, ...]:

@@ -335,6 +335,7 @@ class ServeOptions:
     ray_address: str | None = None  # the Ray dashboard's address (default: $RAY_ADDRESS, else this machine)
     sandbox: str | None = None  # job confinement: landlock or none (default: $PRIVSCHED_SANDBOX, else landlock)
     allow_network: bool = False  # let jobs that ask for it (job.network) open TCP connections
+    train_across_nodes: bool = False  # ray: data-parallel DP-SGD trains with Ray Train across nodes
 
     @classmethod
     def parse(cls, **options: Any) -> ServeOptions:
@@ -367,6 +368,8 @@ class ServeOptions:
             raise ValueError(f"the tick must be a positive duration, got {self.tick!r}")
         self.policy_spec()
         make_pool(self.gpus, self.cpus, self.memory)
+        if self.train_across_nodes and self.executor != "ray":
+            raise ValueError("--train-across-nodes applies to the ray executor only")
 
 
 def serve_with(
@@ -391,7 +394,8 @@ def serve_with(
             require_sandbox(mode)
         except SandboxError as exc:
             raise ServiceError(str(exc)) from None
-    runner = make_executor(options.executor, options.ray_address, sandbox=mode, allow_network=options.allow_network)
+    network, across = options.allow_network, options.train_across_nodes
+    runner = make_executor(options.executor, options.ray_address, sandbox=mode, allow_network=network, train_across_nodes=across)
     pool = runner.pool(options.gpus, options.cpus, options.memory)
     return serve(
         db_path,
@@ -420,11 +424,12 @@ class Startup:
         """The start-up summary ``privsched serve`` prints, with the API's address (None: no API)."""
         params = ", ".join(f"{key}={value}" for key, value in self.policy.params.items())
         gpus = ",".join(self.pool.gpus) or "none"
+        nodes = f" ({len(self.pool.nodes)} nodes)" if len(self.pool.nodes) > 1 else ""
         return [
             f"serving {self.db}",
             f"  policy    {self.policy.name} ({params})",
-            f"  pool      {self.pool.cpus:g} CPUs, {self.pool.memory / 2**30:.3g} GiB memory, GPUs {gpus}",
-            f"  executor  {self.executor}, sandbox {self.sandbox}",
+            f"  pool      {self.pool.cpus:g} CPUs, {self.pool.memory / 2**30:.3g} GiB memory, GPUs {gpus}{nodes}",
+            f"  executor  {self.executor}{', ranks across nodes' if self.pool.across_nodes else ''}, sandbox {self.sandbox}",
             f"  HTTP API  {api or 'none'}",
         ]
 

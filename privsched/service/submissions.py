@@ -104,6 +104,11 @@ def memory_problem(spec: PipelineSpec, selected: list[BlockInfo]) -> str | None:
     return training_memory_problem(job, spec.resources.memory, spec.resources.processes, known)
 
 
+def ranks(spec: PipelineSpec) -> int:
+    """The data-parallel processes the pipeline's job trains on (one for any job but DP-SGD)."""
+    return spec.resources.processes if spec.job.kind == "dpsgd" else 1
+
+
 def build_request(
     spec: PipelineSpec, dataset: DatasetInfo, blocks: list[BlockInfo], pool: Pool | None, owner: str | None = None
 ) -> PipelineRequest:
@@ -112,7 +117,7 @@ def build_request(
     keys). Any problem raises :class:`LedgerError` with one line; nothing is written."""
     try:
         keys = select_blocks(spec.blocks, [b.key for b in blocks], [b.key for b in blocks if b.state == "active"])
-        if pool is not None and (refusal := pool.refusal(spec.resources)) is not None:
+        if pool is not None and (refusal := pool.refusal(spec.resources, ranks(spec))) is not None:
             raise SpecError(refusal)
         mechanism = demand_mechanism(spec, dataset)
         demand = demand_vector(mechanism, dataset.accounting)

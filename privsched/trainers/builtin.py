@@ -81,11 +81,20 @@ def run_builtin(ctx: JobContext) -> None:
         plan = charged_plan(spec, mechanism, ctx.delta)
         from privsched.trainers.dpsgd import run_dpsgd
 
-        if ctx.workers > 1:  # data-parallel: the other processes are forked before any torch work
-            from privsched.trainers.distributed import Ranks
+        if ctx.workers > 1 and ctx.rendezvous is not None:  # one rank of several across nodes
+            from privsched.trainers.distributed import GroupRanks, check_parallel
+
+            with GroupRanks(ctx) as group:
+                if group.rank == 0:
+                    check_parallel(spec, ctx)
+                    run_dpsgd(ctx, spec, plan, group)
+                else:
+                    group.serve()
+        elif ctx.workers > 1:  # data-parallel: the other processes are forked before any torch work
+            from privsched.trainers.distributed import Ranks, check_parallel
 
             with Ranks.start(ctx.workers, ctx.device) as ranks:
-                ranks.check(spec, ctx)
+                check_parallel(spec, ctx)
                 run_dpsgd(ctx, spec, plan, ranks)
         else:
             run_dpsgd(ctx, spec, plan)

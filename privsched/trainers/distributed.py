@@ -20,6 +20,15 @@ network namespace; they meet through a ``FileStore`` in that tmp, and gloo's (or
 NCCL's) transport runs over the namespace's own loopback (docs/sandbox.md). Only the first
 process reads data (through the supervisor, as a one-process job does); it sends each other
 process its share and the plan over a socket pair.
+
+On the Ray executor, ranks that run across nodes (Ray Train's ``TorchTrainer``,
+:mod:`privsched.service.executors.ray_train`) are each a confined job process of their own
+under a supervisor on their node: :class:`GroupRanks`. They meet at the address and port
+privsched chose (``ctx.rendezvous``, a TCP store on the first rank's node), over the host
+network that sandbox leaves them (docs/sandbox.md, "Ranks across nodes"); the first rank alone
+reads data and sends every other rank its share and the plan over the process group
+(``scatter_object_list``). The other ranks' contexts name no block locations: they could not
+read data if they tried.
 """
 
 from __future__ import annotations
@@ -199,20 +208,6 @@ class Ranks:
     def __enter__(self) -> Ranks:
         return self
 
-    def check(self, job: DPSGDJob, ctx: JobContext) -> None:
-        """Refuse, before any data is read (so the job is charged nothing), a job these
-        processes cannot train: a clipping mode other than single-pass ghost clipping, or a
-        model sized by the job and the dataset's declarations with a non-linear trainable
-        layer (a model sized by its blocks is checked by :meth:`train`)."""
-        if job.grad_sample_mode not in (None, "ghost"):
-            raise ValueError(f"data-parallel DP-SGD uses single-pass ghost clipping, not {job.grad_sample_mode!r}")
-        try:
-            data = shape_only(job, declarations(ctx))
-        except ValueError:
-            return
-        if not ghost_clipping_applies(initial_model(job, data)):
-            raise ValueError(ALL_LINEAR)
-
     def train(
         self, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device, batch: int, steps: int
     ) -> tuple[Trainer, int]:
@@ -244,6 +239,89 @@ class Ranks:
         failed = [rank for rank, (pid, _) in enumerate(self.children, start=1) if os.waitpid(pid, 0)[1] != 0]
         if kind is None and failed:
             raise RuntimeError(f"data-parallel process {failed[0]} failed")
+
+
+def check_parallel(job: DPSGDJob, ctx: JobContext) -> None:
+    """Refuse, before any data is read (so the job is charged nothing), a job data-parallel
+    processes cannot train: a clipping mode other than single-pass ghost clipping, or a model
+    sized by the job and the dataset's declarations with a non-linear trainable layer (a
+    model sized by its blocks is checked when it trains)."""
+    if job.grad_sample_mode not in (None, "ghost"):
+        raise ValueError(f"data-parallel DP-SGD uses single-pass ghost clipping, not {job.grad_sample_mode!r}")
+    try:
+        data = shape_only(job, declarations(ctx))
+    except ValueError:
+        return
+    if not ghost_clipping_applies(initial_model(job, data)):
+        raise ValueError(ALL_LINEAR)
+
+
+@contextmanager
+def network_group(rank: int, world: int, rendezvous: dict[str, Any], device: torch.device) -> Iterator[None]:
+    """Join ranks on several hosts: a TCP store at ``rendezvous["address"]:rendezvous["port"]``
+    (the first rank serves it), gloo over ``rendezvous["interface"]`` for CPU tensors and the
+    objects ranks send one another, NCCL for GPU tensors."""
+    os.environ["GLOO_SOCKET_IFNAME"] = str(rendezvous["interface"])
+    os.environ["NCCL_SOCKET_IFNAME"] = str(rendezvous["interface"])
+    os.environ["NCCL_SHM_DISABLE"] = "1"  # a confined job has no /dev/shm
+    backend = "cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    init = f"tcp://{rendezvous['address']}:{int(rendezvous['port'])}"
+    dist.init_process_group(backend, init_method=init, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+class GroupRanks:
+    """This process as one rank of a data-parallel job whose ranks run across nodes (module
+    docstring): ranks meet when the ``with`` block starts; the first trains with
+    :meth:`train` (the same interface as :class:`Ranks`), every other waits in :meth:`serve`.
+    A first rank that ends without training sends the others nothing to train."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        assert ctx.rendezvous is not None
+        self.world, self.rank, self.rendezvous = ctx.workers, ctx.rank, ctx.rendezvous
+        self.device = rank_device(ctx.device, 0)  # each rank sees its own GPU only (ray_train.run_rank)
+        self.sent = False
+        self._group = network_group(self.rank, self.world, self.rendezvous, self.device)
+
+    def __enter__(self) -> GroupRanks:
+        self._group.__enter__()
+        return self
+
+    def train(
+        self, model: nn.Module, train: TensorDataset, job: DPSGDJob, sigma: float, mode: str, device: torch.device, batch: int, steps: int
+    ) -> tuple[Trainer, int]:
+        """As :meth:`Ranks.train`, the shares sent over the process group."""
+        if mode != "ghost":
+            raise ValueError(ALL_LINEAR)
+        shares = [None] + [(model, shard(train.tensors, r, self.world), job, sigma, batch, steps) for r in range(1, self.world)]
+        dist.scatter_object_list([None], shares, src=0)
+        self.sent = True
+        trainer = rank_trainer(model, TensorDataset(*shard(train.tensors, 0, self.world)), job, sigma, self.device, batch, 0, self.world)
+        taken = fit(trainer, steps)
+        dist.barrier()  # every rank took its steps
+        return trainer, taken
+
+    def serve(self) -> None:
+        """Another rank: train the share and plan the first rank sends (or nothing)."""
+        received: list[Any] = [None]
+        dist.scatter_object_list(received, None, src=0)
+        if received[0] is None:
+            return
+        model, tensors, job, sigma, batch, steps = received[0]
+        fit(rank_trainer(model, TensorDataset(*tensors), job, sigma, self.device, batch, self.rank, self.world), steps)
+        dist.barrier()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self.rank == 0 and not self.sent and kind is None:
+                dist.scatter_object_list([None], [None] * self.world, src=0)
+        finally:
+            self._group.__exit__(kind, exc, tb)
 
 
 def _worker(

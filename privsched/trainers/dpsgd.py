@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from opacus.accountants import RDPAccountant
 
     from privsched.trainers.people import PersonBatches
-    from privsched.trainers.distributed import Ranks
+    from privsched.trainers.distributed import GroupRanks, Ranks
 
 #: Opacus warnings that say nothing about a correct run (backward hooks on modules whose
 #: inputs need no gradient, the RDP conversion's order range).
@@ -636,7 +636,7 @@ def person_column(ctx: JobContext) -> str | None:
     return ctx.user_column if ctx.max_rows_per_user > 1 else None
 
 
-def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan, ranks: Ranks | None = None) -> None:
+def run_dpsgd(ctx: JobContext, job: DPSGDJob, plan: DPSGDPlan, ranks: Ranks | GroupRanks | None = None) -> None:
     """Train the job's model within its grant with the charged ``plan`` (σ, steps), release
     its held-out accuracy with the plan's ε_acc; save ``model.pt`` and ``metrics.json`` under
     the work directory; report metrics and the budget actually spent. On a dataset whose unit

@@ -12,6 +12,10 @@ share the fate of their driver, so a scheduler restart would kill every running 
   ``CUDA_VISIBLE_DEVICES`` to them. Before submitting, the request is checked against every
   alive node's total resources: one that no node can ever hold is refused
   (:class:`UnplaceableJob`) instead of waiting on the cluster forever.
+- **Across nodes.** With the operator's ``train_across_nodes``, a data-parallel DP-SGD job
+  (``workers`` > 1) runs as Ray Train's ``TorchTrainer``, one confined rank per worker,
+  wherever Ray places them (:mod:`.ray_train`, :func:`across_nodes`); without it, one whose
+  ranks no node holds is refused.
 - **Context and result.** The job's context travels in the submission's environment and
   its result comes back as a marked line of its output (:mod:`.ray_entry`): workers never
   open the database. The result is also written to the run folder's result file.
@@ -42,6 +46,7 @@ share the fate of their driver, so a scheduler restart would kill every running 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
@@ -53,6 +58,7 @@ from privsched.jobs.runner import JobResult, write_atomic
 from privsched.service.executors.base import Executor, Launch, failure, read_result
 from privsched.jobs.sandbox import SANDBOX_VARIABLE
 from privsched.service.executors.ray_entry import JOB_VARIABLE, NETWORK_VARIABLE, encode_document, parse_result
+from privsched.service.executors.ray_train import RANKS_VARIABLE, RankShape, rank_refusal
 from privsched.service.logcap import cap_log
 from privsched.service.resources import Placement, Pool, make_pool
 
@@ -151,6 +157,26 @@ def cluster_pool(nodes: list[dict[str, float]]) -> Pool:
     return Pool(tuple(str(i) for i in range(gpus)), sum(n.get("CPU", 0) for n in nodes), int(sum(n.get("memory", 0) for n in nodes)))
 
 
+def across_nodes(placement: Placement, workers: int, nodes: list[dict[str, float]], allowed: bool) -> RankShape | None:
+    """How a job of ``workers`` ranks trains across nodes (Ray Train, :mod:`.ray_train`), or
+    None when it runs as one Ray job on one node: a data-parallel job's ranks train across
+    nodes whenever the operator allows it (``allowed``). Raises :class:`UnplaceableJob` for a
+    job no node holds, unless its ranks may go across nodes, and for more ranks than the
+    alive nodes can hold at once."""
+    one_node = node_refusal(placement, nodes)
+    if workers < 2 or not (allowed or one_node):
+        if one_node:
+            raise UnplaceableJob(one_node)
+        return None
+    if not allowed:
+        raise UnplaceableJob(f"{one_node}, and the scheduler does not train across nodes (serve --train-across-nodes)")
+    shape = RankShape.of(placement, workers)
+    refusal = rank_refusal(shape, nodes)
+    if refusal is not None:
+        raise UnplaceableJob(refusal)
+    return shape
+
+
 def _environment(placement: Placement, encoded: str, sandbox: str, allow_network: bool) -> dict[str, str]:
     """The job's environment: its context, its sandbox, thread pools sized to its CPUs, and
     no GPU when it has none (Ray sets ``CUDA_VISIBLE_DEVICES`` to the GPUs it assigns)."""
@@ -187,7 +213,8 @@ class RayExecutor(Executor):
     installed there); the cluster is polled for job states at most every ``refresh`` seconds
     and for new output every ``log_refresh`` seconds. ``token``: the operator's Ray token
     (default: :func:`operator_token`'s sources), sent in every request's ``Authorization``
-    header only."""
+    header only. ``train_across_nodes``: data-parallel DP-SGD always trains with Ray Train
+    across nodes (:func:`across_nodes`); without it, ranks that no node holds are refused."""
 
     name = "ray"
 
@@ -199,6 +226,7 @@ class RayExecutor(Executor):
         refresh: float = 0.5,
         log_refresh: float = 2.0,
         token: str | None = None,
+        train_across_nodes: bool = False,
     ) -> None:
         try:
             from ray.exceptions import AuthenticationError
@@ -221,6 +249,7 @@ class RayExecutor(Executor):
         self.python = python
         self.refresh = refresh
         self.log_refresh = log_refresh
+        self.train_across_nodes = train_across_nodes
         self._jobs: dict[int, _Job] = {}
         self._polled = -math.inf
 
@@ -245,16 +274,20 @@ class RayExecutor(Executor):
         return [dict(cast(NodeState, node).resources_total) for node in alive]  # a listing of NODES holds NodeStates
 
     def pool(self, gpus: int | None = None, cpus: float | None = None, memory: int | None = None) -> Pool:
-        """The cluster's pool (all alive nodes together), with any of its sizes overridden."""
+        """The cluster's pool (all alive nodes together), with any of its sizes overridden; it
+        knows each node's size, and whether ranks may train across nodes, for submit's refusals."""
         declared = make_pool(0 if gpus is None else gpus, 1.0 if cpus is None else cpus, 0 if memory is None else memory)
         try:
-            whole = cluster_pool(self.nodes())
+            nodes = self.nodes()
         except self._errors as exc:
             raise ValueError(f"cannot list the nodes of the Ray cluster at {self.address}: {_first_line(exc)}") from None
+        whole = cluster_pool(nodes)
         return Pool(
             whole.gpus if gpus is None else declared.gpus,
             whole.cpus if cpus is None else declared.cpus,
             whole.memory if memory is None else declared.memory,
+            tuple((n.get("GPU", 0), n.get("CPU", 0), int(n.get("memory", 0))) for n in nodes),
+            self.train_across_nodes,
         )
 
     def _info(self, job: _Job) -> Any | None:
@@ -274,24 +307,28 @@ class RayExecutor(Executor):
             nodes = self.nodes()
         except self._errors as exc:
             raise OSError(f"cannot reach the Ray cluster at {self.address}: {_first_line(exc)}") from None
-        refusal = node_refusal(launch.placement, nodes)
-        if refusal is not None:
-            raise UnplaceableJob(refusal)
-        encoded = encode_document(launch.context.read_text())
+        document = launch.context.read_text()
+        shape = across_nodes(launch.placement, int(json.loads(document).get("workers", 1)), nodes, self.train_across_nodes)
+        encoded = encode_document(document)
         if len(encoded) > MAX_CONTEXT_BYTES:
             raise UnplaceableJob(f"the job's context is {len(encoded)} bytes once encoded, over {MAX_CONTEXT_BYTES}")
         launch.result.unlink(missing_ok=True)
         launch.log.write_bytes(b"")  # the log file holds this Ray job's output only
         job = _Job(launch, submission_id(launch))
+        env = _environment(launch.placement, encoded, self.sandbox, self.allow_network)
+        held = launch.placement  # what the entry holds; across nodes, the ranks hold it and the driver nothing
+        if shape is not None:
+            env[RANKS_VARIABLE] = shape.to_json()
+            held = Placement((), 0.0, 0)
         try:
             self.client.submit_job(
                 entrypoint=f"{self.python} -m privsched.service.executors.ray_entry",
                 submission_id=job.submission_id,
-                runtime_env={"env_vars": _environment(launch.placement, encoded, self.sandbox, self.allow_network)},
+                runtime_env={"env_vars": env},
                 metadata={"privsched_runs": str(launch.context.parent.parent), "privsched_pipeline": str(launch.pipeline_id)},
-                entrypoint_num_gpus=len(launch.placement.gpus) or None,
-                entrypoint_num_cpus=launch.placement.cpus or None,
-                entrypoint_memory=launch.placement.memory or None,
+                entrypoint_num_gpus=len(held.gpus) or None,
+                entrypoint_num_cpus=held.cpus or None,
+                entrypoint_memory=held.memory or None,
             )
         except self._errors as exc:
             # The submission may have reached the cluster: watch the job unless Ray surely lacks it.

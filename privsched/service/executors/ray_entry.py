@@ -15,6 +15,11 @@ Ray's authentication token never reaches a job: when the cluster's processes car
 environment (:data:`~privsched.service.executors.base.SECRET_VARIABLES`), the entry first starts itself again without it, so
 that neither the job's environment nor its ``/proc/self/environ`` holds it.
 
+A data-parallel job whose ranks train across nodes (:data:`~.ray_train.RANKS_VARIABLE` set) runs
+as Ray Train's ``TorchTrainer`` instead (:mod:`.ray_train`): this process is then only its
+driver, keeps the cluster's token to talk to the cluster, and starts each rank's supervisor
+without it.
+
 The job's working directory is its scheduler-side work folder when its run folder exists on the
 worker (a shared file system, or a one-machine cluster), else the Ray job's own folder.
 """
@@ -32,6 +37,7 @@ from pathlib import Path
 from privsched.jobs.runner import JobResult, run_job
 from privsched.jobs.sandbox import SandboxError, require_sandbox, sandbox_mode
 from privsched.service.executors.base import SECRET_VARIABLES, without_secrets
+from privsched.service.executors.ray_train import RANKS_VARIABLE, RankShape, run_across_nodes
 
 #: Environment variable carrying the job's context document.
 JOB_VARIABLE = "PRIVSCHED_JOB"
@@ -71,7 +77,8 @@ def parse_result(logs: str, pipeline_id: int) -> JobResult | None:
 
 
 def main() -> int:
-    if any(name in os.environ for name in SECRET_VARIABLES):  # a fresh image: /proc/self/environ forgets them too
+    ranks = os.environ.get(RANKS_VARIABLE)
+    if not ranks and any(name in os.environ for name in SECRET_VARIABLES):  # a fresh image: /proc/self/environ forgets them too
         os.execve(sys.executable, [sys.executable, "-m", "privsched.service.executors.ray_entry"], without_secrets(os.environ))
     encoded = os.environ.get(JOB_VARIABLE)
     if not encoded:
@@ -87,16 +94,24 @@ def main() -> int:
     mode = sandbox_mode()
     try:
         require_sandbox(mode)
-        with tempfile.TemporaryDirectory(prefix="privsched-job-") as folder:
-            context = Path(folder) / "context.json"
-            context.write_text(json.dumps(document))
-            result = run_job(context, mode, os.environ.get(NETWORK_VARIABLE) == "1")
+        if ranks:  # the driver talks to the cluster (with its token); each rank's supervisor starts without it
+            result = run_across_nodes(document, RankShape.from_json(ranks), mode)
+        else:
+            result = _run_here(document, mode)
     except SandboxError as exc:
         result = JobResult(int(document["pipeline_id"]), False, touched_data=False, message=f"not started: {exc}")
     sys.stdout.flush()
     sys.stderr.flush()
     print("\n" + result_line(result), flush=True)
     return 0 if result.completed else 1
+
+
+def _run_here(document: dict, mode: str) -> JobResult:
+    """Supervise the job in this process (one host)."""
+    with tempfile.TemporaryDirectory(prefix="privsched-job-") as folder:
+        context = Path(folder) / "context.json"
+        context.write_text(json.dumps(document))
+        return run_job(context, mode, os.environ.get(NETWORK_VARIABLE) == "1")
 
 
 if __name__ == "__main__":
