@@ -117,25 +117,6 @@ def test_an_address_no_interface_holds_is_an_error():
         interface_of("192.0.2.254")
 
 
-@pytest.mark.slow
-def test_a_two_worker_pipeline_trains_through_torchtrainer_charged_one_process_plan(db: Path):
-    job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}
-    spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
-    with local_cluster(cpus=3, memory=4 * 10**9) as address:
-        with serving(db, address, train_across_nodes=True) as check, connect(db) as client:
-            one = client.submit({**spec, "name": "dp1"})
-            wait_until(ended(client, one.id), check)
-            two = client.submit({**spec, "resources": {"workers": 2}})
-            wait_until(ended(client, two.id), check)
-            assert one.status == "completed", one.message
-            assert two.status == "completed", f"{two.message}\n{client.runs.log(two.id).read_text()[-3000:]}"
-            assert two.metrics["workers"] == 2 and two.metrics["steps"] == one.metrics["steps"] == 4
-            assert two.metrics["noise_multiplier"] == one.metrics["noise_multiplier"]
-            for key in one.consumed:
-                assert np.allclose(two.consumed[key], one.consumed[key], rtol=0, atol=1e-12)
-            assert client.audit().ok
-
-
 def _binds_when_confined(port: int) -> dict[int, int]:
     """Which local ports a process confined as a rank across nodes (rendezvous ``port``)
     may bind: port -> 0 when it may, else the errno."""
@@ -259,16 +240,23 @@ def test_a_rank_other_than_the_first_cannot_read_its_jobs_blocks(tmp_path: Path,
 
 
 @pytest.mark.slow
-def test_ranks_no_node_holds_train_across_two_nodes(db: Path):
+def test_ranks_no_node_holds_train_across_two_nodes_through_torchtrainer_charged_one_process_plan(db: Path):
     job = {"kind": "dpsgd", "params": {"model": "logreg", "sample_rate": 0.25, "epochs": 1, "lr": 0.1}}
     spec = {"name": "dp2", "dataset": "reviews", "blocks": {"last": 2}, "epsilon": 1.0, "delta": 1e-8, "job": job}
     with local_cluster(cpus=1, memory=2 * 10**9, nodes=(1,)) as address:
         with serving(db, address, train_across_nodes=True) as check, connect(db) as client:
             assert [node[1] for node in client.runs.recorded_pool().nodes] == [1.0, 1.0]
-            run = client.submit({**spec, "resources": {"workers": 2}})
-            wait_until(ended(client, run.id), check)
-            assert run.status == "completed", f"{run.message}\n{client.runs.log(run.id).read_text()[-3000:]}"
-            assert run.metrics["workers"] == 2 and client.audit().ok
+            one = client.submit({**spec, "name": "dp1"})
+            wait_until(ended(client, one.id), check)
+            two = client.submit({**spec, "resources": {"workers": 2}})
+            wait_until(ended(client, two.id), check)
+            assert one.status == "completed", one.message
+            assert two.status == "completed", f"{two.message}\n{client.runs.log(two.id).read_text()[-3000:]}"
+            assert two.metrics["workers"] == 2 and two.metrics["steps"] == one.metrics["steps"] == 4
+            assert two.metrics["noise_multiplier"] == one.metrics["noise_multiplier"]
+            for key in one.consumed:
+                assert np.allclose(two.consumed[key], one.consumed[key], rtol=0, atol=1e-12)
+            assert client.audit().ok
 
 
 def test_a_job_of_one_process_holds_its_fraction_of_a_cpu():
