@@ -24,7 +24,7 @@ from privsched.service.cache import update_epsilon
 from privsched.statistics.accuracy import SCALE_SLACK, Source, best_estimate, laplace_epsilon
 from privsched.statistics.noise import laplace_scale
 from privsched.statistics.queries import StatisticJob
-from tests.test_reuse import make_reviews
+from tests.test_reuse import make_reviews, outsider_and_reader
 
 BOUNDS = [1.0, 5.0]
 #: Each answer below misses its accuracy with probability at most 1e-6 (its beta): a test
@@ -193,11 +193,7 @@ def test_a_submitter_of_another_team_gets_no_answer_from_the_cache(tmp_path: Pat
     with ps.connect(db) as client:
         source = client.submit(spec("first", histogram(4), 30.0)).id
         client.run_until_idle()
-        dataset_id = client.dataset("reviews").id
-    with Identities(db) as identities:
-        carol = identities.add_user("carol", "submitter", "red")
-        alice = identities.add_user("alice", "submitter", "blue")
-        identities.restrict(dataset_id, ["blue"])
+    carol, alice = outsider_and_reader(db)
     with http_api(db, Listen("127.0.0.1", 0)) as bound:
         with RemoteClient(bound.url, carol) as remote, pytest.raises(RemoteError) as refused:
             remote.submit(spec("copy", COUNT, 120.0))

@@ -165,15 +165,23 @@ def test_a_retired_block_ends_the_reuse_of_its_releases(tmp_path: Path):
         assert len(client.list()) == count
 
 
-def test_a_submitter_of_another_team_cannot_get_a_release_through_reuse(tmp_path: Path):
-    db, _ = make_reviews(tmp_path)
+def outsider_and_reader(db: Path) -> tuple[str, str]:
+    """The tokens of carol (team red) and alice (team blue), once only blue may read the
+    dataset ``reviews`` of ``db``."""
     with ps.connect(db) as client:
-        source = settled_sum(client)
         dataset_id = client.dataset("reviews").id
     with Identities(db) as identities:
         carol = identities.add_user("carol", "submitter", "red")
         alice = identities.add_user("alice", "submitter", "blue")
         identities.restrict(dataset_id, ["blue"])
+    return carol, alice
+
+
+def test_a_submitter_of_another_team_cannot_get_a_release_through_reuse(tmp_path: Path):
+    db, _ = make_reviews(tmp_path)
+    with ps.connect(db) as client:
+        source = settled_sum(client)
+    carol, alice = outsider_and_reader(db)
     with http_api(db, Listen("127.0.0.1", 0)) as bound:
         with RemoteClient(bound.url, carol) as remote, pytest.raises(RemoteError) as refused:
             remote.submit(spec("copy"))
