@@ -36,3 +36,13 @@ def invoke(*args: object, db: Path | None = None) -> Outcome:
     finally:
         sys.argv = saved
     return Outcome(code, out.getvalue(), err.getvalue())
+
+
+def ledger_with_one_block(folder: Path) -> Path:
+    """A ledger made through the command line: dataset ``events`` (ε_G = 10, δ_G = 1e-7)
+    holding one registered block ``d1``."""
+    db = folder / "ledger.db"
+    invoke("init", db=db)
+    invoke("dataset", "create", "events", "--epsilon", "10", "--delta", "1e-7", db=db)
+    invoke("blocks", "add", "events", "d1", db=db)
+    return db

@@ -166,12 +166,9 @@ def test_the_training_memory_counts_weights_gradients_optimizer_noise_and_per_sa
 
 @pytest.mark.parametrize(("memory", "refused"), [("1MiB", True), ("1GiB", False)])
 def test_a_model_larger_than_the_jobs_memory_is_refused_at_submit_in_one_line_and_writes_nothing(tmp_path, dump_db, memory, refused):
-    from tests.cli_inprocess import invoke
+    from tests.cli_inprocess import invoke, ledger_with_one_block
 
-    db = tmp_path / "ledger.db"
-    invoke("init", db=db)
-    invoke("dataset", "create", "events", "--epsilon", "10", "--delta", "1e-7", db=db)
-    invoke("blocks", "add", "events", "d1", db=db)
+    db = ledger_with_one_block(tmp_path)
     before = dump_db(db)
     params = {k: v for k, v in CLICKS.items() if k != "kind"}
     job = {"kind": "dpsgd", "params": {**params, "model": "mlp", "hidden": [256, 256], "optimizer": "adam"}}

@@ -255,12 +255,9 @@ def test_a_text_job_needs_a_declared_vocabulary_before_its_data_is_read(tmp_path
     ],
 )
 def test_the_command_line_refuses_a_bad_tabular_job_at_submit_with_one_line_and_writes_nothing(tmp_path, dump_db, change, message):
-    from tests.cli_inprocess import invoke
+    from tests.cli_inprocess import invoke, ledger_with_one_block
 
-    db = tmp_path / "ledger.db"
-    invoke("init", db=db)
-    invoke("dataset", "create", "events", "--epsilon", "10", "--delta", "1e-7", db=db)
-    invoke("blocks", "add", "events", "d1", db=db)
+    db = ledger_with_one_block(tmp_path)
     before = dump_db(db)
     spec = tmp_path / "p.json"
     job = {"kind": "dpsgd", "params": {**{k: v for k, v in CLICKS.items() if k != "kind"}, **change}}
